@@ -1,0 +1,60 @@
+"""Exit statuses and the exceptions that map to them.
+
+Findings never share a code with tool errors: CI must be able to tell "your job
+oversubscribes" (1) from "oversub could not look" (3).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """Documented exit codes of every `oversub` command (listed in README)."""
+
+    OK = 0
+    """Success; for `check`, the verdict did not reach `--fail-on`."""
+    FOUND = 1
+    """`check` only: a verdict at or above `--fail-on` was found."""
+    USAGE = 2
+    """Bad flag value, bad configuration, missing launcher variable."""
+    UNOBSERVABLE = 3
+    """No such pid, permission denied, unsupported platform, CMD failed to start or failed."""
+    INTERRUPTED = 130
+    """Ctrl-C (SIGINT)."""
+
+
+class OversubError(Exception):
+    """Base class: an error the CLI turns into one line on stderr and an exit status."""
+
+    status: ExitStatus = ExitStatus.UNOBSERVABLE
+
+
+class UsageError(OversubError):
+    """The user asked for something that cannot be done as asked."""
+
+    status = ExitStatus.USAGE
+
+
+class TargetError(OversubError):
+    """The target process cannot be observed (missing, foreign, or platform lacks the data)."""
+
+    status = ExitStatus.UNOBSERVABLE
+
+
+class NoSuchProcess(TargetError):
+    """The pid does not exist (or exited before we could look)."""
+
+
+class PermissionDenied(TargetError):
+    """The pid exists but we may not read what we need."""
+
+
+class UnsupportedPlatform(TargetError):
+    """The platform does not expose what the command needs."""
+
+
+class CommandError(OversubError):
+    """`check -- CMD`: the command could not be started, or it failed."""
+
+    status = ExitStatus.UNOBSERVABLE

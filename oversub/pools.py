@@ -1,0 +1,134 @@
+"""What we know about native thread pools: how to spot them and which variables size them.
+
+Pure data shared by the `/proc/PID/maps` probe (patterns), the verdict (which variable
+controls a pool) and the recommendation (which variables to export).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+THREAD_ENV_PREFIXES: tuple[str, ...] = (
+    "OMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "BLIS_",
+    "VECLIB_",
+    "NUMEXPR_",
+    "NUMBA_",
+    "GOMP_",
+    "KMP_",
+    "TBB_",
+)
+"""Only environment variables with these prefixes are ever read from another process:
+environments hold secrets, and nothing else is needed to explain a thread pool."""
+
+RECOMMENDED_VARS: tuple[str, ...] = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+)
+"""The variables `oversub recommend --format env` exports, in this order."""
+
+
+def is_thread_var(name: str) -> bool:
+    """True for the thread-related names we may read, print and store."""
+    return name.startswith(THREAD_ENV_PREFIXES)
+
+
+@dataclass(frozen=True)
+class PoolKind:
+    """A family of native thread pools."""
+
+    key: str
+    """Short stable id used in samples and JSON ("libgomp", "openblas", ...)."""
+    label: str
+    """Human name for messages."""
+    pattern: re.Pattern[str]
+    """Matches the basename of a mapped shared object."""
+    variables: tuple[str, ...]
+    """Environment variables that size this pool, first match wins (empty: none)."""
+    openmp: bool
+    """An OpenMP runtime: waiting team threads spin, so oversubscription costs multiples."""
+
+
+POOL_KINDS: tuple[PoolKind, ...] = (
+    PoolKind(
+        "libgomp", "GNU OpenMP (libgomp)", re.compile(r"^libgomp[.-]"), ("OMP_NUM_THREADS",), True
+    ),
+    PoolKind(
+        "libiomp5",
+        "Intel OpenMP (libiomp5)",
+        re.compile(r"^libiomp5"),
+        ("KMP_NUM_THREADS", "OMP_NUM_THREADS"),
+        True,
+    ),
+    PoolKind(
+        "libomp", "LLVM OpenMP (libomp)", re.compile(r"^libomp[.-]"), ("OMP_NUM_THREADS",), True
+    ),
+    PoolKind(
+        "openblas",
+        "OpenBLAS",
+        re.compile(r"^lib(scipy_)?openblas"),
+        ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
+        False,
+    ),
+    PoolKind(
+        "mkl",
+        "Intel MKL",
+        re.compile(r"^libmkl_(rt|core|intel_thread|gnu_thread)"),
+        ("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
+        False,
+    ),
+    PoolKind(
+        "blis", "BLIS", re.compile(r"^libblis"), ("BLIS_NUM_THREADS", "OMP_NUM_THREADS"), False
+    ),
+    PoolKind("tbb", "oneTBB", re.compile(r"^libtbb[.-]"), (), False),
+    PoolKind(
+        "torch",
+        "PyTorch intra-op pool (libtorch_cpu)",
+        re.compile(r"^libtorch_cpu"),
+        ("OMP_NUM_THREADS", "MKL_NUM_THREADS"),
+        False,
+    ),
+    PoolKind(
+        "onnxruntime",
+        "ONNX Runtime",
+        re.compile(r"^libonnxruntime|^onnxruntime_pybind"),
+        ("OMP_NUM_THREADS",),
+        False,
+    ),
+)
+
+POOLS_BY_KEY: Mapping[str, PoolKind] = {k.key: k for k in POOL_KINDS}
+
+
+def classify_library(basename: str) -> str | None:
+    """The pool key of a mapped library's file name, or None when it is no pool."""
+    for kind in POOL_KINDS:
+        if kind.pattern.search(basename):
+            return kind.key
+    return None
+
+
+def controlling_value(pool: str, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The (variable, value) that sizes `pool` in `env`, or None when it runs at its default."""
+    kind = POOLS_BY_KEY.get(pool)
+    if kind is None:
+        return None
+    for var in kind.variables:
+        value = env.get(var, "").strip()
+        if value:
+            return var, value
+    return None
+
+
+def is_openmp(pools: tuple[str, ...]) -> bool:
+    """True when any of the pools is an OpenMP runtime (spinning waiters)."""
+    return any(POOLS_BY_KEY[p].openmp for p in pools if p in POOLS_BY_KEY)
