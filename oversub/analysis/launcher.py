@@ -1,0 +1,167 @@
+"""`--procs auto`: how many processes share this node, according to the launcher.
+
+Pure: the environment is passed in as a mapping (the CLI passes `os.environ`). Only the
+launcher variables named here are read. The CLI does
+
+    info = procs_from_env(os.environ)
+    plan = plan_for_launcher(budget, info, workers)
+
+and never calls `make_plan` with `info.procs` itself, because a SLURM task with
+`--cpus-per-task` needs a plan per task, not a share of the node (see `plan_for_launcher`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from oversub.analysis.recommend import make_plan
+from oversub.errors import UsageError
+from oversub.model import Budget, Plan
+
+__all__ = ["LAUNCHER_VARS", "LauncherInfo", "plan_for_launcher", "procs_from_env"]
+
+TORCHRUN = "LOCAL_WORLD_SIZE"
+SLURM_TASKS = "SLURM_NTASKS_PER_NODE"
+SLURM_CPUS = "SLURM_CPUS_PER_TASK"
+OPEN_MPI = "OMPI_COMM_WORLD_LOCAL_SIZE"
+MPICH = "MPI_LOCALNRANKS"
+
+LAUNCHER_VARS: tuple[str, ...] = (TORCHRUN, SLURM_TASKS, OPEN_MPI, MPICH)
+"""Variables that give the processes per node, in the order they are looked at.
+
+torchrun first: it is often started inside a SLURM or MPI allocation, and then its own
+count is the one that describes the Python processes sharing the CPUs."""
+
+# SLURM writes repeated counts compressed: "4(x2)" = 4 on each of 2 nodes, and
+# "4(x2),3" for uneven nodes.
+_SLURM_COUNT = re.compile(r"^(\d+)(?:\(x\d+\))?$")
+
+
+@dataclass(frozen=True)
+class LauncherInfo:
+    """What the launcher says about this node."""
+
+    procs: int
+    """Processes (tasks, ranks) started on this node, >= 1."""
+    source: str
+    """The variable `procs` was read from, e.g. "LOCAL_WORLD_SIZE"."""
+    per_task_cpus: int | None
+    """SLURM_CPUS_PER_TASK when the count came from SLURM and it is set; else None."""
+
+
+def _positive_int(name: str, value: str) -> int:
+    text = value.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--procs auto: {name}={value!r} is not a positive integer")
+    return int(text)
+
+
+def _slurm_tasks(value: str) -> int:
+    """Tasks per node from SLURM's compressed form ("4", "4(x2)", "4(x2),4")."""
+    counts = set()
+    for part in value.strip().split(","):
+        match = _SLURM_COUNT.match(part.strip())
+        if match is None:
+            raise UsageError(f"--procs auto: {SLURM_TASKS}={value!r} is not a task count")
+        counts.add(int(match.group(1)))
+    if len(counts) > 1:
+        # This node's own count cannot be told from the list: refuse rather than guess.
+        raise UsageError(
+            f"--procs auto: {SLURM_TASKS}={value!r} differs between nodes; pass --procs"
+        )
+    (count,) = counts
+    if count < 1:
+        raise UsageError(f"--procs auto: {SLURM_TASKS}={value!r} is not a positive integer")
+    return count
+
+
+def procs_from_env(env: Mapping[str, str]) -> LauncherInfo:
+    """The processes per node from the first launcher variable set in `env`.
+
+    An empty variable counts as unset (it carries no count). Raises UsageError when none
+    is set, or when the first one set does not hold a positive integer.
+    """
+    for name in LAUNCHER_VARS:
+        value = env.get(name, "")
+        if not value.strip():
+            continue
+        if name == SLURM_TASKS:
+            procs = _slurm_tasks(value)
+            cpus_text = env.get(SLURM_CPUS, "")
+            per_task = _positive_int(SLURM_CPUS, cpus_text) if cpus_text.strip() else None
+            return LauncherInfo(procs=procs, source=name, per_task_cpus=per_task)
+        return LauncherInfo(procs=_positive_int(name, value), source=name, per_task_cpus=None)
+    raise UsageError(
+        "--procs auto: no launcher variable set (looked for " + ", ".join(LAUNCHER_VARS) + ")"
+    )
+
+
+def task_vcpus(budget: Budget, info: LauncherInfo) -> int | None:
+    """The CPUs one SLURM task may use, or None when the node's budget must be shared out.
+
+    With C = SLURM_CPUS_PER_TASK, M tasks per node and N = the budget this process sees:
+    - N <= C: SLURM confined the task (cgroup or task affinity): its budget is N, and it
+      is the only one of the M tasks in it.
+    - N >= M*C: the task sees the whole node, but every task has room for its C CPUs:
+      each task gets C, the per-task budget min(C, N / M) = C.
+    - C < N < M*C: the tasks see shared CPUs that cannot hold M*C: None, and the caller
+      shares N out among the M tasks as for any other launcher.
+    """
+    cpus_per_task = info.per_task_cpus
+    if cpus_per_task is None:
+        return None
+    if budget.vcpus <= cpus_per_task:
+        return budget.vcpus
+    if budget.vcpus >= info.procs * cpus_per_task:
+        return cpus_per_task
+    return None
+
+
+def plan_for_launcher(budget: Budget, info: LauncherInfo, workers: int = 0) -> Plan:
+    """The plan for `--procs auto`.
+
+    Without SLURM_CPUS_PER_TASK the M processes share the budget: `make_plan(budget, M, W)`.
+    With it, SLURM has already given each task its own CPUs, so the plan is made for one
+    task: procs = 1 on vcpus = the task's CPUs (`task_vcpus`), with the binding left to
+    SLURM (`srun --cpu-bind`) unless the task is confined and its own CPUs are all it sees.
+    When the tasks' CPUs do not fit in what this process sees, the budget is shared out
+    among the M tasks instead and the plan says so.
+    """
+    per_task = task_vcpus(budget, info)
+    cpus_per_task = info.per_task_cpus
+    if cpus_per_task is None or per_task is None:
+        plan = make_plan(budget, info.procs, workers, procs_source=info.source)
+        if cpus_per_task is None:
+            return plan
+        note = (
+            f"{SLURM_CPUS}={cpus_per_task} x {info.procs} tasks = "
+            f"{cpus_per_task * info.procs} CPUs, but this task sees {budget.vcpus} vCPUs "
+            f"shared by all {info.procs} tasks: planned on that share"
+        )
+        return dataclasses.replace(plan, warnings=(note, *plan.warnings))
+    if budget.vcpus <= cpus_per_task:
+        # Confined: the CPUs this process sees are its task's own, so binding inside them
+        # is exact.
+        plan = make_plan(budget, 1, workers, procs_source=info.source)
+        note = (
+            f"planned for one SLURM task of {info.procs} on this node: its {per_task} vCPUs "
+            f"are its own ({SLURM_CPUS}={cpus_per_task})"
+        )
+        return dataclasses.replace(plan, warnings=(note, *plan.warnings))
+    # Unconfined: every task sees the same CPUs, so one binding computed here would pin
+    # all tasks onto the same CPUs. SLURM must place them.
+    task_budget = dataclasses.replace(
+        budget,
+        vcpus=per_task,
+        notes=(*budget.notes, f"budget of one SLURM task: {SLURM_CPUS}={cpus_per_task}"),
+    )
+    plan = make_plan(task_budget, 1, workers, procs_source=info.source)
+    note = (
+        f"planned for one SLURM task of {info.procs} on this node ({SLURM_CPUS}="
+        f"{cpus_per_task}); every task sees all {budget.vcpus} vCPUs, so bind them with "
+        "srun --cpu-bind=cores"
+    )
+    return dataclasses.replace(plan, binding=(), warnings=(note, *plan.warnings))
