@@ -1,0 +1,160 @@
+"""`oversub check --procs M --threads T [--workers W]`: judge a configuration before running it.
+
+Pure arithmetic on the budget: M processes of T threads, each with W single-thread workers,
+need M*(T+W) CPUs. Nothing is sampled, so the findings say what *will* happen, using the
+measured costs: single-thread processes sharing CPUs cost 1.0-1.2x, OpenMP teams of 2 or
+more threads that must share CPUs cost 2-23x (waiting team threads spin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from oversub.analysis.recommend import threads_for
+from oversub.model import Assessment, Budget, Finding, Severity, Verdict
+
+__all__ = ["PREFLIGHT_RULES", "preflight"]
+
+OVERSUBSCRIBED = "preflight-oversubscribed"
+WORKERS = "preflight-workers"
+IDLE = "preflight-idle"
+
+PREFLIGHT_RULES: Mapping[str, str] = {
+    OVERSUBSCRIBED: (
+        "The main processes' threads alone need more CPUs than the budget: M*T > N "
+        "(critical when T >= 2, because OpenMP teams that share CPUs spin)."
+    ),
+    WORKERS: (
+        "The main processes fit (M*T <= N) but their workers push the total over: M*(T+W) > N."
+    ),
+    IDLE: (
+        "The configuration leaves CPUs idle: a larger T = floor((N - M*W) / M) would still fit."
+    ),
+}
+"""Rule id -> what it means (listed in README)."""
+
+
+def _evidence(
+    budget: Budget, procs: int, threads: int, workers: int
+) -> Mapping[str, float | int | str | None]:
+    total = procs * (threads + workers)
+    return {
+        "vcpus": budget.vcpus,
+        "procs": procs,
+        "threads": threads,
+        "workers": workers,
+        "total_threads": total,
+        "ratio": round(total / budget.vcpus, 2),
+    }
+
+
+def _set_threads(threads: int) -> str:
+    return (
+        f"OMP_NUM_THREADS={threads} (and MKL_/OPENBLAS_NUM_THREADS) in each process's "
+        f"environment, or torch.set_num_threads({threads}) at its start"
+    )
+
+
+def _max_workers(vcpus: int, procs: int) -> int:
+    """Most workers per process that still fit with one main thread: M*(1+W) <= N."""
+    return max(0, vcpus // procs - 1)
+
+
+def _oversubscribed(budget: Budget, procs: int, threads: int, workers: int) -> Finding:
+    n = budget.vcpus
+    total = procs * (threads + workers)
+    suggested = threads_for(n, procs, workers)
+    if procs > n:
+        fix = f"run at most {n} processes, with 1 thread each: {_set_threads(1)}"
+    elif procs * (suggested + workers) > n:
+        fix = (
+            f"use at most {_max_workers(n, procs)} workers per process, and "
+            f"{_set_threads(threads_for(n, procs, _max_workers(n, procs)))}"
+        )
+    else:
+        fix = f"use {suggested} thread(s) per process: {_set_threads(suggested)}"
+    return Finding(
+        rule=OVERSUBSCRIBED,
+        # Multi-thread teams that share CPUs cost multiples; single threads cost ~1.1x.
+        severity=Severity.CRITICAL if threads >= 2 else Severity.WARNING,
+        verdict=Verdict.OVERSUBSCRIBED,
+        message=(
+            f"{procs} processes x {threads} threads"
+            + (f" + {workers} workers each" if workers else "")
+            + f" = {total} threads on {n} vCPUs ({total / n:.1f}x)"
+        ),
+        pids=(),
+        evidence=_evidence(budget, procs, threads, workers),
+        fix=fix,
+    )
+
+
+def _workers_push_over(budget: Budget, procs: int, threads: int, workers: int) -> Finding:
+    n = budget.vcpus
+    total = procs * (threads + workers)
+    suggested = threads_for(n, procs, workers)
+    if procs * (suggested + workers) <= n:
+        fix = (
+            f"with {workers} workers per process use {suggested} thread(s) per process: "
+            f"{_set_threads(suggested)}; set the workers' variables to 1 (worker_init_fn)"
+        )
+    else:
+        fewer = _max_workers(n, procs)
+        fix = (
+            f"use at most {fewer} workers per process, with 1 thread each (worker_init_fn), "
+            f"and {_set_threads(threads_for(n, procs, fewer))}"
+        )
+    return Finding(
+        rule=WORKERS,
+        severity=Severity.CRITICAL if threads >= 2 else Severity.WARNING,
+        verdict=Verdict.OVERSUBSCRIBED,
+        message=(
+            f"{procs} x {threads} threads fit in {n} vCPUs, but {procs} x {workers} workers "
+            f"bring the total to {total} ({total / n:.1f}x)"
+        ),
+        pids=(),
+        evidence=_evidence(budget, procs, threads, workers),
+        fix=fix,
+    )
+
+
+def _idle(budget: Budget, procs: int, threads: int, workers: int, suggested: int) -> Finding:
+    n = budget.vcpus
+    total = procs * (threads + workers)
+    return Finding(
+        rule=IDLE,
+        severity=Severity.INFO,
+        verdict=Verdict.OK,
+        message=f"{total} threads on {n} vCPUs leave {n - total} idle",
+        pids=(),
+        evidence=_evidence(budget, procs, threads, workers),
+        fix=f"use {suggested} threads per process: {_set_threads(suggested)}",
+    )
+
+
+def preflight(budget: Budget, procs: int, threads: int, workers: int = 0) -> Assessment:
+    """Judge M processes of T threads with W workers each against the budget N.
+
+    At most one finding: preflight-oversubscribed when M*T > N, preflight-workers when
+    M*T <= N < M*(T+W), preflight-idle when a larger T = threads_for(N, M, W) would still
+    fit. An exact fit, or idle CPUs that no even split could use, is ok with no finding.
+    """
+    if procs < 1:
+        raise ValueError(f"procs must be >= 1, got {procs}")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    n = budget.vcpus
+    total = procs * (threads + workers)
+    findings: list[Finding] = []
+    if procs * threads > n:
+        findings.append(_oversubscribed(budget, procs, threads, workers))
+    elif total > n:
+        findings.append(_workers_push_over(budget, procs, threads, workers))
+    else:
+        suggested = threads_for(n, procs, workers)
+        if suggested > threads:
+            findings.append(_idle(budget, procs, threads, workers, suggested))
+    verdict = max((f.verdict for f in findings), key=lambda v: v.rank, default=Verdict.OK)
+    return Assessment(verdict=verdict, findings=tuple(findings))
