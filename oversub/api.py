@@ -1,0 +1,113 @@
+"""The Python API: size a job's thread pools from inside the job.
+
+    import oversub
+    plan = oversub.recommend(procs="auto", workers=4)   # reads this process's real budget
+    oversub.apply(plan)                                 # OMP_NUM_THREADS=T, torch, ...
+    loader = DataLoader(ds, num_workers=4, worker_init_fn=oversub.worker_init_fn)
+
+Call `apply` before numpy/torch create their pools where possible: OpenBLAS and OpenMP
+read their variables once, when first loaded. Pools that already exist are resized only
+through libraries that are already imported (torch.set_num_threads, threadpoolctl):
+`apply` never imports them, so it costs nothing in a job that does not use them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from oversub.analysis.launcher import plan_for_launcher, procs_from_env
+from oversub.analysis.recommend import make_plan, synthetic_budget
+from oversub.model import Budget, Plan
+from oversub.pools import RECOMMENDED_VARS
+
+__all__ = ["apply", "recommend", "worker_init_fn"]
+
+# threadpoolctl's limiter sets the limits when it is created and restores the originals
+# only through restore_original_limits() or a `with` block's exit. Holding the latest one
+# here keeps that handle for the life of the process (and makes the lifetime explicit
+# rather than relying on the object having no finaliser).
+_threadpool_limiter: Any = None
+
+
+def _budget(cpus: int | None, pid: int | None) -> Budget:
+    if cpus is not None:
+        if pid is not None:
+            raise ValueError("give cpus or pid, not both: cpus replaces the measured budget")
+        return synthetic_budget(cpus)
+    # Imported here: the probe reads /proc and /sys, and `import oversub` must stay cheap.
+    from oversub.probe.budget import read_budget
+
+    return read_budget(pid)
+
+
+def recommend(
+    procs: int | str = "auto",
+    workers: int = 0,
+    *,
+    cpus: int | None = None,
+    pid: int | None = None,
+) -> Plan:
+    """A thread plan for `procs` processes with `workers` single-thread workers each.
+
+    `procs="auto"` takes the count from the launcher (torchrun, SLURM, Open MPI, MPICH) in
+    os.environ and raises oversub.errors.UsageError when none is set. The budget N is
+    measured for `pid` (default: this process) unless `cpus` gives it.
+    """
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    budget = _budget(cpus, pid)
+    if procs == "auto":
+        return plan_for_launcher(budget, procs_from_env(os.environ), workers)
+    if isinstance(procs, str):
+        if not procs.strip().isdigit():
+            raise ValueError(f"procs must be a positive integer or 'auto', got {procs!r}")
+        procs = int(procs)
+    if procs < 1:
+        raise ValueError(f"procs must be >= 1, got {procs}")
+    return make_plan(budget, procs, workers)
+
+
+def _apply_threads(threads: int, env: Mapping[str, str]) -> None:
+    global _threadpool_limiter
+    # Children (and libraries loaded from now on) read the variables.
+    os.environ.update(env)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+    threadpoolctl = sys.modules.get("threadpoolctl")
+    if threadpoolctl is not None:
+        # Resizes BLAS/OpenMP pools that are already loaded, which the variables cannot.
+        _threadpool_limiter = threadpoolctl.threadpool_limits(limits=threads)
+
+
+def apply(plan: Plan, *, role: Literal["main", "worker"] = "main") -> int:
+    """Apply `plan` to this process and its future children; returns the threads set.
+
+    role "main": T threads (`plan.env`). role "worker": 1 thread (`plan.worker_env`, or
+    every variable at 1 when the plan has no workers). Sets the thread variables in
+    os.environ, and, only when already imported, calls torch.set_num_threads and
+    threadpoolctl.threadpool_limits.
+    """
+    if role == "main":
+        threads, env = plan.threads_per_process, plan.env
+    elif role == "worker":
+        threads = 1
+        env = plan.worker_env or {name: "1" for name in RECOMMENDED_VARS}
+    else:
+        raise ValueError(f"role must be 'main' or 'worker', got {role!r}")
+    _apply_threads(threads, env)
+    return threads
+
+
+def worker_init_fn(worker_id: int) -> None:
+    """One thread for this worker: pass as `DataLoader(worker_init_fn=oversub.worker_init_fn)`.
+
+    torch already sets its own pool to 1 in DataLoader workers, but not OpenBLAS/MKL/OpenMP
+    pools (NumPy's keeps all N threads); this sets every thread variable to 1 and resizes
+    the pools threadpoolctl can reach when it is imported.
+    """
+    del worker_id  # the same for every worker
+    _apply_threads(1, {name: "1" for name in RECOMMENDED_VARS})
