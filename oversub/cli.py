@@ -1,15 +1,491 @@
-"""Command-line wiring (placeholder until the commands land)."""
+"""Command-line wiring: click options in, calls into the package, exit codes out.
+
+Only click and the small model/error modules are imported at start-up: launch scripts run
+`oversub recommend ... --format env` on busy machines, so rich, psutil and py-cpuinfo are
+imported inside the commands that need them. Errors become exit codes in `main` only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from oversub import __version__
+from oversub.errors import ExitStatus, OversubError, UsageError
+from oversub.model import Budget, Thresholds, Verdict
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group()
-@click.version_option(__version__, prog_name="oversub")
+class ProcsType(click.ParamType):
+    """A process count >= 1, or `auto` (from the launcher's environment)."""
+
+    name = "M|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) or value == "auto":
+            return value
+        try:
+            n = int(str(value), 10)
+        except ValueError:
+            self.fail(f"{value!r} is not a whole number of processes or 'auto'", param, ctx)
+        if n < 1:
+            self.fail(f"{n} processes: need at least 1", param, ctx)
+        return n
+
+
+POSITIVE = click.IntRange(min=1)
+PID = click.IntRange(min=1)
+SECONDS = click.FloatRange(min=0.0, min_open=True)
+
+
+def _budget(pid: int | None, cpus: int | None = None, *, detail: bool = False) -> Budget:
+    if cpus is not None:
+        from oversub.analysis.recommend import synthetic_budget
+
+        return synthetic_budget(cpus)
+    from oversub.probe.budget import read_budget
+
+    return read_budget(pid, detail=detail)
+
+
+def threshold_options(f: F) -> F:
+    """The verdict thresholds (defaults in README); `check` also reads pyproject."""
+    d = Thresholds()
+    opts = [
+        click.option(
+            "--margin",
+            type=click.FloatRange(min=0),
+            default=None,
+            help=f"Demand may exceed N by this fraction before it counts [{d.margin}].",
+        ),
+        click.option(
+            "--delay-ratio",
+            type=click.FloatRange(0, 1),
+            default=None,
+            help=f"Waiting share of runnable time that counts as waiting [{d.delay_ratio}].",
+        ),
+        click.option(
+            "--active-cpu",
+            type=click.FloatRange(0, 1, min_open=True),
+            default=None,
+            help=f"CPU share that makes a thread active [{d.active_cpu}].",
+        ),
+        click.option(
+            "--throttle-ratio",
+            type=click.FloatRange(0, 1),
+            default=None,
+            help=f"Throttled share of quota periods that counts [{d.throttle_ratio}].",
+        ),
+        click.option(
+            "--outside-cpu",
+            type=click.FloatRange(min=0),
+            default=None,
+            help=f"CPUs used outside the tree that count as the cause [{d.outside_cpu}].",
+        ),
+        click.option(
+            "--idle-seconds",
+            type=SECONDS,
+            default=None,
+            help=f"Idle time after which a forked OpenMP child is called hung [{d.idle_seconds}].",
+        ),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+_THRESHOLD_KEYS = (
+    "margin",
+    "delay_ratio",
+    "active_cpu",
+    "throttle_ratio",
+    "outside_cpu",
+    "idle_seconds",
+)
+
+
+def _pop_thresholds(kwargs: dict[str, Any]) -> dict[str, float | None]:
+    return {k: kwargs.pop(k) for k in _THRESHOLD_KEYS}
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, "-V", "--version", prog_name="oversub")
 def cli() -> None:
-    """Find CPU oversubscription and say how to fix it."""
+    """Find CPU oversubscription in multi-process jobs and say how to fix it.
+
+    \b
+    oversub cpus                      usable CPU budget N and what limits it
+    oversub recommend --procs 4       threads per process, exports, binding
+    oversub watch PID                 live verdict for a running process tree
+    oversub check -- python train.py  CI gate: exit 1 when the job oversubscribes
+    oversub stress --procs 2 --threads 4   a workload to try it on
+    """
 
 
-def main() -> None:
-    cli()
+@cli.command(context_settings=CONTEXT)
+@click.option(
+    "--pid", type=PID, default=None, help="Measure this process [default: oversub itself]."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option("--detail", is_flag=True, help="Add CPU model and flags (py-cpuinfo; ~1 s).")
+def cpus(pid: int | None, fmt: str, detail: bool) -> None:
+    """Show the usable CPU budget N of a process and where each limit comes from.
+
+    N is the tightest of affinity, cgroup CPU quota (rounded down, at least 1) and cpuset.
+
+    \b
+    Examples:
+      oversub cpus
+      oversub cpus --pid 1234 --format json
+      oversub cpus --detail
+    """
+    from oversub.render import CpusFormat
+
+    budget = _budget(pid, detail=detail)
+    if CpusFormat(fmt) is CpusFormat.JSON:
+        from oversub.render.serialize import budget_dict, to_json
+
+        click.echo(to_json(budget_dict(budget), indent=2))
+    else:
+        from oversub.render.budget_text import budget_renderable
+        from oversub.views import make_console
+
+        make_console().print(budget_renderable(budget))
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option(
+    "--procs",
+    "-M",
+    "procs",
+    type=ProcsType(),
+    required=True,
+    help="Processes sharing the CPUs, or 'auto' (torchrun, SLURM, MPI variables).",
+)
+@click.option(
+    "--workers",
+    "-W",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Single-thread helper processes per process (DataLoader/pool workers).",
+)
+@click.option("--pid", type=PID, default=None, help="Use this process's budget.")
+@click.option(
+    "--cpus", "ncpus", type=POSITIVE, default=None, help="Use N CPUs instead of measuring."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "env"]),
+    default="text",
+    show_default=True,
+    help="env: only `export NAME=VALUE` lines, for eval.",
+)
+def recommend(procs: int | str, workers: int, pid: int | None, ncpus: int | None, fmt: str) -> None:
+    """Threads per process for M processes on this budget: T = max(1, floor(N/M)).
+
+    \b
+    Examples:
+      oversub recommend --procs 4
+      eval "$(oversub recommend --procs 4 --format env)"
+      oversub recommend --procs auto --workers 2 --format json
+      oversub recommend --procs 8 --cpus 16
+    """
+    from oversub.analysis.recommend import make_plan
+    from oversub.render import RecommendFormat
+
+    if pid is not None and ncpus is not None:
+        raise UsageError("--pid and --cpus exclude each other")
+    budget = _budget(pid, ncpus)
+    if procs == "auto":
+        from oversub.analysis.launcher import plan_for_launcher, procs_from_env
+
+        plan = plan_for_launcher(budget, procs_from_env(os.environ), workers)
+    else:
+        assert isinstance(procs, int)
+        plan = make_plan(budget, procs, workers)
+    chosen = RecommendFormat(fmt)
+    if chosen is RecommendFormat.ENV:
+        from oversub.render.serialize import plan_env
+
+        click.echo(plan_env(plan), nl=False)
+    elif chosen is RecommendFormat.JSON:
+        from oversub.render.serialize import plan_dict, to_json
+
+        click.echo(to_json(plan_dict(plan), indent=2))
+    elif chosen is RecommendFormat.TEXT:
+        from oversub.render.plan_text import plan_renderable
+        from oversub.views import make_console
+
+        make_console().print(plan_renderable(plan))
+    else:  # pragma: no cover - exhaustive over RecommendFormat
+        raise AssertionError(chosen)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("pid", type=PID)
+@click.option(
+    "--interval", type=SECONDS, default=1.0, show_default=True, help="Seconds per sample."
+)
+@click.option("--duration", type=SECONDS, default=None, help="Stop after this many seconds.")
+@click.option("--once", is_flag=True, help="One interval, one report, then exit.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["live", "ndjson", "json"]),
+    default=None,
+    help="live on a terminal, ndjson otherwise; json = only the final summary.",
+)
+@threshold_options
+def watch(
+    pid: int, interval: float, duration: float | None, once: bool, fmt: str | None, **kwargs: Any
+) -> None:
+    """Watch a process tree: CPU, threads, run-queue delay, switches, pools; verdict and fix.
+
+    Observes only: exits 0 whatever the verdict (use `oversub check` to gate).
+
+    \b
+    Examples:
+      oversub watch 1234
+      oversub watch 1234 --duration 30 --format json > report.json
+      oversub watch 1234 --once --format ndjson
+    """
+    from oversub.config import thresholds_from
+    from oversub.probe.sampler import TreeSampler
+    from oversub.render import WatchFormat
+    from oversub.session import SessionOptions, run_session
+    from oversub.views import WatchView, default_watch_format
+
+    thresholds = thresholds_from({}, _pop_thresholds(kwargs))
+    budget = _budget(pid)
+    chosen = WatchFormat(fmt) if fmt else default_watch_format(sys.stdout)
+    stat_path = budget.quota.stat_path if budget.quota is not None else None
+    sampler = TreeSampler(pid, throttle_stat_path=stat_path)
+    options = SessionOptions(
+        interval=interval,
+        duration=duration,
+        thresholds=thresholds,
+        max_intervals=1 if once else None,
+    )
+    with WatchView(chosen, budget) as view:
+        result = run_session(sampler, budget, options, on_interval=view.interval)
+    view.summary(result.summary)
+    if result.interrupted:
+        raise KeyboardInterrupt
+
+
+@cli.command(context_settings={**CONTEXT, "ignore_unknown_options": False})
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--pid", type=PID, default=None, help="Attach to this running tree.")
+@click.option("--duration", type=SECONDS, default=None, help="With --pid: seconds to sample.")
+@click.option("--procs", "-M", type=POSITIVE, default=None, help="Static preflight: processes.")
+@click.option(
+    "--threads", "-T", type=POSITIVE, default=None, help="Static preflight: threads each."
+)
+@click.option(
+    "--workers",
+    "-W",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Static preflight: single-thread workers per process.",
+)
+@click.option("--cpus", "ncpus", type=POSITIVE, default=None, help="Static preflight: N CPUs.")
+@click.option("--interval", type=SECONDS, default=None, help="Seconds per sample [1.0].")
+@click.option(
+    "--warmup",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds ignored at start (imports, pool start-up) [1.0].",
+)
+@click.option(
+    "--timeout",
+    type=SECONDS,
+    default=None,
+    help="End the command after this many seconds (TERM, then KILL); not a failure.",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice([v.value for v in Verdict if v is not Verdict.OK]),
+    default=None,
+    help="Fail on this verdict or worse [oversubscribed].",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the JSON report here.",
+)
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write a JUnit XML report here.",
+)
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write a Markdown report here.",
+)
+@threshold_options
+def check(
+    command: tuple[str, ...],
+    pid: int | None,
+    duration: float | None,
+    procs: int | None,
+    threads: int | None,
+    workers: int,
+    ncpus: int | None,
+    interval: float | None,
+    warmup: float | None,
+    timeout: float | None,
+    fail_on: str | None,
+    json_path: Path | None,
+    junit_path: Path | None,
+    markdown_path: Path | None,
+    **kwargs: Any,
+) -> None:
+    """CI gate: exit 1 when a job oversubscribes its CPUs (see README for all exit codes).
+
+    \b
+    Three ways:
+      oversub check [options] -- CMD ARGS...     run CMD and sample its whole tree
+      oversub check --pid PID --duration S       attach to a running tree
+      oversub check --procs M --threads T [--workers W] [--cpus N]   static preflight
+    Defaults also come from [tool.oversub] in ./pyproject.toml; flags win.
+
+    \b
+    Examples:
+      oversub check --timeout 120 --junit oversub.xml -- python train.py --smoke
+      oversub check --pid 1234 --duration 20 --fail-on at-risk
+      oversub check --procs 4 --threads 8 --cpus 16
+    """
+    from oversub.check import CheckOptions, check_command, check_pid, check_static
+    from oversub.config import load_config, thresholds_from
+    from oversub.session import SessionOptions
+
+    static = procs is not None or threads is not None
+    modes = sum([bool(command), pid is not None and not static, static])
+    if modes != 1:
+        raise UsageError(
+            "check needs exactly one of: -- CMD ARGS..., --pid PID, or --procs M --threads T"
+        )
+    if static and (procs is None or threads is None):
+        raise UsageError("static preflight needs both --procs and --threads")
+    if ncpus is not None and not static:
+        raise UsageError("--cpus only applies to the static preflight (--procs/--threads)")
+    if ncpus is not None and pid is not None:
+        raise UsageError("--pid and --cpus exclude each other")
+    config = load_config(Path.cwd())
+    thresholds = thresholds_from(config, _pop_thresholds(kwargs))
+
+    def setting(flag: Any, key: str, default: Any) -> Any:
+        return flag if flag is not None else config.get(key, default)
+
+    opts = CheckOptions(
+        fail_on=Verdict(setting(fail_on, "fail-on", Verdict.OVERSUBSCRIBED.value)),
+        session=SessionOptions(
+            interval=float(setting(interval, "interval", 1.0)),
+            duration=duration,
+            warmup=float(setting(warmup, "warmup", 1.0)) if command else 0.0,
+            thresholds=thresholds,
+        ),
+        timeout=setting(timeout, "timeout", None),
+        json_path=json_path,
+        junit_path=junit_path,
+        markdown_path=markdown_path,
+    )
+    if static:
+        assert procs is not None and threads is not None
+        status = check_static(_budget(pid, ncpus), procs, threads, workers, opts)
+    elif command:
+        # CMD inherits our affinity and cgroup, so our own budget is its budget (and reading
+        # it before CMD starts cannot race with a command that exits at once).
+        status = check_command(list(command), _budget(None), opts)
+    else:
+        assert pid is not None
+        status = check_pid(pid, _budget(pid), opts)
+    sys.exit(int(status))
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--procs", "-M", type=POSITIVE, required=True, help="Worker processes.")
+@click.option(
+    "--threads",
+    "-T",
+    type=click.IntRange(min=0),
+    required=True,
+    help="Busy threads per process (native work that releases the GIL).",
+)
+@click.option(
+    "--idle",
+    "-K",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Idle threads per process.",
+)
+@click.option("--seconds", "-S", type=SECONDS, default=10.0, show_default=True)
+def stress(procs: int, threads: int, idle: int, seconds: float) -> None:
+    """Run a reproducible workload: M processes x T busy threads (+ K idle) for S seconds.
+
+    Prints its root pid on stderr, so you can point `oversub watch` at it.
+
+    \b
+    Examples:
+      oversub stress --procs 2 --threads 4 --seconds 30 &
+      oversub check -- oversub stress --procs 2 --threads 1 --seconds 5
+    """
+    from oversub.stress import run_stress
+
+    sys.exit(run_stress(procs, threads, idle, seconds))
+
+
+def _error(message: str) -> None:
+    click.echo(f"oversub: error: {message}", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: the one place where exceptions become exit codes."""
+    try:
+        cli.main(args=argv, prog_name="oversub", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelp as exc:  # pragma: no cover - click >= 8.2 only
+        click.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
+        sys.exit(ExitStatus.USAGE)
+    except click.UsageError as exc:
+        hint = f" (try '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        _error(exc.format_message().replace("\n", " ") + hint)
+        sys.exit(ExitStatus.USAGE)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        _error("interrupted")
+        sys.exit(ExitStatus.INTERRUPTED)
+    except KeyboardInterrupt:
+        _error("interrupted")
+        sys.exit(ExitStatus.INTERRUPTED)
+    except OversubError as exc:
+        _error(str(exc))
+        sys.exit(exc.status)
+    except BrokenPipeError:
+        # `oversub ... | head`: the reader left; say nothing more.
+        sys.stderr.close()
+        sys.exit(ExitStatus.OK)
+    except click.ClickException as exc:
+        _error(exc.format_message())
+        sys.exit(ExitStatus.USAGE)

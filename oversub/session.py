@@ -1,0 +1,129 @@
+"""The sampling loop shared by `watch` and `check`: it owns the clock, nothing else does.
+
+Probes read, analysis computes, the caller renders: this module only paces samples, feeds
+each pair to the pure analysis and hands the result to a callback.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from oversub.analysis.rates import interval as interval_between
+from oversub.analysis.summary import RunSummary
+from oversub.analysis.verdict import assess
+from oversub.model import Assessment, Budget, Interval, Summary, Thresholds, TreeSample
+from oversub.probe.sampler import TreeSampler
+
+OnInterval = Callable[[Interval, Assessment, int, float], None]
+"""Called after each interval with (interval, assessment, samples so far, elapsed seconds)."""
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """How long and how often to sample."""
+
+    interval: float = 1.0
+    """Seconds between samples."""
+    duration: float | None = None
+    """Stop after this many seconds of measurement (None: until the target exits)."""
+    warmup: float = 0.0
+    """Seconds to let pass before the first measured sample (start-up is not steady state)."""
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    max_intervals: int | None = None
+    """Stop after this many intervals (`--once` is 1)."""
+
+
+@dataclass(frozen=True)
+class SessionResult:
+    summary: Summary
+    interrupted: bool
+    """Ctrl-C (or SIGTERM) ended the run."""
+
+
+def _root_gone(sample: TreeSample) -> bool:
+    """The target has exited: missing, or a zombie waiting for its parent to reap it."""
+    root = sample.processes.get(sample.root_pid)
+    if root is None:
+        return True
+    return bool(root.threads) and all(t.state in "ZX" for t in root.threads)
+
+
+def run_session(
+    sampler: TreeSampler,
+    budget: Budget,
+    options: SessionOptions,
+    *,
+    on_interval: OnInterval | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> SessionResult:
+    """Sample until the duration ends, the target exits, `should_stop()` or Ctrl-C.
+
+    The first sample raises (NoSuchProcess, PermissionDenied) when the target cannot be
+    observed at all; after that, vanishing processes are normal and end the run quietly.
+    """
+    run = RunSummary()
+    th = options.thresholds
+    target_exited = False
+    interrupted = False
+    notes: list[str] = []
+    samples = 0
+    prev = sampler.sample()
+    started = clock()
+    try:
+        if options.warmup > 0 and not _root_gone(prev):
+            _sleep_until(started + options.warmup, clock, sleep, should_stop)
+            prev = sampler.sample()
+        measure_start = clock()
+        next_at = measure_start
+        intervals = 0
+        while True:
+            if _root_gone(prev):
+                target_exited = True
+                break
+            if should_stop is not None and should_stop():
+                target_exited = True
+                break
+            next_at += options.interval
+            _sleep_until(next_at, clock, sleep, should_stop)
+            curr = sampler.sample()
+            if curr.t <= prev.t:  # a clock that did not move gives no rate
+                continue
+            iv = interval_between(prev, curr, budget.vcpus, th)
+            run.add(iv)
+            samples += 1
+            intervals += 1
+            if on_interval is not None:
+                on_interval(iv, assess(iv, th), samples, clock() - measure_start)
+            prev = curr
+            if options.max_intervals is not None and intervals >= options.max_intervals:
+                break
+            if options.duration is not None and clock() - measure_start >= options.duration:
+                break
+            if next_at < clock():  # we fell behind (overloaded host): do not burst
+                next_at = clock()
+    except KeyboardInterrupt:
+        interrupted = True
+    if samples == 0:
+        notes.append("no complete interval was sampled after the warm-up")
+    summary = run.result(budget, th, target_exited=target_exited, notes=tuple(notes))
+    return SessionResult(summary=summary, interrupted=interrupted)
+
+
+def _sleep_until(
+    deadline: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    should_stop: Callable[[], bool] | None,
+) -> None:
+    """Sleep in short slices so a finished command is noticed quickly."""
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            return
+        if should_stop is not None and should_stop():
+            return
+        sleep(min(left, 0.1))
