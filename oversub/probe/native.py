@@ -1,0 +1,88 @@
+"""Native thread pools of another process: mapped libraries and thread variables.
+
+`/proc/PID/maps` says which pool runtimes are loaded (libgomp, OpenBLAS, MKL, ...);
+`/proc/PID/environ` says how they were sized. The environment also holds secrets (tokens,
+keys, passwords), so only names accepted by `pools.is_thread_var` are ever decoded, kept or
+returned: the filter runs on the raw bytes, before anything is put in a structure.
+
+Both return None when the file cannot be read (another user's process, a process that is
+gone): that is "unknown", not an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from oversub import pools
+
+__all__ = ["pools_from_maps", "read_pools", "read_thread_env", "thread_env_from_bytes"]
+
+# A mapped file's basename: the last path component of a maps line. Lines without a path
+# (anonymous memory) or with a pseudo path ("[heap]") do not match.
+_MAPPED_BASENAME = re.compile(rb"/([^/\n]+)$", re.MULTILINE)
+
+# One `NAME=value` entry of environ whose NAME starts with a thread prefix. Built from
+# pools.THREAD_ENV_PREFIXES so that other entries are never even sliced out of the buffer.
+_THREAD_ENTRY = re.compile(
+    rb"(?:^|\0)((?:"
+    + b"|".join(re.escape(p.encode()) for p in pools.THREAD_ENV_PREFIXES)
+    + rb")[^=\0]*)=([^\0]*)"
+)
+
+_POOL_ORDER = {kind.key: i for i, kind in enumerate(pools.POOL_KINDS)}
+
+
+def _read_all(path: str) -> bytes:
+    """Whole file with os.open/os.read; maps and environ can exceed one page."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def pools_from_maps(maps: bytes) -> tuple[str, ...]:
+    """Pool keys of the libraries in a maps file, deduplicated, in `pools.POOL_KINDS` order."""
+    # Thousands of lines map the same few files: classify each distinct name once.
+    names = {m.group(1) for m in _MAPPED_BASENAME.finditer(maps)}
+    found: set[str] = set()
+    for name in names:
+        key = pools.classify_library(name.decode("utf-8", "replace"))
+        if key is not None:
+            found.add(key)
+    return tuple(sorted(found, key=_POOL_ORDER.__getitem__))
+
+
+def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
+    """Thread-pool libraries mapped by `pid`; None when its maps cannot be read."""
+    try:
+        maps = _read_all(os.path.join(root, "proc", str(pid), "maps"))
+    except OSError:
+        return None
+    return pools_from_maps(maps)
+
+
+def thread_env_from_bytes(environ: bytes) -> dict[str, str]:
+    """Only the thread-related `NAME=value` entries of a NUL-separated environment block."""
+    env: dict[str, str] = {}
+    for match in _THREAD_ENTRY.finditer(environ):
+        name = match.group(1).decode("utf-8", "replace")
+        if pools.is_thread_var(name):  # the regex mirrors it; this keeps one source of truth
+            env[name] = match.group(2).decode("utf-8", "replace")
+    return env
+
+
+def read_thread_env(pid: int, root: str = "/") -> dict[str, str] | None:
+    """Thread-related environment variables of `pid` (initial environment, as exec'd).
+
+    None when environ cannot be read (another user's process, or gone).
+    """
+    try:
+        environ = _read_all(os.path.join(root, "proc", str(pid), "environ"))
+    except OSError:
+        return None
+    return thread_env_from_bytes(environ)

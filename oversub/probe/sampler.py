@@ -1,0 +1,339 @@
+"""Sample a process tree's per-thread counters, cheaply enough to run every second.
+
+One sample = one scan of `/proc/*/stat` (tree membership and every process's stat line),
+then per process its task list and cmdline, and per thread two small files:
+`task/TID/status` (state and both context-switch counters: `/proc/PID/status` covers the
+main thread only) and `task/TID/schedstat` (CPU time and run delay). `task/TID/stat` is read
+only when schedstat is missing. The costly files are cached per process identity
+(pid, start_ticks): environ is read once (and again after an exec), maps when the thread
+count changes (libraries load on import and start their pools) or every few seconds.
+
+Without /proc (macOS, Windows) a small psutil fallback gives per-thread CPU only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oversub import errors
+from oversub.model import HostSample, ProcessSample, ThreadSample, TreeSample
+from oversub.probe import native
+from oversub.probe.host import read_host
+from oversub.probe.proctree import (
+    CLK_TCK,
+    ProcStat,
+    parse_stat,
+    ppids_of,
+    read_small,
+    scan_stats,
+    subtree,
+    ticks_to_ns,
+)
+
+if TYPE_CHECKING:
+    import psutil
+
+__all__ = ["CMDLINE_MAX", "MAPS_REFRESH_S", "PSUTIL_UNAVAILABLE", "TreeSampler"]
+
+CMDLINE_MAX = 200
+"""Characters of a command line kept in a sample."""
+
+MAPS_REFRESH_S = 5.0
+"""Re-read a process's maps at least this often even when its thread count is stable."""
+
+PSUTIL_UNAVAILABLE = ("schedstat", "thread-state", "context-switches", "pools", "psi")
+"""What the psutil fallback (no /proc) cannot provide."""
+
+_VOLUNTARY = b"\nvoluntary_ctxt_switches:"
+_INVOLUNTARY = b"\nnonvoluntary_ctxt_switches:"
+
+
+@dataclass
+class _Known:
+    """What is cached about one process identity between samples."""
+
+    cmdline: str
+    thread_env: dict[str, str] | None
+    pools: tuple[str, ...] | None
+    maps_read_at: float
+    maps_threads: int
+    """Thread count when maps was last read."""
+
+
+def _status_int(status: bytes, key: bytes) -> int | None:
+    start = status.find(key)
+    if start < 0:
+        return None
+    start += len(key)
+    end = status.find(b"\n", start)
+    return int(status[start : end if end >= 0 else len(status)])
+
+
+def _status_state(status: bytes) -> str:
+    # "State:\tS (sleeping)": the same letter as stat field 3 (both come from the same
+    # kernel table), so reading status spares a third file per thread.
+    start = status.find(b"State:")
+    if start < 0:
+        return "?"
+    return status[start + 6 :].lstrip()[:1].decode("ascii", "replace") or "?"
+
+
+def _cmdline(raw: bytes) -> str:
+    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    return text[:CMDLINE_MAX]
+
+
+class TreeSampler:
+    """Samples `root_pid` and all its descendants, one `sample()` per tick.
+
+    A process once seen in the tree stays tracked while it lives (same pid and start time),
+    even when re-parented: orphans of a dead parent still belong to the job.
+    """
+
+    def __init__(
+        self,
+        root_pid: int,
+        *,
+        root: str = "/",
+        throttle_stat_path: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.root_pid = root_pid
+        self.root = root
+        self.throttle_stat_path = throttle_stat_path
+        self._clock = clock
+        self._proc = os.path.join(root, "proc")
+        self._use_psutil = root == "/" and not os.path.exists("/proc/self/stat")
+        self._tracked: dict[int, int] = {}
+        """pid -> start_ticks of every process seen in the tree and not yet gone."""
+        self._known: dict[tuple[int, int], _Known] = {}
+        self._sampled = False
+        self._psutil_tracked: dict[int, psutil.Process] = {}
+
+    # ----------------------------------------------------------------------- /proc
+
+    def sample(self) -> TreeSample:
+        """Read the tree now. The first call raises NoSuchProcess / PermissionDenied when the
+        root cannot be observed; later calls never raise for processes that vanish (a sample
+        without `root_pid` means the target exited)."""
+        if self._use_psutil:
+            return self._sample_psutil()
+        t = self._clock()
+        stats = scan_stats(self.root)
+        first = not self._sampled
+        if first:
+            self._check_root(stats)
+        seeds = [self.root_pid] if first else []
+        for pid, start in self._tracked.items():
+            raw = stats.get(pid)
+            if raw is not None and _start_of(raw) == start:
+                seeds.append(pid)
+        tree = subtree(seeds, ppids_of(stats))
+
+        unavailable: list[str] = []
+        processes: dict[int, ProcessSample] = {}
+        for pid in sorted(tree):
+            try:
+                stat = parse_stat(stats[pid])
+            except ValueError:
+                continue
+            strict = first and pid == self.root_pid
+            sample = self._read_process(pid, stat, t, strict, unavailable)
+            if sample is not None:
+                processes[pid] = sample
+
+        self._sampled = True
+        self._tracked = {pid: p.start_ticks for pid, p in processes.items()}
+        for key in [k for k in self._known if self._tracked.get(k[0]) != k[1]]:
+            del self._known[key]
+
+        host = read_host(self.root, self.throttle_stat_path)
+        if host.psi_some_us is None:
+            unavailable.append("psi")
+        return TreeSample(
+            t=t,
+            root_pid=self.root_pid,
+            processes=processes,
+            host=host,
+            unavailable=tuple(unavailable),
+        )
+
+    def _check_root(self, stats: dict[int, bytes]) -> None:
+        if self.root_pid in stats:
+            return
+        if os.path.isdir(f"{self._proc}/{self.root_pid}"):
+            raise errors.PermissionDenied(f"cannot read /proc/{self.root_pid}/stat")
+        raise errors.NoSuchProcess(f"no process with pid {self.root_pid}")
+
+    def _read_process(
+        self, pid: int, stat: ProcStat, now: float, strict: bool, unavailable: list[str]
+    ) -> ProcessSample | None:
+        base = f"{self._proc}/{pid}"
+        try:
+            task_fd = os.open(f"{base}/task", os.O_RDONLY | os.O_DIRECTORY)
+        except PermissionError as exc:
+            if strict:
+                raise errors.PermissionDenied(f"cannot read {base}/task: {exc.strerror}") from exc
+            return None
+        except OSError:
+            return None  # gone between the scan and now
+        try:
+            threads = self._read_threads(task_fd, unavailable)
+        finally:
+            os.close(task_fd)
+        try:
+            cmdline = _cmdline(read_small(f"{base}/cmdline"))
+        except OSError:
+            return None
+        known = self._refresh_cache(pid, stat.start_ticks, cmdline, len(threads), now)
+        return ProcessSample(
+            pid=pid,
+            ppid=stat.ppid,
+            name=stat.comm,
+            cmdline=cmdline,
+            start_ticks=stat.start_ticks,
+            threads=threads,
+            pools=known.pools,
+            thread_env=known.thread_env,
+        )
+
+    def _read_threads(self, task_fd: int, unavailable: list[str]) -> tuple[ThreadSample, ...]:
+        threads: list[ThreadSample] = []
+        for name in os.listdir(task_fd):
+            # Any failure below means the thread exited since the listing: skip it.
+            try:
+                status = read_small(f"{name}/status", dir_fd=task_fd)
+                if not status:
+                    continue
+                run_delay: int | None
+                try:
+                    sched = read_small(f"{name}/schedstat", dir_fd=task_fd).split()
+                    cpu_ns, run_delay = int(sched[0]), int(sched[1])
+                except FileNotFoundError:
+                    # No CONFIG_SCHED_INFO, or the thread just went: stat tells which.
+                    stat = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd))
+                    cpu_ns = ticks_to_ns(stat.utime_ticks + stat.stime_ticks)
+                    run_delay = None
+                    if "schedstat" not in unavailable:
+                        unavailable.append("schedstat")
+                threads.append(
+                    ThreadSample(
+                        tid=int(name),
+                        state=_status_state(status),
+                        cpu_ns=cpu_ns,
+                        run_delay_ns=run_delay,
+                        voluntary_ctx=_status_int(status, _VOLUNTARY),
+                        involuntary_ctx=_status_int(status, _INVOLUNTARY),
+                    )
+                )
+            except (OSError, ValueError, IndexError):
+                continue
+        return tuple(threads)
+
+    def _refresh_cache(
+        self, pid: int, start_ticks: int, cmdline: str, n_threads: int, now: float
+    ) -> _Known:
+        key = (pid, start_ticks)
+        known = self._known.get(key)
+        if known is None or known.cmdline != cmdline:
+            # New process, or it exec'd (new cmdline): environment and libraries changed.
+            known = _Known(
+                cmdline=cmdline,
+                thread_env=native.read_thread_env(pid, self.root),
+                pools=native.read_pools(pid, self.root),
+                maps_read_at=now,
+                maps_threads=n_threads,
+            )
+            self._known[key] = known
+        elif n_threads != known.maps_threads or now - known.maps_read_at >= MAPS_REFRESH_S:
+            pools = native.read_pools(pid, self.root)
+            if pools is not None or known.pools is None:
+                known.pools = pools  # a zombie's empty maps must not erase what was seen
+            known.maps_read_at = now
+            known.maps_threads = n_threads
+        return known
+
+    # ----------------------------------------------------------------------- psutil
+
+    def _sample_psutil(self) -> TreeSample:
+        """No /proc: per-thread CPU time from psutil; everything else unavailable."""
+        import psutil  # only here: the /proc path must not pay its import
+
+        t = self._clock()
+        tracked: dict[int, psutil.Process] = {}
+        if not self._sampled:
+            try:
+                tracked[self.root_pid] = psutil.Process(self.root_pid)
+            except psutil.NoSuchProcess as exc:
+                raise errors.NoSuchProcess(f"no process with pid {self.root_pid}") from exc
+            except psutil.AccessDenied as exc:
+                raise errors.PermissionDenied(f"cannot read process {self.root_pid}") from exc
+        for proc in self._psutil_tracked.values():
+            if proc.is_running():
+                tracked[proc.pid] = proc
+        for proc in list(tracked.values()):
+            try:
+                tracked.update((child.pid, child) for child in proc.children(recursive=True))
+            except psutil.Error:
+                continue
+
+        processes: dict[int, ProcessSample] = {}
+        for pid, proc in sorted(tracked.items()):
+            try:
+                with proc.oneshot():
+                    ppid, name, created = proc.ppid(), proc.name(), proc.create_time()
+                    cmdline = " ".join(proc.cmdline())[:CMDLINE_MAX]
+                    threads = tuple(
+                        ThreadSample(
+                            tid=th.id,
+                            state="?",
+                            cpu_ns=int((th.user_time + th.system_time) * 1e9),
+                            run_delay_ns=None,
+                            voluntary_ctx=None,
+                            involuntary_ctx=None,
+                        )
+                        for th in proc.threads()
+                    )
+            except psutil.Error:
+                continue
+            processes[pid] = ProcessSample(
+                pid=pid,
+                ppid=ppid,
+                name=name,
+                cmdline=cmdline,
+                start_ticks=int(created * CLK_TCK),  # identity only: creation time in ticks
+                threads=threads,
+                pools=None,
+                thread_env=None,
+            )
+        self._sampled = True
+        self._psutil_tracked = {pid: tracked[pid] for pid in processes}
+
+        cpu = psutil.cpu_times()
+        busy = sum(getattr(cpu, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+        steal = getattr(cpu, "steal", None)
+        host = HostSample(
+            busy_ns=int(busy * 1e9),
+            steal_ns=None if steal is None else int(steal * 1e9),
+            psi_some_us=None,
+            throttle=None,
+        )
+        return TreeSample(
+            t=t,
+            root_pid=self.root_pid,
+            processes=processes,
+            host=host,
+            unavailable=PSUTIL_UNAVAILABLE,
+        )
+
+
+def _start_of(raw: bytes) -> int | None:
+    """start_ticks of a raw stat line, None when malformed."""
+    try:
+        return parse_stat(raw).start_ticks
+    except ValueError:
+        return None

@@ -1,0 +1,384 @@
+"""TreeSampler and proctree on fake /proc trees, then on real process trees."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oversub import errors
+from oversub.probe import proctree, sampler
+from oversub.probe.proctree import CLK_TCK
+from oversub.probe.sampler import TreeSampler
+from tests.fake_proc import FakeProc, FakeThread, stat_line
+
+# --------------------------------------------------------------------------- proctree
+
+
+def test_descendants_include_grandchildren_not_siblings() -> None:
+    ppids = {1: 0, 10: 1, 11: 10, 12: 10, 13: 11, 14: 13, 20: 1, 21: 20}
+    assert proctree.descendants(10, ppids) == {11, 12, 13, 14}
+    assert proctree.descendants(14, ppids) == set()
+    assert proctree.subtree([11, 20, 99], ppids) == {11, 13, 14, 20, 21}
+
+
+def test_stat_comm_with_spaces_and_parentheses() -> None:
+    line = stat_line(42, "my ) (odd) proc)", "R", 7, utime=3, stime=4, start_ticks=555)
+    st = proctree.parse_stat(line.encode())
+    assert (st.comm, st.state, st.ppid) == ("my ) (odd) proc)", "R", 7)
+    assert (st.utime_ticks, st.stime_ticks, st.start_ticks) == (3, 4, 555)
+    with pytest.raises(ValueError):
+        proctree.parse_stat(b"42 (truncated")
+
+
+def test_read_ppids_scans_fake_proc(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path)
+    fake.add_process(1, 0, comm="init")
+    fake.add_process(10, 1, comm="a b) c")
+    fake.add_process(11, 10)
+    fake.add_process(12, 11)
+    fake.write_host()  # /proc/stat and /proc/pressure must not be taken for processes
+    ppids = proctree.read_ppids(str(tmp_path))
+    assert ppids == {1: 0, 10: 1, 11: 10, 12: 11}
+    assert proctree.descendants(10, ppids) == {11, 12}
+
+
+# --------------------------------------------------------------------------- fake trees
+
+
+def _tree(tmp_path: Path) -> FakeProc:
+    """init(1) -> root(100) -> child(200) -> grandchild(300); unrelated(900) under init."""
+    fake = FakeProc(tmp_path)
+    fake.write_host()
+    fake.add_process(1, 0, comm="init")
+    fake.add_process(
+        100,
+        1,
+        comm="python main",
+        cmdline=("python", "train.py", "--x", "1"),
+        threads=[
+            FakeThread(100, state="R", cpu_ns=1000, run_delay_ns=10, voluntary=5, involuntary=1),
+            FakeThread(101, state="S", cpu_ns=2000, run_delay_ns=20, voluntary=7, involuntary=9),
+        ],
+    )
+    fake.add_process(200, 100, comm="worker", start_ticks=2000)
+    fake.add_process(300, 200, comm="grand", start_ticks=3000)
+    fake.add_process(900, 1, comm="other")
+    return fake
+
+
+def test_sample_finds_tree_and_per_thread_counters(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    sample = TreeSampler(100, root=str(tmp_path), clock=lambda: 12.5).sample()
+    assert sample.t == 12.5 and sample.root_pid == 100
+    assert set(sample.processes) == {100, 200, 300}
+    root = sample.processes[100]
+    assert (root.ppid, root.name, root.cmdline, root.start_ticks) == (
+        1,
+        "python main",
+        "python train.py --x 1",
+        1000,
+    )
+    threads = {t.tid: t for t in root.threads}
+    assert set(threads) == {100, 101}
+    # The second thread's switches come from its own task status, not /proc/100/status.
+    assert (threads[101].voluntary_ctx, threads[101].involuntary_ctx) == (7, 9)
+    assert (threads[101].state, threads[101].cpu_ns, threads[101].run_delay_ns) == ("S", 2000, 20)
+    assert threads[100].state == "R"
+    assert sample.unavailable == ()
+    assert sample.host.psi_some_us == 123456
+
+
+def test_cmdline_truncated(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, cmdline=("python", "x" * 500))
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert len(sample.processes[400].cmdline) == sampler.CMDLINE_MAX
+
+
+def test_vanishing_thread_and_process_are_skipped(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_vanishing_thread(200, 201)  # listed, files already gone
+    task = tmp_path / "proc" / "300" / "task" / "300"
+    (task / "schedstat").write_text("")  # empty read: exited while being read
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert [t.tid for t in sample.processes[200].threads] == [200]
+    assert sample.processes[300].threads == ()
+
+
+def test_zombie_is_kept_without_threads(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, comm="defunct", state="Z", threads=[], cmdline=())
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert sample.processes[400].threads == ()
+    assert sample.processes[400].name == "defunct"
+
+
+def test_missing_schedstat_falls_back_to_ticks(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_process(
+        400, 100, threads=[FakeThread(400, utime_ticks=30, stime_ticks=12, schedstat=False)]
+    )
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    (thread,) = sample.processes[400].threads
+    assert thread.cpu_ns == 42 * 1_000_000_000 // CLK_TCK
+    assert thread.run_delay_ns is None
+    assert "schedstat" in sample.unavailable
+
+
+def test_environ_filtered_and_secrets_nowhere(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    env = {
+        "SECRET": "s3cr3t-value",
+        "AWS_SECRET_ACCESS_KEY": "AKIAsecretkey",
+        "OMP_NUM_THREADS": "2",
+    }
+    fake.add_process(400, 100, environ=env)
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert sample.processes[400].thread_env == {"OMP_NUM_THREADS": "2"}
+    for leak in ("SECRET", "s3cr3t", "AWS_", "AKIA"):
+        assert leak not in repr(sample)
+
+
+def test_unreadable_environ_is_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tree(tmp_path)
+    denied = str(tmp_path / "proc" / "200" / "environ")
+    real_open = os.open
+
+    def guarded_open(path: str, *args: object, **kwargs: object) -> int:
+        if str(path) == denied:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", guarded_open)
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert sample.processes[200].thread_env is None
+    assert sample.processes[100].thread_env == {}
+
+
+def test_pools_cached_until_thread_count_changes_or_refresh(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    now = [0.0]
+    s = TreeSampler(100, root=str(tmp_path), clock=lambda: now[0])
+    assert s.sample().processes[200].pools == ()
+
+    # numpy imported: OpenBLAS mapped, same thread count -> still cached at t=1.
+    proc = fake.processes[200]
+    proc.libraries = ("/site/numpy.libs/libscipy_openblas64_-ff651d7f.so",)
+    proc.environ = {"OMP_NUM_THREADS": "1"}
+    fake.write(proc)
+    now[0] = 1.0
+    assert s.sample().processes[200].pools == ()
+
+    # Its pool starts a thread: maps re-read at once; environ is still the first read.
+    proc.threads.append(FakeThread(201))
+    fake.write(proc)
+    now[0] = 2.0
+    got = s.sample().processes[200]
+    assert got.pools == ("openblas",)
+    assert got.thread_env == {}
+
+    # No new thread, but the refresh period passed.
+    proc.libraries += ("/torch/lib/libtorch_cpu.so", "/torch/lib/libgomp-a34b3233.so.1")
+    fake.write(proc)
+    now[0] = 2.0 + sampler.MAPS_REFRESH_S
+    assert s.sample().processes[200].pools == ("libgomp", "openblas", "torch")
+
+
+def test_orphans_stay_tracked_after_reparenting(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    s = TreeSampler(100, root=str(tmp_path))
+    assert set(s.sample().processes) == {100, 200, 300}
+
+    fake.remove(200)  # the worker died; the kernel re-parents its child to init
+    fake.reparent(300, 1)
+    fake.add_process(301, 300, start_ticks=3100)  # the orphan's new child belongs too
+    assert set(s.sample().processes) == {100, 300, 301}
+
+    # pid 300 reused by an unrelated process: not the one we tracked.
+    fake.remove(301)
+    fake.add_process(300, 1, comm="stranger", start_ticks=9999)
+    assert set(s.sample().processes) == {100}
+
+
+def test_first_sample_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tree(tmp_path)
+    with pytest.raises(errors.NoSuchProcess, match="no process with pid 555"):
+        TreeSampler(555, root=str(tmp_path)).sample()
+
+    denied = str(tmp_path / "proc" / "100" / "task")
+    real_open = os.open
+
+    def guarded_open(path: str, *args: object, **kwargs: object) -> int:
+        if str(path) == denied:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", guarded_open)
+    with pytest.raises(errors.PermissionDenied):
+        TreeSampler(100, root=str(tmp_path)).sample()
+
+
+def test_later_samples_survive_target_exit(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    s = TreeSampler(100, root=str(tmp_path))
+    s.sample()
+    fake.remove(100)
+    fake.reparent(200, 1)
+    later = s.sample()
+    assert 100 not in later.processes
+    assert set(later.processes) == {200, 300}
+    fake.remove(200)
+    fake.remove(300)
+    assert s.sample().processes == {}
+
+
+def test_psutil_fallback_without_proc(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_exists = os.path.exists
+    monkeypatch.setattr(
+        os.path, "exists", lambda p: False if p == "/proc/self/stat" else real_exists(p)
+    )
+    s = TreeSampler(os.getpid())
+    monkeypatch.undo()
+    sample = s.sample()
+    me = sample.processes[os.getpid()]
+    assert sample.unavailable == sampler.PSUTIL_UNAVAILABLE
+    assert me.pools is None and me.thread_env is None
+    assert me.threads and all(t.state == "?" and t.run_delay_ns is None for t in me.threads)
+    assert sample.host.psi_some_us is None
+    monkeypatch.setattr(os.path, "exists", lambda p: False)
+    missing = TreeSampler(2**22 + 12345)  # above any pid_max
+    monkeypatch.undo()
+    with pytest.raises(errors.NoSuchProcess):
+        missing.sample()
+
+
+# --------------------------------------------------------------------------- real trees
+
+CHILD = """
+import hashlib, os, sys, threading
+ready, busy, idle = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+buf = b"x" * (16 << 20)
+stop = threading.Event()
+def spin():
+    while not stop.is_set():
+        hashlib.sha256(buf).digest()  # releases the GIL: threads really run in parallel
+for _ in range(busy):
+    threading.Thread(target=spin, daemon=True).start()
+for _ in range(idle):
+    threading.Thread(target=stop.wait, daemon=True).start()
+open(os.path.join(ready, f"{os.getpid()}.tmp"), "w").close()
+os.rename(os.path.join(ready, f"{os.getpid()}.tmp"), os.path.join(ready, str(os.getpid())))
+stop.wait()
+"""
+
+PARENT = """
+import os, signal, subprocess, sys, time
+ready, busy, idle, child, short = sys.argv[1:6]
+kids = [subprocess.Popen([sys.executable, "-c", child, ready, busy, idle]) for _ in range(2)]
+def stop(*_):
+    for k in kids:
+        k.kill()
+    for k in kids:
+        k.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+if float(short) > 0:
+    while not os.path.exists(os.path.join(ready, "go")):
+        time.sleep(0.01)
+    subprocess.run([sys.executable, "-c", f"import time; time.sleep({short})"])
+while True:
+    time.sleep(1)
+"""
+
+BUSY, IDLE = 2, 3
+
+
+def _start_tree(ready: Path, short_child_s: float) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-c", PARENT, str(ready), str(BUSY), str(IDLE), CHILD]
+    return subprocess.Popen([*argv, str(short_child_s)], start_new_session=True)
+
+
+def _stop_tree(parent: subprocess.Popen[bytes]) -> None:
+    """SIGTERM lets the parent kill and reap its children; SIGKILL the group if it hangs."""
+    try:
+        parent.terminate()
+        parent.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+
+
+def _wait_ready(ready: Path, n: int) -> list[int]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pids = [int(p.name) for p in ready.iterdir() if p.name.isdigit()]
+        if len(pids) >= n:
+            return pids
+        time.sleep(0.05)
+    raise AssertionError(f"only {len(list(ready.iterdir()))} of {n} children became ready")
+
+
+@pytest.fixture
+def real_tree(tmp_path: Path) -> Iterator[tuple[int, list[int]]]:
+    parent = _start_tree(tmp_path, 0)
+    try:
+        yield parent.pid, _wait_ready(tmp_path, 2)
+    finally:
+        _stop_tree(parent)
+
+
+@pytest.mark.integration
+def test_real_tree_threads_and_cpu_grow(real_tree: tuple[int, list[int]]) -> None:
+    root, children = real_tree
+    s = TreeSampler(root)
+    first = s.sample()
+    assert {root, *children} <= set(first.processes)
+    for pid in children:
+        assert len(first.processes[pid].threads) >= 1 + BUSY + IDLE
+        assert first.processes[pid].ppid == root
+    time.sleep(0.3)
+    second = s.sample()
+    assert second.t > first.t
+    for pid in children:
+        before = sum(t.cpu_ns for t in first.processes[pid].threads)
+        after = sum(t.cpu_ns for t in second.processes[pid].threads)
+        assert after > before
+        assert all(t.voluntary_ctx is not None for t in second.processes[pid].threads)
+    if "schedstat" not in second.unavailable:
+        assert any(t.run_delay_ns is not None for t in second.processes[children[0]].threads)
+
+
+@pytest.mark.integration
+def test_real_short_lived_child_exits_between_samples(tmp_path: Path) -> None:
+    parent = _start_tree(tmp_path, 1.0)
+    try:
+        children = set(_wait_ready(tmp_path, 2))
+        s = TreeSampler(parent.pid)
+        s.sample()
+        (tmp_path / "go").touch()
+        seen: set[int] = set()
+        deadline = time.monotonic() + 30
+        short: set[int] = set()
+        while time.monotonic() < deadline:
+            current = set(s.sample().processes)  # must never raise while the child exits
+            seen |= current
+            short = seen - children - {parent.pid}
+            if short and not short & current:
+                break
+            time.sleep(0.01)
+        assert short, "the short-lived child was never sampled"
+        assert not short & set(s.sample().processes)
+        assert parent.pid in s.sample().processes
+    finally:
+        _stop_tree(parent)
