@@ -1,0 +1,147 @@
+"""Output formats: pure functions from model objects to strings or rich renderables.
+
+Nothing in this package does I/O: the CLI decides where output goes (data to stdout,
+diagnostics to stderr) and builds its own `Console` per invocation. This module and
+`serialize` never import rich, so the JSON paths start fast; the text renderers
+(`budget_text`, `plan_text`, `live`) are imported only when a text format is chosen.
+
+The format enums below are what `--format` accepts. Each `render_*` dispatcher maps every
+member explicitly and ends in `_unreachable`, so adding a member without a renderer fails
+mypy (the value narrows to `NoReturn` only when every member is handled) and the test that
+loops over every member.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from oversub.model import Assessment, Budget, Interval, Plan, Summary
+
+__all__ = [
+    "CpusFormat",
+    "RecommendFormat",
+    "WatchFormat",
+    "render_cpus",
+    "render_recommend",
+    "render_watch_interval",
+    "render_watch_summary",
+]
+
+
+class CpusFormat(str, enum.Enum):
+    """`oversub cpus --format`."""
+
+    TEXT = "text"
+    """A rich table of every limit and the one that binds."""
+    JSON = "json"
+    """`serialize.budget_dict`, indented."""
+
+
+class RecommendFormat(str, enum.Enum):
+    """`oversub recommend --format`."""
+
+    TEXT = "text"
+    """A rich plan: numbers, export lines, code lines, warnings, binding."""
+    JSON = "json"
+    """`serialize.plan_dict`, indented."""
+    ENV = "env"
+    """Only `export NAME=VALUE` lines, for `eval "$(oversub recommend --format env)"`."""
+
+
+class WatchFormat(str, enum.Enum):
+    """`oversub watch/check --format`."""
+
+    LIVE = "live"
+    """A live rich view per interval, then a rich summary."""
+    NDJSON = "ndjson"
+    """One JSON line per interval (`"type": "interval"` + `interval_dict`), then one
+    summary line (`"type": "summary"` + `summary_dict`)."""
+    JSON = "json"
+    """Nothing per interval; the summary object, indented, at the end."""
+
+
+def _unreachable(value: NoReturn) -> NoReturn:
+    """Close an exhaustive if/elif chain (typing_extensions.assert_never is not a dependency)."""
+    raise AssertionError(f"unhandled format: {value!r}")
+
+
+def render_cpus(budget: Budget, fmt: CpusFormat) -> RenderableType:
+    """The budget in `fmt`: a rich renderable for TEXT, a JSON string (with newline) for JSON."""
+    if fmt is CpusFormat.TEXT:
+        from oversub.render.budget_text import budget_renderable
+
+        return budget_renderable(budget)
+    elif fmt is CpusFormat.JSON:
+        from oversub.render.serialize import budget_dict, to_json
+
+        return to_json(budget_dict(budget), indent=2) + "\n"
+    else:
+        _unreachable(fmt)
+
+
+def render_recommend(plan: Plan, fmt: RecommendFormat) -> RenderableType:
+    """The plan in `fmt`: a rich renderable for TEXT, a string ending in a newline otherwise."""
+    if fmt is RecommendFormat.TEXT:
+        from oversub.render.plan_text import plan_renderable
+
+        return plan_renderable(plan)
+    elif fmt is RecommendFormat.JSON:
+        from oversub.render.serialize import plan_dict, to_json
+
+        return to_json(plan_dict(plan), indent=2) + "\n"
+    elif fmt is RecommendFormat.ENV:
+        from oversub.render.serialize import plan_env
+
+        return plan_env(plan)
+    else:
+        _unreachable(fmt)
+
+
+def render_watch_interval(
+    interval: Interval,
+    assessment: Assessment,
+    budget: Budget,
+    fmt: WatchFormat,
+    *,
+    elapsed: float,
+    samples: int,
+) -> RenderableType | None:
+    """One interval in `fmt`: the live frame (LIVE), one JSON line with newline (NDJSON),
+    or None (JSON prints only the summary)."""
+    if fmt is WatchFormat.LIVE:
+        from oversub.render.live import watch_renderable
+
+        return watch_renderable(interval, assessment, budget, elapsed=elapsed, samples=samples)
+    elif fmt is WatchFormat.NDJSON:
+        from oversub.render.serialize import interval_dict, to_json
+
+        record = {"type": "interval", **interval_dict(interval, assessment)}
+        return to_json(record, indent=None) + "\n"
+    elif fmt is WatchFormat.JSON:
+        return None
+    else:
+        _unreachable(fmt)
+
+
+def render_watch_summary(summary: Summary, fmt: WatchFormat) -> RenderableType:
+    """The run's summary in `fmt`: a rich report (LIVE), one JSON line (NDJSON), or indented
+    JSON (JSON); strings end in a newline."""
+    if fmt is WatchFormat.LIVE:
+        from oversub.render.live import summary_renderable
+
+        return summary_renderable(summary)
+    elif fmt is WatchFormat.NDJSON:
+        from oversub.render.serialize import summary_dict, to_json
+
+        record = {"type": "summary", **summary_dict(summary)}
+        return to_json(record, indent=None) + "\n"
+    elif fmt is WatchFormat.JSON:
+        from oversub.render.serialize import summary_dict, to_json
+
+        return to_json(summary_dict(summary), indent=2) + "\n"
+    else:
+        _unreachable(fmt)

@@ -1,0 +1,284 @@
+"""`watch` and `check` for people: the live frame, the final terminal report, and a plain
+stderr report for CI logs.
+
+Pure: every function returns a renderable or a string; the caller owns the Console, the
+`Live` and the clock (as in rich's examples/top_lite_simulator.py: a pure function builds
+the frame, the app refreshes it). rich is imported inside the rich functions only, so
+`summary_text` (the non-terminal path) costs no rich import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from oversub.model import (
+    Assessment,
+    Budget,
+    Finding,
+    HostRates,
+    Interval,
+    ProcessRates,
+    Severity,
+    Summary,
+    Totals,
+    Verdict,
+)
+from oversub.render.phrases import (
+    VERDICT_MEANING,
+    budget_limit_line,
+    env_text,
+    finding_line,
+    number,
+    percent,
+    pools_text,
+    rate,
+    totals_line,
+)
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
+__all__ = [
+    "VERDICT_STYLE",
+    "summary_renderable",
+    "summary_text",
+    "watch_renderable",
+]
+
+VERDICT_STYLE: Mapping[Verdict, str] = {
+    Verdict.OK: "bold black on green",
+    Verdict.AT_RISK: "bold black on yellow",
+    Verdict.STARVED: "bold white on magenta",
+    Verdict.OVERSUBSCRIBED: "bold white on red",
+}
+"""Banner style per verdict: green ok, yellow at-risk, magenta starved, red oversubscribed."""
+
+_SEVERITY_STYLE: Mapping[Severity, str] = {
+    Severity.CRITICAL: "bold red",
+    Severity.WARNING: "yellow",
+    Severity.INFO: "cyan",
+}
+
+
+def _host_phrases(h: HostRates) -> list[str]:
+    """The host context that is known, one phrase each (unknown signals are left out)."""
+    out = []
+    if h.outside_cpus is not None:
+        out.append(f"outside the tree {h.outside_cpus:.2f} CPUs")
+    if h.steal_cpus is not None:
+        out.append(f"steal {h.steal_cpus:.2f} CPUs")
+    if h.psi_some is not None:
+        out.append(f"PSI some {percent(h.psi_some)}")
+    if h.throttled_ratio is not None:
+        seconds = "" if h.throttled_s is None else f" ({h.throttled_s:.2f} s)"
+        out.append(f"throttled {percent(h.throttled_ratio)} of periods{seconds}")
+    return out
+
+
+def _host_line(h: HostRates) -> str:
+    phrases = _host_phrases(h)
+    return "host: " + (" · ".join(phrases) if phrases else "no context available")
+
+
+def _banner(verdict: Verdict) -> Text:
+    from rich.text import Text
+
+    text = Text()
+    text.append(f" {verdict.value.upper()} ", style=VERDICT_STYLE[verdict])
+    text.append(f"  {VERDICT_MEANING[verdict]}")
+    return text
+
+
+def _findings(findings: tuple[Finding, ...]) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
+    if not findings:
+        return Text("No findings.", style="green")
+    lines: list[RenderableType] = []
+    for f in findings:
+        lines.append(Text(finding_line(f), style=_SEVERITY_STYLE[f.severity]))
+        lines.append(Text(f"  fix: {f.fix}"))
+    return Group(*lines)
+
+
+def _interval_table(
+    processes: tuple[ProcessRates, ...], totals: Totals, vcpus: int, max_processes: int
+) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE, header_style="bold", show_footer=False)
+    for name in ("PID", "Name", "Threads", "CPU%", "Demand", "Delay", "Invol/s"):
+        table.add_column(name, justify="left" if name == "Name" else "right", no_wrap=True)
+    table.add_column("Pools", overflow="fold")
+    table.add_column("Thread vars", overflow="fold", min_width=18)
+    ordered = sorted(processes, key=lambda r: r.cpu_percent, reverse=True)
+    for r in ordered[:max_processes]:
+        table.add_row(
+            str(r.pid),
+            r.name,
+            f"{r.active_threads}/{r.threads}",
+            f"{r.cpu_percent:.0f}",
+            f"{r.demand:.2f}",
+            percent(r.run_delay_ratio),
+            rate(r.involuntary_ctx_per_s),
+            pools_text(r.pools),
+            env_text(r.thread_env),
+            style="dim" if r.exited else None,
+        )
+    hidden = len(ordered) - max_processes
+    if hidden > 0:
+        table.add_row("", f"… {hidden} more", style="dim")
+    table.add_section()
+    table.add_row(
+        "total",
+        f"{totals.processes} procs",
+        f"{totals.active_threads}/{totals.threads}",
+        f"{totals.cpu_percent:.0f}",
+        f"{totals.demand:.2f} / {vcpus}",
+        percent(totals.run_delay_ratio),
+        rate(totals.involuntary_ctx_per_s),
+        "",
+        "",
+        style="bold",
+    )
+    return table
+
+
+def watch_renderable(
+    interval: Interval,
+    assessment: Assessment,
+    budget: Budget,
+    *,
+    elapsed: float,
+    samples: int,
+    max_processes: int = 30,
+) -> RenderableType:
+    """One live frame: header (pid, time, N and its limit, host context), verdict banner,
+    per-process table sorted by CPU (at most `max_processes` rows) with a totals row, then
+    the findings with their fixes."""
+    from rich.console import Group
+    from rich.text import Text
+
+    header = Text(
+        f"oversub watch · pid {interval.root_pid} · {elapsed:.1f} s · {samples} samples · "
+        f"last interval {interval.seconds:.2f} s",
+        style="bold",
+    )
+    parts: list[RenderableType] = [
+        header,
+        Text(budget_limit_line(budget)),
+        Text(_host_line(interval.host), style="dim"),
+    ]
+    if interval.unavailable:
+        parts.append(Text(f"unavailable: {', '.join(interval.unavailable)}", style="dim"))
+    parts += [
+        _banner(assessment.verdict),
+        _interval_table(interval.processes, interval.totals, interval.vcpus, max_processes),
+        _findings(assessment.findings),
+    ]
+    return Group(*parts)
+
+
+def _summary_table(s: Summary) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE, header_style="bold")
+    # Two-line headers keep the mean/peak columns narrow enough for pools and variables.
+    headers = ("PID", "Name", "Threads\npeak", "CPU%\nmean/peak", "Demand\nmean/peak")
+    for name in (*headers, "Delay\nmean/peak", "Invol/s\nmean/peak", "Seen"):
+        table.add_column(name, justify="left" if name == "Name" else "right", no_wrap=True)
+    table.add_column("Pools", overflow="fold")
+    table.add_column("Thread vars", overflow="fold", min_width=18)
+    for p in sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True):
+        table.add_row(
+            str(p.pid),
+            p.name + (" (exited)" if p.exited else ""),
+            f"{p.active_threads_peak}/{p.threads}",
+            f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}",
+            f"{p.demand:.2f}/{p.demand_peak:.2f}",
+            f"{percent(p.run_delay_ratio)}/{percent(p.run_delay_ratio_peak)}",
+            f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
+            f"{p.seconds:.1f} s",
+            pools_text(p.pools),
+            env_text(p.thread_env),
+        )
+    table.add_section()
+    t, peak = s.totals, s.totals_peak
+    table.add_row(
+        "total",
+        f"{t.processes} procs",
+        f"{peak.active_threads}/{peak.threads}",
+        f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
+        f"{t.demand:.2f}/{peak.demand:.2f}",
+        f"{percent(t.run_delay_ratio)}/{percent(peak.run_delay_ratio)}",
+        f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
+        f"{s.duration_s:.1f} s",
+        "",
+        "",
+        style="bold",
+    )
+    return table
+
+
+def _run_line(s: Summary, sep: str = " · ") -> str:
+    exited = f"{sep}target exited" if s.target_exited else ""
+    return f"pid {s.root_pid}{sep}{s.duration_s:.1f} s{sep}{s.samples} samples{exited}"
+
+
+def summary_renderable(s: Summary) -> RenderableType:
+    """The final terminal report: run line, N, verdict banner, findings with fixes, per-process
+    mean/peak table with totals, host context, and dim notes."""
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[RenderableType] = [
+        Text(f"oversub summary · {_run_line(s)}", style="bold"),
+        Text(budget_limit_line(s.budget)),
+        _banner(s.verdict),
+        _findings(s.findings),
+        _summary_table(s),
+        Text(
+            f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
+            f"peak demand {number(s.totals_peak.demand)}"
+        ),
+        Text(_host_line(s.host), style="dim"),
+    ]
+    if s.unavailable:
+        parts.append(Text(f"unavailable: {', '.join(s.unavailable)}", style="dim"))
+    for note in s.notes:
+        parts.append(Text(f"note: {note}", style="dim"))
+    return Group(*parts)
+
+
+def summary_text(s: Summary) -> str:
+    """A short plain report for stderr in CI (no colour, no rich, ASCII punctuation), without
+    a trailing newline:
+
+        oversub: oversubscribed (the tree keeps ...), pid 1234, 10.0 s, 20 samples
+        N = 2 usable vCPUs (limited by affinity: 2 CPUs)
+        [critical] oversubscribed-pools: message
+          fix: ...
+        totals: 3 processes, 7 threads (4 active), CPU 200%, demand 4.00 ...; peak demand 4.20
+    """
+    lines = [
+        f"oversub: {s.verdict.value} ({VERDICT_MEANING[s.verdict]}), {_run_line(s, ', ')}",
+        budget_limit_line(s.budget),
+    ]
+    for f in s.findings:
+        lines.append(finding_line(f))
+        lines.append(f"  fix: {f.fix}")
+    lines.append(
+        f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
+        f"peak demand {number(s.totals_peak.demand)}"
+    )
+    host = _host_phrases(s.host)
+    if host:
+        lines.append("host: " + ", ".join(host))
+    lines.extend(f"note: {note}" for note in s.notes)
+    return "\n".join(lines)

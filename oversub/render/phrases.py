@@ -1,0 +1,130 @@
+"""Plain-text phrases shared by every human-readable format (rich, plain, Markdown).
+
+No rich here: the plain stderr report and the Markdown report use these too, and they must
+not pay for importing rich. Unknown values print as "-" everywhere, so a missing signal is
+never mistaken for zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from oversub.model import Budget, Finding, Totals, Verdict
+from oversub.pools import RECOMMENDED_VARS
+
+__all__ = [
+    "UNKNOWN",
+    "VERDICT_MEANING",
+    "budget_limit_line",
+    "cpus_phrase",
+    "env_text",
+    "fails",
+    "finding_line",
+    "number",
+    "percent",
+    "pools_text",
+    "rate",
+    "totals_line",
+]
+
+UNKNOWN = "-"
+"""Shown for a value the platform did not provide."""
+
+VERDICT_MEANING: Mapping[Verdict, str] = {
+    Verdict.OK: "the tree's runnable threads fit in its vCPUs",
+    Verdict.AT_RISK: "fits for now, but a hazard can oversubscribe it",
+    Verdict.STARVED: "threads wait for CPUs taken outside the tree (other load or the quota)",
+    Verdict.OVERSUBSCRIBED: "the tree keeps more threads runnable than it has vCPUs",
+}
+"""One clause per verdict, for banners and report headings."""
+
+
+def fails(finding: Finding, fail_on: Verdict) -> bool:
+    """The `--fail-on` rule: a finding fails when finding.verdict.rank >= fail_on.rank."""
+    return finding.verdict.rank >= fail_on.rank
+
+
+def cpus_phrase(cpus: tuple[int, ...]) -> str:
+    """ "2 CPUs: 0-1" (count, then the kernel cpu-list syntax); "none" when empty."""
+    from oversub.probe.topology import format_cpulist
+
+    if not cpus:
+        return "none"
+    noun = "CPU" if len(cpus) == 1 else "CPUs"
+    return f"{len(cpus)} {noun}: {format_cpulist(cpus)}"
+
+
+def budget_limit_line(b: Budget) -> str:
+    """One sentence for N: "N = 1 usable vCPU (limited by quota: 1.5 CPUs rounded down)"."""
+    noun = "vCPU" if b.vcpus == 1 else "vCPUs"
+    head = f"N = {b.vcpus} usable {noun}"
+    if b.limited_by == "quota" and b.quota is not None:
+        exact = b.quota.cpus
+        if exact < 1:
+            why = f"quota: {exact:g} CPUs, raised to the minimum of 1"
+        elif exact != int(exact):
+            why = f"quota: {exact:g} CPUs rounded down"
+        else:
+            why = f"quota: {exact:g} CPUs"
+    elif b.limited_by == "affinity":
+        why = f"affinity: {len(b.affinity)} CPUs"
+    elif b.limited_by == "cpuset" and b.cpuset is not None:
+        why = f"cpuset: {len(b.cpuset.cpus)} CPUs"
+    elif b.limited_by == "none":
+        return f"{head} (no limit: all {b.logical} logical CPUs)"
+    else:
+        why = b.limited_by
+    return f"{head} (limited by {why})"
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    """A measured float with `digits` decimals, or "-" when unknown."""
+    return UNKNOWN if value is None else f"{value:.{digits}f}"
+
+
+def percent(ratio: float | None) -> str:
+    """A ratio (0.5) as "50%", or "-" when unknown."""
+    return UNKNOWN if ratio is None else f"{ratio * 100:.0f}%"
+
+
+def rate(per_second: float | None) -> str:
+    """Events per second without decimals ("260"), or "-" when unknown."""
+    return UNKNOWN if per_second is None else f"{per_second:.0f}"
+
+
+def pools_text(pools: tuple[str, ...] | None) -> str:
+    """ "libgomp, torch"; "none" when no pool is mapped; "?" when maps were unreadable."""
+    if pools is None:
+        return "?"
+    return ", ".join(pools) if pools else "none"
+
+
+def env_text(env: Mapping[str, str] | None) -> str:
+    """Thread variables as "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1" (recommended order first);
+    "default" when none is set; "?" when the environment was unreadable."""
+    if env is None:
+        return "?"
+    if not env:
+        return "default"
+    order = {name: i for i, name in enumerate(RECOMMENDED_VARS)}
+    names = sorted(env, key=lambda n: (order.get(n, len(order)), n))
+    return " ".join(f"{name}={env[name]}" for name in names)
+
+
+def finding_line(f: Finding) -> str:
+    """ "[critical] oversubscribed-pools: message" (one line, no fix)."""
+    return f"[{f.severity.value}] {f.rule}: {f.message}"
+
+
+def totals_line(t: Totals, vcpus: int) -> str:
+    """The tree in one line: processes, threads, CPU, demand against N, delay, switches."""
+    per_cpu = (
+        ""
+        if t.involuntary_ctx_per_cpu_s is None
+        else f", {t.involuntary_ctx_per_cpu_s:.0f} involuntary switches per CPU-second"
+    )
+    return (
+        f"{t.processes} processes, {t.threads} threads ({t.active_threads} active), "
+        f"CPU {t.cpu_percent:.0f}%, demand {t.demand:.2f} runnable threads on N = {vcpus}, "
+        f"run delay {percent(t.run_delay_ratio)}{per_cpu}"
+    )

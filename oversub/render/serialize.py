@@ -1,0 +1,339 @@
+"""JSON-ready dicts: the public schema of every `--format json` / `ndjson` / `env` output.
+
+Each function documents its keys one by one; they are a contract with scripts, so keys
+are only ever added. Floats that come from measurements are rounded to 3 decimals and
+non-finite values become null (JSON has no NaN). This module must not import rich: the
+CLI's JSON paths import it alone to stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from oversub.model import (
+    Assessment,
+    Budget,
+    Finding,
+    HostRates,
+    Interval,
+    Plan,
+    ProcessRates,
+    ProcessSummary,
+    Summary,
+    Totals,
+)
+from oversub.pools import RECOMMENDED_VARS
+
+__all__ = [
+    "ROUNDING_RULE",
+    "budget_dict",
+    "export_lines",
+    "finding_dict",
+    "interval_dict",
+    "plan_dict",
+    "plan_env",
+    "summary_dict",
+    "to_json",
+]
+
+ROUNDING_RULE = "fractional quotas round down; at least 1"
+"""How a fractional cgroup quota becomes the integer N (the `rounding` key)."""
+
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _num(value: float | None) -> float | None:
+    """A measured float for JSON: 3 decimals, None for None/NaN/inf."""
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, 3)
+
+
+def _env(env: Mapping[str, str] | None) -> dict[str, str] | None:
+    return None if env is None else dict(env)
+
+
+def _list(values: tuple[str, ...] | None) -> list[str] | None:
+    return None if values is None else list(values)
+
+
+def budget_dict(b: Budget) -> dict[str, Any]:
+    """The budget as a JSON object.
+
+    Keys:
+      - `vcpus` (int): effective N, the tightest limit, >= 1.
+      - `logical` (int): logical CPUs online on the host.
+      - `physical` (int | null): physical cores, null when unknown.
+      - `affinity` (list[int]): CPU ids the process may run on.
+      - `quota` (float | null): tightest cgroup CPU quota in CPUs (e.g. 1.5), null if none.
+      - `quota_detail` (object | null): `quota_us`, `period_us`, `cgroup` (path in the
+        hierarchy that sets it), `version` (1 or 2); null if no quota.
+      - `cpuset` (list[int] | null): CPUs the cgroup cpuset allows, null if none.
+      - `cpuset_cgroup` (str | null): the cgroup the cpuset was read from.
+      - `numa` (object): NUMA node id as a string -> list of its CPU ids ({} if unknown).
+      - `limited_by` (str): "affinity", "quota", "cpuset" or "none" (the host's CPUs).
+      - `rounding` (str): the rounding rule, always "fractional quotas round down; at least 1".
+      - `notes` (list[str]): what could not be read and what that means.
+      - `cpu_model` (str): CPU model name; present only when known (`--detail`).
+      - `cpu_flags` (list[str]): CPU feature flags; present only when known (`--detail`).
+    """
+    quota = b.quota
+    out: dict[str, Any] = {
+        "vcpus": b.vcpus,
+        "logical": b.logical,
+        "physical": b.physical,
+        "affinity": list(b.affinity),
+        "quota": None if quota is None else quota.cpus,
+        "quota_detail": None
+        if quota is None
+        else {
+            "quota_us": quota.quota_us,
+            "period_us": quota.period_us,
+            "cgroup": quota.cgroup,
+            "version": quota.version,
+        },
+        "cpuset": None if b.cpuset is None else list(b.cpuset.cpus),
+        "cpuset_cgroup": None if b.cpuset is None else b.cpuset.cgroup,
+        "numa": {str(node): list(cpus) for node, cpus in sorted(b.numa.items())},
+        "limited_by": b.limited_by,
+        "rounding": ROUNDING_RULE,
+        "notes": list(b.notes),
+    }
+    if b.cpu_model is not None:
+        out["cpu_model"] = b.cpu_model
+    if b.cpu_flags:
+        out["cpu_flags"] = list(b.cpu_flags)
+    return out
+
+
+def plan_dict(p: Plan) -> dict[str, Any]:
+    """The thread plan as a JSON object.
+
+    Keys:
+      - `vcpus` (int): N, the budget divided.
+      - `procs` (int): M, main processes sharing it.
+      - `workers` (int): W, single-thread helpers per main process.
+      - `threads_per_process` (int): T, threads for each main process's pools (>= 1).
+      - `leftover` (int): N - M*(T + W), negative when oversubscribed.
+      - `oversubscribed` (bool): even this plan needs more threads than N.
+      - `env` (object): variable -> value for the main processes.
+      - `worker_env` (object): variable -> value for the helpers ({} when W = 0).
+      - `binding` (list[list[int]]): one CPU list per main process ([] when none sensible).
+      - `warnings` (list[str]): plain-language warnings.
+      - `procs_source` (str | null): launcher variable M came from (`--procs auto`).
+      - `budget` (object): `budget_dict` of the budget.
+    """
+    return {
+        "vcpus": p.budget.vcpus,
+        "procs": p.procs,
+        "workers": p.workers,
+        "threads_per_process": p.threads_per_process,
+        "leftover": p.leftover,
+        "oversubscribed": p.oversubscribed,
+        "env": dict(p.env),
+        "worker_env": dict(p.worker_env),
+        "binding": [list(cpus) for cpus in p.binding],
+        "warnings": list(p.warnings),
+        "procs_source": p.procs_source,
+        "budget": budget_dict(p.budget),
+    }
+
+
+def export_lines(env: Mapping[str, str]) -> str:
+    """`export NAME=VALUE` lines for `env`, for `eval` in sh or bash.
+
+    Variables come in `pools.RECOMMENDED_VARS` order, any others after them sorted by name.
+    Values are quoted with `shlex.quote` (a no-op for digits). Ends with a newline; empty
+    string for an empty mapping. Raises ValueError on a name that is not a shell
+    identifier, because eval-ing it would run something else.
+    """
+    order = {name: i for i, name in enumerate(RECOMMENDED_VARS)}
+    names = sorted(env, key=lambda n: (order.get(n, len(order)), n))
+    lines = []
+    for name in names:
+        if not _SHELL_NAME.match(name):
+            raise ValueError(f"not a shell variable name: {name!r}")
+        lines.append(f"export {name}={shlex.quote(env[name])}\n")
+    return "".join(lines)
+
+
+def plan_env(p: Plan) -> str:
+    """The `--format env` output: `export_lines(p.env)`, the main processes' variables only
+    (workers get theirs from `worker_init_fn`; see `plan_dict`'s `worker_env`)."""
+    return export_lines(p.env)
+
+
+def finding_dict(f: Finding) -> dict[str, Any]:
+    """One finding as a JSON object.
+
+    Keys: `rule` (stable id), `severity` ("critical"/"warning"/"info"), `verdict` (the
+    verdict it argues for), `message` (one sentence), `pids` (list[int]), `evidence`
+    (object: name -> number/string/null, floats rounded to 3 decimals), `fix` (str).
+    """
+    evidence: dict[str, float | int | str | None] = {}
+    for key, value in f.evidence.items():
+        evidence[key] = _num(value) if isinstance(value, float) else value
+    return {
+        "rule": f.rule,
+        "severity": f.severity.value,
+        "verdict": f.verdict.value,
+        "message": f.message,
+        "pids": list(f.pids),
+        "evidence": evidence,
+        "fix": f.fix,
+    }
+
+
+def _totals_dict(t: Totals) -> dict[str, Any]:
+    """Totals: `processes`, `threads`, `active_threads` (ints), `cpu_percent`, `demand`,
+    `run_delay_ratio`, `involuntary_ctx_per_s`, `voluntary_ctx_per_s`,
+    `involuntary_ctx_per_cpu_s` (floats or null)."""
+    return {
+        "processes": t.processes,
+        "threads": t.threads,
+        "active_threads": t.active_threads,
+        "cpu_percent": _num(t.cpu_percent),
+        "demand": _num(t.demand),
+        "run_delay_ratio": _num(t.run_delay_ratio),
+        "involuntary_ctx_per_s": _num(t.involuntary_ctx_per_s),
+        "voluntary_ctx_per_s": _num(t.voluntary_ctx_per_s),
+        "involuntary_ctx_per_cpu_s": _num(t.involuntary_ctx_per_cpu_s),
+    }
+
+
+def _host_dict(h: HostRates) -> dict[str, float | None]:
+    """Host context: every `HostRates` field (`outside_cpus`, `steal_cpus`, `psi_some`,
+    `throttled_ratio`, `throttled_s`), float or null when unknown."""
+    return {f.name: _num(getattr(h, f.name)) for f in fields(h)}
+
+
+def _process_rates_dict(r: ProcessRates) -> dict[str, Any]:
+    return {
+        "pid": r.pid,
+        "ppid": r.ppid,
+        "name": r.name,
+        "threads": r.threads,
+        "active_threads": r.active_threads,
+        "cpu_percent": _num(r.cpu_percent),
+        "demand": _num(r.demand),
+        "run_delay_ratio": _num(r.run_delay_ratio),
+        "involuntary_ctx_per_s": _num(r.involuntary_ctx_per_s),
+        "voluntary_ctx_per_s": _num(r.voluntary_ctx_per_s),
+        "pools": _list(r.pools),
+        "thread_env": _env(r.thread_env),
+        "exited": r.exited,
+    }
+
+
+def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:
+    """One interval and its assessment: one line of `--format ndjson`.
+
+    Keys:
+      - `t` (float): end of the interval, monotonic seconds (only differences mean anything).
+      - `seconds` (float): length of the interval.
+      - `root_pid` (int), `vcpus` (int): the watched tree and its budget N.
+      - `verdict` (str): "ok", "at-risk", "starved" or "oversubscribed".
+      - `findings` (list): `finding_dict` objects, worst first.
+      - `processes` (list): per process `pid`, `ppid`, `name`, `threads`, `active_threads`,
+        `cpu_percent` (100 = one vCPU), `demand` (average runnable threads),
+        `run_delay_ratio`, `involuntary_ctx_per_s`, `voluntary_ctx_per_s` (null when
+        unknown), `pools` (list or null = unknown), `thread_env` (object or null),
+        `exited` (bool); sorted by CPU use, highest first.
+      - `totals` (object): the tree: `processes`, `threads`, `active_threads`,
+        `cpu_percent`, `demand`, `run_delay_ratio`, `involuntary_ctx_per_s`,
+        `voluntary_ctx_per_s`, `involuntary_ctx_per_cpu_s`.
+      - `host` (object): `outside_cpus`, `steal_cpus`, `psi_some`, `throttled_ratio`,
+        `throttled_s` (null when unknown).
+      - `unavailable` (list[str]): signals this platform does not provide.
+    All measured floats are rounded to 3 decimals.
+    """
+    return {
+        "t": _num(i.t1),
+        "seconds": _num(i.seconds),
+        "root_pid": i.root_pid,
+        "vcpus": i.vcpus,
+        "verdict": a.verdict.value,
+        "findings": [finding_dict(f) for f in a.findings],
+        "processes": [_process_rates_dict(r) for r in i.processes],
+        "totals": _totals_dict(i.totals),
+        "host": _host_dict(i.host),
+        "unavailable": list(i.unavailable),
+    }
+
+
+def _process_summary_dict(p: ProcessSummary) -> dict[str, Any]:
+    return {
+        "pid": p.pid,
+        "ppid": p.ppid,
+        "name": p.name,
+        "cmdline": p.cmdline,
+        "threads": p.threads,
+        "cpu_percent": _num(p.cpu_percent),
+        "cpu_percent_peak": _num(p.cpu_percent_peak),
+        "demand": _num(p.demand),
+        "demand_peak": _num(p.demand_peak),
+        "run_delay_ratio": _num(p.run_delay_ratio),
+        "run_delay_ratio_peak": _num(p.run_delay_ratio_peak),
+        "involuntary_ctx_per_s": _num(p.involuntary_ctx_per_s),
+        "involuntary_ctx_per_s_peak": _num(p.involuntary_ctx_per_s_peak),
+        "voluntary_ctx_per_s": _num(p.voluntary_ctx_per_s),
+        "voluntary_ctx_per_s_peak": _num(p.voluntary_ctx_per_s_peak),
+        "active_threads_peak": p.active_threads_peak,
+        "pools": _list(p.pools),
+        "thread_env": _env(p.thread_env),
+        "exited": p.exited,
+        "seconds": _num(p.seconds),
+    }
+
+
+def summary_dict(s: Summary) -> dict[str, Any]:
+    """A whole run: the `--format json` object of `watch` and `check`.
+
+    Keys:
+      - `root_pid` (int), `vcpus` (int): the tree and its budget N.
+      - `budget` (object): `budget_dict`.
+      - `verdict` (str): "ok", "at-risk", "starved" or "oversubscribed".
+      - `findings` (list): `finding_dict` objects, worst first.
+      - `processes` (list): per process `pid`, `ppid`, `name`, `cmdline`, `threads` (peak),
+        mean and `_peak` of `cpu_percent`, `demand`, `run_delay_ratio`,
+        `involuntary_ctx_per_s`, `voluntary_ctx_per_s`; `active_threads_peak`, `pools`,
+        `thread_env`, `exited`, `seconds` (how long it was observed).
+      - `totals` (object): tree means over the run (keys as in `interval_dict`).
+      - `totals_peak` (object): the peak of each total over the intervals.
+      - `host` (object): host context over the run (keys as in `interval_dict`).
+      - `samples` (int): samples taken; `duration_s` (float): seconds watched.
+      - `target_exited` (bool): the root process ended during the run.
+      - `unavailable` (list[str]): signals this platform does not provide.
+      - `notes` (list[str]): degradations worth knowing.
+    """
+    return {
+        "root_pid": s.root_pid,
+        "vcpus": s.budget.vcpus,
+        "budget": budget_dict(s.budget),
+        "verdict": s.verdict.value,
+        "findings": [finding_dict(f) for f in s.findings],
+        "processes": [_process_summary_dict(p) for p in s.processes],
+        "totals": _totals_dict(s.totals),
+        "totals_peak": _totals_dict(s.totals_peak),
+        "host": _host_dict(s.host),
+        "samples": s.samples,
+        "duration_s": _num(s.duration_s),
+        "target_exited": s.target_exited,
+        "unavailable": list(s.unavailable),
+        "notes": list(s.notes),
+    }
+
+
+def to_json(obj: Mapping[str, Any], *, indent: int | None) -> str:
+    """Serialise one of the dicts above, keys in schema order, UTF-8 kept as is.
+
+    `indent=None` gives a single line (ndjson). No trailing newline. NaN/inf are refused
+    (the dicts above never hold them) so invalid JSON can never be emitted.
+    """
+    return json.dumps(obj, indent=indent, ensure_ascii=False, sort_keys=False, allow_nan=False)
