@@ -1,0 +1,277 @@
+"""Rates between two samples of a process tree: CPU, demand, run delay, context switches.
+
+Pure arithmetic on two `TreeSample`s; the probe took both, and its clock stamped them.
+Every thread is, at each instant, running, runnable-but-waiting or sleeping, so over an
+interval of Δt seconds, summed over threads:
+
+- CPU% = Δcpu / Δt * 100 (100 = one vCPU busy all the time);
+- demand = (Δcpu + Δrun_delay) / Δt = the average number of runnable threads;
+- run delay ratio = Δrun_delay / (Δrun_delay + Δcpu) = the share of runnable time spent waiting.
+
+Missing counters (no schedstat, unreadable status, no PSI, no quota) give None, never a
+crash and never a silent zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from oversub.model import (
+    HostRates,
+    HostSample,
+    Interval,
+    ProcessRates,
+    ProcessSample,
+    ThreadSample,
+    Thresholds,
+    Totals,
+    TreeSample,
+)
+
+__all__ = ["interval"]
+
+_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class _Delta:
+    """Counter changes of one process over the interval, summed over its threads."""
+
+    cpu_ns: int
+    run_delay_ns: int | None
+    voluntary: int | None
+    involuntary: int | None
+    active_threads: int
+
+
+def _counter_delta(prev: int | None, curr: int | None, reused: bool) -> int | None:
+    """Δ of one cumulative counter; the full value when the thread is new or its tid reused."""
+    if curr is None:
+        return None
+    if reused:
+        return curr
+    if prev is None:
+        return None
+    return curr - prev
+
+
+def _thread_delta(
+    prev: ThreadSample | None, curr: ThreadSample, dt_ns: int
+) -> tuple[int, int | None, int | None, int | None]:
+    """(Δcpu, Δrun_delay, Δvoluntary, Δinvoluntary) of one thread.
+
+    A thread absent from `prev` started within the interval, so all its counters are new.
+    A counter that went down means the tid was reused by a new thread: its counters are new
+    too. A thread can neither run nor wait longer than the interval, so both are capped at
+    Δt; this bounds the error when a thread older than the interval is first seen.
+    """
+    reused = prev is None or any(
+        c is not None and p is not None and c < p
+        for p, c in (
+            (prev.cpu_ns, curr.cpu_ns),
+            (prev.run_delay_ns, curr.run_delay_ns),
+            (prev.voluntary_ctx, curr.voluntary_ctx),
+            (prev.involuntary_ctx, curr.involuntary_ctx),
+        )
+    )
+    p = prev if prev is not None else curr  # unused when reused
+    cpu = _counter_delta(p.cpu_ns, curr.cpu_ns, reused)
+    cpu_ns = min(cpu if cpu is not None else 0, dt_ns)
+    delay = _counter_delta(p.run_delay_ns, curr.run_delay_ns, reused)
+    if delay is not None:
+        delay = min(delay, dt_ns - cpu_ns)
+    return (
+        cpu_ns,
+        delay,
+        _counter_delta(p.voluntary_ctx, curr.voluntary_ctx, reused),
+        _counter_delta(p.involuntary_ctx, curr.involuntary_ctx, reused),
+    )
+
+
+def _sum_or_none(values: Iterable[int | None]) -> int | None:
+    """Sum, or None when any term is unknown (a partial sum would undercount silently)."""
+    total = 0
+    for value in values:
+        if value is None:
+            return None
+        total += value
+    return total
+
+
+def _process_delta(
+    prev: ProcessSample | None, curr: ProcessSample, dt_ns: int, active_ns: float
+) -> _Delta:
+    """Counter changes of a process; `prev` is None when the process is new in the interval."""
+    before = {t.tid: t for t in prev.threads} if prev is not None else {}
+    per_thread = [_thread_delta(before.get(t.tid), t, dt_ns) for t in curr.threads]
+    return _Delta(
+        cpu_ns=sum(d[0] for d in per_thread),
+        run_delay_ns=_sum_or_none(d[1] for d in per_thread),
+        voluntary=_sum_or_none(d[2] for d in per_thread),
+        involuntary=_sum_or_none(d[3] for d in per_thread),
+        active_threads=sum(1 for d in per_thread if d[0] >= active_ns),
+    )
+
+
+def _delay_ratio(delay_ns: int | None, cpu_ns: int) -> float | None:
+    """Share of runnable time spent waiting; None when unknown or nothing was runnable."""
+    if delay_ns is None or delay_ns + cpu_ns <= 0:
+        return None
+    return delay_ns / (delay_ns + cpu_ns)
+
+
+def _per_s(count: int | None, dt_s: float) -> float | None:
+    return None if count is None else count / dt_s
+
+
+def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> ProcessRates:
+    runnable_ns = d.cpu_ns + (d.run_delay_ns or 0)
+    return ProcessRates(
+        pid=p.pid,
+        ppid=p.ppid,
+        name=p.name,
+        cmdline=p.cmdline,
+        threads=len(p.threads),
+        active_threads=d.active_threads,
+        cpu_percent=d.cpu_ns / _NS / dt_s * 100.0,
+        demand=runnable_ns / _NS / dt_s,
+        run_delay_ratio=_delay_ratio(d.run_delay_ns, d.cpu_ns),
+        involuntary_ctx_per_s=_per_s(d.involuntary, dt_s),
+        voluntary_ctx_per_s=_per_s(d.voluntary, dt_s),
+        pools=p.pools,
+        thread_env=p.thread_env,
+        exited=exited,
+    )
+
+
+def _exited_delta(p: ProcessSample) -> _Delta:
+    """Zero deltas for a process gone by the end: its work after `prev` was not seen."""
+    known_delay = all(t.run_delay_ns is not None for t in p.threads)
+    return _Delta(
+        cpu_ns=0,
+        run_delay_ns=0 if known_delay else None,
+        voluntary=0 if all(t.voluntary_ctx is not None for t in p.threads) else None,
+        involuntary=0 if all(t.involuntary_ctx is not None for t in p.threads) else None,
+        active_threads=0,
+    )
+
+
+def _change(prev: int | None, curr: int | None) -> int | None:
+    """Δ of a host counter; None when unknown or when it went backwards (counter reset)."""
+    if prev is None or curr is None or curr < prev:
+        return None
+    return curr - prev
+
+
+def _host_rates(prev: HostSample, curr: HostSample, tree_cpu_ns: int, dt_s: float) -> HostRates:
+    busy = _change(prev.busy_ns, curr.busy_ns)
+    # Host busy time includes the tree's own CPU; what is left ran outside it. Clamp at 0:
+    # the two counters are read at slightly different instants.
+    outside = None if busy is None else max(0.0, (busy - tree_cpu_ns) / _NS / dt_s)
+    steal = _change(prev.steal_ns, curr.steal_ns)
+    psi = _change(prev.psi_some_us, curr.psi_some_us)
+    throttled_ratio: float | None = None
+    throttled_s: float | None = None
+    if prev.throttle is not None and curr.throttle is not None:
+        periods = _change(prev.throttle.nr_periods, curr.throttle.nr_periods)
+        throttled = _change(prev.throttle.nr_throttled, curr.throttle.nr_throttled)
+        if periods and throttled is not None:
+            throttled_ratio = throttled / periods
+        throttled_ns = _change(prev.throttle.throttled_ns, curr.throttle.throttled_ns)
+        throttled_s = None if throttled_ns is None else throttled_ns / _NS
+    return HostRates(
+        outside_cpus=outside,
+        steal_cpus=None if steal is None else steal / _NS / dt_s,
+        psi_some=None if psi is None else psi / (dt_s * 1e6),
+        throttled_ratio=throttled_ratio,
+        throttled_s=throttled_s,
+    )
+
+
+def _sum_rates(values: Iterable[float | None]) -> float | None:
+    total = 0.0
+    for value in values:
+        if value is None:
+            return None
+        total += value
+    return total
+
+
+def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float) -> Totals:
+    """Sums over live processes (exited ones have zero deltas by construction)."""
+    deltas = [d for _, d in live]
+    cpu_ns = sum(d.cpu_ns for d in deltas)
+    delay_ns = _sum_or_none(d.run_delay_ns for d in deltas)
+    involuntary = _sum_or_none(d.involuntary for d in deltas)
+    voluntary = _sum_or_none(d.voluntary for d in deltas)
+    cpu_s = cpu_ns / _NS
+    return Totals(
+        processes=len(live),
+        threads=sum(r.threads for r, _ in live),
+        active_threads=sum(d.active_threads for d in deltas),
+        cpu_percent=cpu_s / dt_s * 100.0,
+        demand=(cpu_ns + (delay_ns or 0)) / _NS / dt_s,
+        run_delay_ratio=_delay_ratio(delay_ns, cpu_ns),
+        involuntary_ctx_per_s=_per_s(involuntary, dt_s),
+        voluntary_ctx_per_s=_per_s(voluntary, dt_s),
+        involuntary_ctx_per_cpu_s=(
+            involuntary / cpu_s if involuntary is not None and cpu_s > 0 else None
+        ),
+    )
+
+
+def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresholds) -> Interval:
+    """Rates of the tree between two samples of it.
+
+    Processes in `curr` are matched to `prev` by pid and start time (a pid whose start time
+    changed is a new process: the old one is gone and the pid was reused). A process new in
+    `curr` started within the interval and counts its full counters. A process only in `prev`
+    is kept with `exited=True` and zero deltas. Totals count live processes and threads.
+    "schedstat" is added to `unavailable` when any thread lacks run delay.
+
+    Raises ValueError when `curr` is not later than `prev`: that is a caller bug.
+    """
+    dt_s = curr.t - prev.t
+    if dt_s <= 0:
+        raise ValueError(f"samples out of order: t0={prev.t} t1={curr.t}")
+    dt_ns = round(dt_s * _NS)
+    active_ns = thresholds.active_cpu * dt_s * _NS
+
+    live: list[tuple[ProcessRates, _Delta]] = []
+    for pid, p in curr.processes.items():
+        before = prev.processes.get(pid)
+        if before is not None and before.start_ticks != p.start_ticks:
+            before = None
+        d = _process_delta(before, p, dt_ns, active_ns)
+        live.append((_process_rates(p, d, dt_s, exited=False), d))
+
+    gone_rates = [
+        _process_rates(p, _exited_delta(p), dt_s, exited=True)
+        for pid, p in prev.processes.items()
+        if pid not in curr.processes
+    ]
+
+    totals = _totals(live, dt_s)
+    unavailable = list(dict.fromkeys((*prev.unavailable, *curr.unavailable)))
+    no_delay = any(
+        t.run_delay_ns is None
+        for s in (prev, curr)
+        for p in s.processes.values()
+        for t in p.threads
+    )
+    if no_delay and "schedstat" not in unavailable:
+        unavailable.append("schedstat")
+    processes = sorted(
+        [r for r, _ in live] + gone_rates, key=lambda r: (-r.cpu_percent, r.exited, r.pid)
+    )
+    return Interval(
+        t0=prev.t,
+        t1=curr.t,
+        root_pid=curr.root_pid,
+        vcpus=vcpus,
+        processes=tuple(processes),
+        totals=totals,
+        host=_host_rates(prev.host, curr.host, sum(d.cpu_ns for _, d in live), dt_s),
+        unavailable=tuple(unavailable),
+    )

@@ -1,0 +1,248 @@
+"""Builders of synthetic `TreeSample` pairs for the analysis tests.
+
+A test describes what each thread did during the interval (seconds of CPU and of run
+delay, context switches); the builders turn that into two cumulative samples, `prev` and
+`curr`, whose counters differ by exactly that much. Counters start from non-zero bases so
+that a bug taking the full counter instead of the delta shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from oversub.analysis.rates import interval
+from oversub.model import (
+    Budget,
+    HostSample,
+    Interval,
+    ProcessSample,
+    ThreadSample,
+    Thresholds,
+    ThrottleStat,
+    TreeSample,
+)
+
+NS = 1_000_000_000
+ROOT = 100
+"""Default root pid of a synthetic tree."""
+T0 = 1000.0
+"""Monotonic time of `prev`."""
+BASE_CPU_NS = 50 * NS
+BASE_DELAY_NS = 7 * NS
+BASE_CTX = 5000
+
+
+@dataclass(frozen=True)
+class Load:
+    """What one thread did during the interval."""
+
+    cpu: float = 0.0
+    """CPUs used on average (1.0 = one CPU busy the whole interval)."""
+    delay: float = 0.0
+    """Average share of the interval spent runnable but waiting."""
+    involuntary: float = 0.0
+    """Involuntary switches per second."""
+    voluntary: float = 0.0
+    """Voluntary switches per second."""
+
+
+BUSY = Load(cpu=1.0)
+IDLE = Load()
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A process of the synthetic tree and what its threads did."""
+
+    pid: int
+    loads: Sequence[Load] = (IDLE,)
+    ppid: int = ROOT
+    cmdline: str = "python train.py"
+    name: str = "python"
+    pools: tuple[str, ...] | None = ()
+    env: Mapping[str, str] | None = field(default_factory=dict)
+    start_ticks: int = 1000
+    schedstat: bool = True
+    ctx: bool = True
+
+
+def thread(
+    tid: int,
+    cpu_ns: int,
+    delay_ns: int | None,
+    vol: int | None = BASE_CTX,
+    invol: int | None = BASE_CTX,
+) -> ThreadSample:
+    """One thread's cumulative counters."""
+    return ThreadSample(
+        tid=tid,
+        state="R",
+        cpu_ns=cpu_ns,
+        run_delay_ns=delay_ns,
+        voluntary_ctx=vol,
+        involuntary_ctx=invol,
+    )
+
+
+def _sample(p: Proc, dt: float, after: bool) -> ProcessSample:
+    threads = []
+    for i, load in enumerate(p.loads):
+        k = dt if after else 0.0
+        threads.append(
+            thread(
+                tid=p.pid if i == 0 else p.pid * 100 + i,
+                cpu_ns=BASE_CPU_NS + round(load.cpu * k * NS),
+                delay_ns=BASE_DELAY_NS + round(load.delay * k * NS) if p.schedstat else None,
+                vol=BASE_CTX + round(load.voluntary * k) if p.ctx else None,
+                invol=BASE_CTX + round(load.involuntary * k) if p.ctx else None,
+            )
+        )
+    return ProcessSample(
+        pid=p.pid,
+        ppid=p.ppid,
+        name=p.name,
+        cmdline=p.cmdline,
+        start_ticks=p.start_ticks,
+        threads=tuple(threads),
+        pools=p.pools,
+        thread_env=p.env,
+    )
+
+
+def process_pair(p: Proc, dt: float = 1.0) -> tuple[ProcessSample, ProcessSample]:
+    """The process at the start and at the end of an interval of `dt` seconds."""
+    return _sample(p, dt, after=False), _sample(p, dt, after=True)
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the host did during the interval, besides the tree."""
+
+    outside: float | None = 0.0
+    """CPUs used outside the tree (None: /proc/stat unreadable)."""
+    steal: float | None = 0.0
+    psi: float | None = None
+    """Share of the interval with some task waiting (None: no PSI)."""
+    periods: int | None = None
+    """cgroup periods elapsed in the interval (None: no quota)."""
+    throttled: int = 0
+    """Periods throttled in the interval."""
+    throttled_s: float = 0.0
+    """Seconds throttled in the interval."""
+
+
+def host_pair(host: Host, tree_cpu: float, dt: float) -> tuple[HostSample, HostSample]:
+    """Host counters whose busy time covers the tree's `tree_cpu` CPUs plus `host.outside`."""
+    base_busy, base_steal, base_psi = 900 * NS, 3 * NS, 4_000_000
+
+    def at(k: float) -> HostSample:
+        throttle = None
+        if host.periods is not None:
+            throttle = ThrottleStat(
+                nr_periods=200 + round(host.periods * k),
+                nr_throttled=20 + round(host.throttled * k),
+                throttled_ns=NS + round(host.throttled_s * k * NS),
+            )
+        return HostSample(
+            busy_ns=None
+            if host.outside is None
+            else base_busy + round((tree_cpu + host.outside) * dt * k * NS),
+            steal_ns=None if host.steal is None else base_steal + round(host.steal * dt * k * NS),
+            psi_some_us=None if host.psi is None else base_psi + round(host.psi * dt * k * 1e6),
+            throttle=throttle,
+        )
+
+    return at(0.0), at(1.0)
+
+
+def tree_pair(
+    procs: Sequence[Proc],
+    *,
+    dt: float = 1.0,
+    host: Host = Host(),
+    root_pid: int = ROOT,
+    unavailable: tuple[str, ...] = (),
+) -> tuple[TreeSample, TreeSample]:
+    """Two samples of a tree whose processes all lived through the interval."""
+    pairs = [process_pair(p, dt) for p in procs]
+    tree_cpu = sum(load.cpu for p in procs for load in p.loads)
+    hp, hc = host_pair(host, tree_cpu, dt)
+    prev = TreeSample(
+        t=T0,
+        root_pid=root_pid,
+        processes={a.pid: a for a, _ in pairs},
+        host=hp,
+        unavailable=unavailable,
+    )
+    curr = TreeSample(
+        t=T0 + dt,
+        root_pid=root_pid,
+        processes={b.pid: b for _, b in pairs},
+        host=hc,
+        unavailable=unavailable,
+    )
+    return prev, curr
+
+
+def without(sample: TreeSample, *pids: int) -> TreeSample:
+    """The same sample with some processes missing (not yet born, or already gone)."""
+    kept = {pid: p for pid, p in sample.processes.items() if pid not in pids}
+    return replace(sample, processes=kept)
+
+
+def analyse(
+    procs: Sequence[Proc],
+    vcpus: int,
+    *,
+    dt: float = 1.0,
+    host: Host = Host(),
+    thresholds: Thresholds | None = None,
+) -> Interval:
+    """`rates.interval` of a synthetic tree pair."""
+    prev, curr = tree_pair(procs, dt=dt, host=host)
+    return interval(prev, curr, vcpus, thresholds or Thresholds())
+
+
+def budget(vcpus: int, pid: int = ROOT) -> Budget:
+    """A plain budget of `vcpus` CPUs limited by affinity."""
+    return Budget(
+        pid=pid,
+        vcpus=vcpus,
+        logical=vcpus,
+        physical=None,
+        affinity=tuple(range(vcpus)),
+        quota=None,
+        cpuset=None,
+        numa={},
+        cores=(),
+        limited_by="affinity",
+    )
+
+
+def busy_workers(
+    count: int,
+    threads: int,
+    *,
+    delay: float = 0.0,
+    pools: tuple[str, ...] | None = (),
+    env: Mapping[str, str] | None = None,
+    first_pid: int = 201,
+) -> list[Proc]:
+    """A root (idle, one thread) and `count` workers each running `threads` busy threads.
+
+    Each busy thread uses `1 - delay` of a CPU and waits `delay` of the interval.
+    """
+    root = Proc(ROOT, (IDLE,), ppid=1, cmdline="python launch.py")
+    load = Load(cpu=1.0 - delay, delay=delay, involuntary=200.0)
+    workers = [
+        Proc(
+            first_pid + i,
+            (load,) * threads,
+            pools=pools,
+            env=dict(env) if env is not None else {},
+            cmdline=f"python worker.py {i}",
+        )
+        for i in range(count)
+    ]
+    return [root, *workers]
