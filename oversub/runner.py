@@ -1,0 +1,212 @@
+"""Start `check -- CMD` and, at the end, stop its whole process tree.
+
+The command runs in a session of its own (start_new_session), so its tree has one process
+group that a terminal's Ctrl-C does not reach: oversub decides when the command stops. A
+tree can escape its process group, though: a child may call setsid() (torchrun agents,
+daemonising helpers), and a grandchild whose parent exited is re-parented to init or a
+subreaper, where a ppid walk from the command no longer finds it. TreeReaper therefore
+remembers every pid it has ever seen in the tree (`observe`, fed by each sample), and at
+the end signals the process group, every remembered pid and every descendant of those.
+
+A pid number is reused after its process is gone, so each pid is remembered with its start
+time (field 22 of /proc/PID/stat, clock ticks after boot); a pid whose start time changed
+is someone else's process and is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from oversub.errors import CommandError, UsageError
+from oversub.probe.proctree import descendants, read_ppids, read_small, scan_stats, subtree
+
+__all__ = ["TreeReaper", "descendants_now", "start_command"]
+
+_POLL_S = 0.05
+"""How often terminate() looks whether the tree has exited."""
+_KILL_WAIT_S = 2.0
+"""How long terminate() waits for SIGKILL to take effect before it gives up waiting."""
+
+
+def start_command(argv: list[str]) -> subprocess.Popen[bytes]:
+    """Start `argv` in a new session with stdin, stdout and stderr inherited.
+
+    The command's output passes through untouched. Raises UsageError for an empty argv and
+    CommandError when the program cannot be started (missing, not executable, ...).
+    """
+    if not argv:
+        raise UsageError("no command given after --")
+    try:
+        return subprocess.Popen(argv, start_new_session=True)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise CommandError(f"cannot start {argv[0]!r}: {reason}") from exc
+
+
+@dataclass(frozen=True)
+class _Stat:
+    """The fields of /proc/PID/stat the reaper needs."""
+
+    pid: int
+    ppid: int
+    pgrp: int
+    session: int
+    state: str
+    start_ticks: int
+
+    @property
+    def alive(self) -> bool:
+        # A zombie has already died; only its parent (perhaps init) can remove it.
+        return self.state not in ("Z", "X", "x")
+
+
+def _parse(pid: int, data: bytes) -> _Stat | None:
+    """The reaper's fields of a raw stat line; None when it is malformed.
+
+    proctree.ProcStat has no process group or session, which only the reaper needs.
+    """
+    # comm may contain spaces and parentheses; it ends at the LAST ')'.
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        # fields[0] is stat field 3 (state): field N is fields[N - 3].
+        return _Stat(
+            pid=pid,
+            ppid=int(fields[1]),
+            pgrp=int(fields[2]),
+            session=int(fields[3]),
+            state=fields[0].decode("ascii", "replace"),
+            start_ticks=int(fields[19]),
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def _read_stat(root: str, pid: int) -> _Stat | None:
+    """/proc/PID/stat of one process; None when it is gone or unreadable."""
+    try:
+        return _parse(pid, read_small(os.path.join(root, "proc", str(pid), "stat")))
+    except OSError:
+        return None
+
+
+def _scan(root: str) -> dict[int, _Stat]:
+    """Every process under `root`/proc that could be read, by pid ({} without /proc)."""
+    try:
+        raw = scan_stats(root)
+    except OSError:
+        return {}
+    table = {pid: _parse(pid, data) for pid, data in raw.items()}
+    return {pid: stat for pid, stat in table.items() if stat is not None}
+
+
+def descendants_now(pid: int, root: str = "/") -> set[int]:
+    """Pids of every current descendant of `pid` (not `pid` itself), by one ppid scan of /proc.
+
+    A process re-parented away from the tree (its parent exited) is not found: that is what
+    TreeReaper.observe is for. Raises OSError when `root`/proc cannot be listed.
+    """
+    return descendants(pid, read_ppids(root))
+
+
+class TreeReaper:
+    """Stops every process of a started command's tree, however it wandered off.
+
+    Feed it the pids of each sample with `observe`; call `terminate` once the run is over
+    (also on errors and Ctrl-C). Linux /proc is used to find descendants; without it only
+    the process group and the command itself are signalled.
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes], root: str = "/") -> None:
+        """Watch the tree of `process`, started by `start_command` (its own session)."""
+        self._process = process
+        self._root = root
+        # pid -> start ticks of every process ever seen in the tree.
+        self._known: dict[int, int] = {}
+        # (pid, start ticks, signal) already sent, (0, 0, signal) for the process group: each
+        # gets each signal once, so a process cleaning up after SIGTERM is not interrupted.
+        self._sent: set[tuple[int, int, int]] = set()
+        self._interrupted = False
+        # Until it is reaped, the command's pid (even as a zombie) cannot be reused.
+        own = _read_stat(self._root, process.pid) if process.returncode is None else None
+        self._root_start = own.start_ticks if own is not None else 0
+        if own is not None:
+            self._known[process.pid] = own.start_ticks
+
+    @property
+    def interrupted(self) -> bool:
+        """True when terminate() found the command itself still running and stopped it."""
+        return self._interrupted
+
+    def observe(self, pids: Iterable[int]) -> None:
+        """Remember `pids` (seen in the command's tree) with their start times."""
+        for pid in pids:
+            if pid in self._known:
+                continue
+            stat = _read_stat(self._root, pid)
+            if stat is not None and stat.start_ticks >= self._root_start:
+                self._known[pid] = stat.start_ticks
+
+    def terminate(self, grace: float = 3.0) -> None:
+        """SIGTERM the whole tree, wait up to `grace` seconds, SIGKILL what is left, reap.
+
+        Safe to call again, and when everything has already exited. The command itself is
+        always reaped (Popen.wait), so no zombie of ours remains.
+        """
+        if self._process.poll() is None:
+            self._interrupted = True
+        deadline = time.monotonic() + grace
+        # Re-scan while waiting: a process may fork between the scan and its signal.
+        while self._signal_tree(signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+            self._process.poll()
+        deadline = time.monotonic() + _KILL_WAIT_S
+        while self._signal_tree(signal.SIGKILL) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+            self._process.poll()
+        # After SIGKILL only an uninterruptible sleep keeps it; do not hang oversub on that.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=_KILL_WAIT_S)
+
+    def _members(self) -> tuple[dict[int, int], bool]:
+        """Live processes of the tree now (pid -> start ticks), and whether its group has any.
+
+        Remembers the processes it finds for the next call.
+        """
+        table = _scan(self._root)
+        pgid = self._process.pid  # start_new_session: pid = process group id = session id
+        for pid in list(self._known):
+            stat = table.get(pid)
+            if stat is None or stat.start_ticks != self._known[pid]:
+                del self._known[pid]  # gone, or the number now belongs to someone else
+        in_session = {s.pid for s in table.values() if pgid in (s.pgrp, s.session)}
+        ppids = {pid: stat.ppid for pid, stat in table.items()}
+        for pid in subtree(self._known, ppids) | in_session:
+            stat = table[pid]
+            # Anything older than the command cannot be part of its tree.
+            if stat.start_ticks >= self._root_start:
+                self._known.setdefault(pid, stat.start_ticks)
+        members = {pid: start for pid, start in self._known.items() if table[pid].alive}
+        group_alive = any(table[pid].pgrp == pgid for pid in members)
+        return members, group_alive
+
+    def _signal_tree(self, sig: signal.Signals) -> bool:
+        """Send `sig` to the tree (each process at most once); True while any is alive."""
+        members, group_alive = self._members()
+        # The group id cannot be reused while our unreaped child or a live member holds it.
+        if (self._process.returncode is None or group_alive) and (0, 0, sig) not in self._sent:
+            self._sent.add((0, 0, sig))
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, sig)
+        for pid, start in members.items():
+            if (pid, start, sig) in self._sent:
+                continue
+            self._sent.add((pid, start, sig))
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        return bool(members) or self._process.poll() is None

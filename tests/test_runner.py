@@ -1,0 +1,292 @@
+"""start_command, TreeReaper and descendants_now, with real process trees that try to escape."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from oversub.errors import CommandError, ExitStatus, UsageError
+from oversub.runner import TreeReaper, descendants_now, start_command
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+
+# The command under test. Every process writes "label pid" to the pid file once it is set
+# up, then sleeps. Labels:
+#   root     the command itself
+#   plain    a child
+#   setsid   a child in a session of its own (leaves the process group)
+#   stubborn a child that ignores SIGTERM (needs SIGKILL)
+#   orphan   a grandchild whose parent exits at once: re-parented, same group
+#   regroup  a grandchild in a process group of its own whose parent exits at once:
+#            re-parented and out of the group, found through its session
+#   escaped  a grandchild in its own session whose parent exits once GO exists: re-parented
+#            out of both the tree and the session, findable only because it was observed
+ESCAPING_TREE = r"""
+import os, signal, sys, time
+pidfile, go = sys.argv[1], sys.argv[2]
+
+def report(label):
+    with open(pidfile, "a") as f:
+        f.write(f"{label} {os.getpid()}\n")
+
+def child(body):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            body()
+        finally:
+            os._exit(0)
+    return pid
+
+def sleep_forever(label):
+    def body():
+        report(label)
+        time.sleep(600)
+    return body
+
+def own_session(label):
+    def body():
+        os.setsid()
+        sleep_forever(label)()
+    return body
+
+def stubborn():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sleep_forever("stubborn")()
+
+def own_group(label):
+    def body():
+        os.setpgid(0, 0)
+        sleep_forever(label)()
+    return body
+
+def orphan_parent():
+    child(sleep_forever("orphan"))
+    child(own_group("regroup"))
+
+def escaped_parent():
+    child(own_session("escaped"))
+    while not os.path.exists(go):
+        time.sleep(0.02)
+
+child(sleep_forever("plain"))
+child(own_session("setsid"))
+child(stubborn)
+child(orphan_parent)
+child(escaped_parent)
+report("root")
+time.sleep(600)
+"""
+
+LABELS = {"root", "plain", "setsid", "stubborn", "orphan", "regroup", "escaped"}
+
+
+def start_ticks(pid: int) -> int | None:
+    """Start time of a live (not zombie) process, None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(text[text.rfind(")") + 2 :].split()[1])
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+
+
+class Tree:
+    """A started ESCAPING_TREE; kills whatever is left of it on close."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        script = tmp_path / "tree.py"
+        script.write_text(ESCAPING_TREE)
+        self.pidfile = tmp_path / "pids"
+        self.go = tmp_path / "go"
+        self.process = start_command([sys.executable, str(script), str(self.pidfile), str(self.go)])
+        self.pids: dict[str, int] = {}
+        self.starts: dict[int, int] = {}
+
+    def wait_ready(self) -> None:
+        def ready() -> bool:
+            if self.pidfile.exists():
+                for line in self.pidfile.read_text().splitlines():
+                    label, pid = line.split()
+                    if int(pid) not in self.starts:
+                        ticks = start_ticks(int(pid))
+                        if ticks is not None:
+                            self.pids[label] = int(pid)
+                            self.starts[int(pid)] = ticks
+            return set(self.pids) == LABELS
+
+        wait_for(ready)
+
+    def alive(self) -> set[str]:
+        return {label for label, pid in self.pids.items() if start_ticks(pid) == self.starts[pid]}
+
+    def close(self) -> None:
+        self.go.touch()
+        for pid in self.starts:
+            if start_ticks(pid) == self.starts[pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[Tree]:
+    started = Tree(tmp_path)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+@pytest.mark.integration
+def test_terminate_stops_children_setsid_orphans_and_sigterm_ignorers(tree: Tree) -> None:
+    tree.wait_ready()
+    # Their parent exits at once: wait until both have been re-parented away.
+    orphans = [tree.pids["orphan"], tree.pids["regroup"]]
+    wait_for(lambda: not set(orphans) & descendants_now(tree.process.pid))
+    assert tree.alive() == LABELS
+
+    reaper = TreeReaper(tree.process)
+    reaper.terminate(grace=0.5)
+
+    # "escaped" is still below its (live) parent here, so the ppid walk finds it.
+    assert tree.alive() == set()
+    assert tree.process.returncode == -signal.SIGTERM
+    assert reaper.interrupted
+
+
+@pytest.mark.integration
+def test_observed_process_is_stopped_after_it_escaped(tree: Tree) -> None:
+    tree.wait_ready()
+    reaper = TreeReaper(tree.process)
+    seen = descendants_now(tree.process.pid)
+    assert tree.pids["escaped"] in seen
+    reaper.observe(seen | {tree.process.pid})
+
+    escaped_parent = parent_of(tree.pids["escaped"])
+    tree.go.touch()  # its parent exits; it is re-parented outside the tree
+    wait_for(lambda: parent_of(tree.pids["escaped"]) != escaped_parent)
+    assert tree.pids["escaped"] not in descendants_now(tree.process.pid)
+
+    reaper.terminate(grace=0.5)
+    assert tree.alive() == set()
+    reaper.terminate(grace=0.5)  # twice is harmless
+    assert tree.process.returncode == -signal.SIGTERM
+
+
+@pytest.mark.integration
+def test_terminate_after_exit_keeps_the_exit_status() -> None:
+    process = start_command([sys.executable, "-c", "import sys; sys.exit(3)"])
+    try:
+        reaper = TreeReaper(process)
+        wait_for(lambda: process.poll() is not None)
+        reaper.terminate(grace=0.5)
+        reaper.terminate(grace=0.5)
+        assert process.returncode == 3
+        assert not reaper.interrupted
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+@pytest.mark.integration
+def test_command_runs_in_its_own_session_with_output_passed_through(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    code = "import os; print(os.getsid(0), os.getpgid(0), flush=True)"
+    process = start_command([sys.executable, "-c", code])
+    try:
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    sid, pgid = capfd.readouterr().out.split()
+    assert int(sid) == int(pgid) == process.pid
+    assert os.getsid(0) != process.pid
+
+
+def test_missing_command_is_command_error() -> None:
+    with pytest.raises(CommandError) as caught:
+        start_command(["oversub-no-such-command-xyz", "--flag"])
+    assert str(caught.value) == (
+        "cannot start 'oversub-no-such-command-xyz': No such file or directory"
+    )
+    assert caught.value.status is ExitStatus.UNOBSERVABLE
+
+
+def test_not_executable_is_command_error(tmp_path: Path) -> None:
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    if os.access(script, os.X_OK):  # root may execute anything with an x bit; this has none
+        pytest.skip("file is executable for this user")
+    with pytest.raises(CommandError, match="Permission denied"):
+        start_command([str(script)])
+
+
+def test_empty_command_is_usage_error() -> None:
+    with pytest.raises(UsageError):
+        start_command([])
+
+
+def fake_stat(
+    proc: Path, pid: int, ppid: int, comm: str = "python", pgrp: int = 1, start: int = 100
+) -> None:
+    """Write proc/PID/stat with the fields the runner reads, others zero."""
+    rest = ["S", str(ppid), str(pgrp), str(pgrp)] + ["0"] * 15 + [str(start)] + ["0"] * 30
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "stat").write_text(f"{pid} ({comm}) " + " ".join(rest) + "\n")
+
+
+def test_descendants_now_on_a_fake_proc(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    fake_stat(proc, 1, 0, "init")
+    fake_stat(proc, 10, 1, "job")
+    fake_stat(proc, 11, 10, "weird) (name 2")  # comm with spaces and parentheses
+    fake_stat(proc, 12, 11, "grandchild")
+    fake_stat(proc, 13, 10, "x")
+    fake_stat(proc, 20, 1, "other")
+    fake_stat(proc, 21, 20, "other child")
+    (proc / "self").mkdir()  # non-numeric entries are skipped
+    (proc / "30").mkdir()  # a process that vanished mid-scan: no stat file
+    assert descendants_now(10, root=str(tmp_path)) == {11, 12, 13}
+    assert descendants_now(12, root=str(tmp_path)) == set()
+    assert descendants_now(1, root=str(tmp_path)) == {10, 11, 12, 13, 20, 21}
+
+
+def test_descendants_now_of_real_child() -> None:
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert process.pid in descendants_now(os.getpid())
+        assert os.getpid() not in descendants_now(os.getpid())
+    finally:
+        process.kill()
+        process.wait()
