@@ -145,16 +145,20 @@ def binding_plan(budget: Budget, procs: int, cpus_each: int) -> tuple[tuple[int,
     """One CPU list per process, `cpus_each` CPUs each, disjoint, within the allowed CPUs.
 
     Placement rules, in order of priority:
-    1. A process never spans NUMA nodes when it fits in one (first fit, node by node: with
-       equal-sized processes first fit places as many whole processes as any order would).
+    1. A process never spans NUMA nodes when it fits in one. Each goes to the node with the
+       most free CPUs: every whole placement lowers the nodes' total capacity by exactly
+       one process, so spreading places as many whole processes as packing would, and it
+       gives each process more physical cores and memory bandwidth.
     2. Inside a node the free cores are shared out evenly, and a process takes the first
        thread of each of its cores before any SMT sibling: distinct physical cores first.
     3. A core's siblings stay with one process; leftover siblings go to another process
        only when no untouched core is left.
-    Processes that fit in no single node are placed last, across the nodes with the most
-    free CPUs. Returns () when M * cpus_each exceeds the allowed CPUs: no exclusive
-    binding exists. Under a cgroup quota smaller than the affinity this still pins each
-    process to `cpus_each` CPUs, so the bound CPUs add up to the plan, not the affinity.
+    Bindings come node by node. Processes that fit in no single node come last, spread
+    over the nodes with the most free CPUs first.
+
+    Returns () when M * cpus_each exceeds the allowed CPUs: no exclusive binding exists.
+    Under a cgroup quota smaller than the affinity this still pins each process to
+    `cpus_each` CPUs, so the bound CPUs add up to the plan, not to the affinity.
     """
     if procs < 1:
         raise ValueError(f"procs must be >= 1, got {procs}")
@@ -169,9 +173,10 @@ def binding_plan(budget: Budget, procs: int, cpus_each: int) -> tuple[tuple[int,
     room = [node.free() for node in nodes]
     placed_in: list[int] = []
     for _ in range(procs):
-        node_index = next((i for i, free in enumerate(room) if free >= cpus_each), None)
-        if node_index is None:
+        fitting = [i for i, free in enumerate(room) if free >= cpus_each]
+        if not fitting:
             break
+        node_index = max(fitting, key=lambda i: (room[i], -i))
         room[node_index] -= cpus_each
         placed_in.append(node_index)
 
