@@ -1,0 +1,163 @@
+"""`--procs auto`: launcher variables and per-task SLURM plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from oversub.analysis.launcher import (
+    LAUNCHER_VARS,
+    LauncherInfo,
+    plan_for_launcher,
+    procs_from_env,
+    task_vcpus,
+)
+from oversub.analysis.recommend import make_plan, synthetic_budget
+from oversub.errors import ExitStatus, UsageError
+
+
+@pytest.mark.parametrize(
+    ("env", "procs", "source"),
+    [
+        ({"LOCAL_WORLD_SIZE": "4"}, 4, "LOCAL_WORLD_SIZE"),
+        ({"SLURM_NTASKS_PER_NODE": "8"}, 8, "SLURM_NTASKS_PER_NODE"),
+        ({"SLURM_NTASKS_PER_NODE": "4(x2)"}, 4, "SLURM_NTASKS_PER_NODE"),
+        ({"SLURM_NTASKS_PER_NODE": "4(x2),4"}, 4, "SLURM_NTASKS_PER_NODE"),
+        ({"OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, 3, "OMPI_COMM_WORLD_LOCAL_SIZE"),
+        ({"MPI_LOCALNRANKS": "2"}, 2, "MPI_LOCALNRANKS"),
+        ({"MPI_LOCALNRANKS": " 2\n"}, 2, "MPI_LOCALNRANKS"),
+    ],
+)
+def test_each_launcher(env: dict[str, str], procs: int, source: str) -> None:
+    info = procs_from_env(env)
+    assert (info.procs, info.source) == (procs, source)
+    assert info.per_task_cpus is None
+
+
+def test_torchrun_wins_inside_slurm_and_mpi() -> None:
+    env = {
+        "MPI_LOCALNRANKS": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_CPUS_PER_TASK": "16",
+        "LOCAL_WORLD_SIZE": "4",
+    }
+    info = procs_from_env(env)
+    assert info == LauncherInfo(procs=4, source="LOCAL_WORLD_SIZE", per_task_cpus=None)
+
+
+def test_slurm_before_mpi() -> None:
+    info = procs_from_env({"SLURM_NTASKS_PER_NODE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "6"})
+    assert info.source == "SLURM_NTASKS_PER_NODE"
+
+
+def test_slurm_cpus_per_task() -> None:
+    info = procs_from_env({"SLURM_NTASKS_PER_NODE": "4(x2)", "SLURM_CPUS_PER_TASK": "8"})
+    assert info == LauncherInfo(procs=4, source="SLURM_NTASKS_PER_NODE", per_task_cpus=8)
+
+
+def test_empty_variable_counts_as_unset() -> None:
+    info = procs_from_env({"LOCAL_WORLD_SIZE": "", "MPI_LOCALNRANKS": "2"})
+    assert info.source == "MPI_LOCALNRANKS"
+
+
+def test_no_launcher_names_every_variable() -> None:
+    with pytest.raises(UsageError) as excinfo:
+        procs_from_env({"PATH": "/bin", "SLURM_CPUS_PER_TASK": "4"})
+    message = str(excinfo.value)
+    assert message.startswith("--procs auto: no launcher variable set")
+    for name in LAUNCHER_VARS:
+        assert name in message
+    assert excinfo.value.status is ExitStatus.USAGE
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LOCAL_WORLD_SIZE", "four"),
+        ("LOCAL_WORLD_SIZE", "0"),
+        ("LOCAL_WORLD_SIZE", "-2"),
+        ("LOCAL_WORLD_SIZE", "2.5"),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", "x"),
+        ("MPI_LOCALNRANKS", "0"),
+        ("SLURM_NTASKS_PER_NODE", "0"),
+        ("SLURM_NTASKS_PER_NODE", "4(x"),
+        ("SLURM_NTASKS_PER_NODE", "(x2)"),
+    ],
+)
+def test_bad_values_name_the_variable(name: str, value: str) -> None:
+    with pytest.raises(UsageError) as excinfo:
+        procs_from_env({name: value})
+    assert name in str(excinfo.value)
+    assert repr(value) in str(excinfo.value)
+
+
+def test_slurm_uneven_nodes_is_refused() -> None:
+    with pytest.raises(UsageError, match="differs between nodes"):
+        procs_from_env({"SLURM_NTASKS_PER_NODE": "4(x2),3"})
+
+
+@pytest.mark.parametrize("value", ["0", "many", "-1"])
+def test_bad_slurm_cpus_per_task(value: str) -> None:
+    with pytest.raises(UsageError, match="SLURM_CPUS_PER_TASK"):
+        procs_from_env({"SLURM_NTASKS_PER_NODE": "2", "SLURM_CPUS_PER_TASK": value})
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def test_plain_launcher_shares_the_budget() -> None:
+    budget = synthetic_budget(8)
+    info = LauncherInfo(procs=4, source="LOCAL_WORLD_SIZE", per_task_cpus=None)
+    plan = plan_for_launcher(budget, info, workers=0)
+    assert plan == make_plan(budget, 4, procs_source="LOCAL_WORLD_SIZE")
+    assert plan.threads_per_process == 2
+
+
+def test_slurm_task_confined_to_its_cpus() -> None:
+    # SLURM bound the task: the process sees exactly its 4 CPUs.
+    budget = synthetic_budget(4)
+    info = LauncherInfo(procs=8, source="SLURM_NTASKS_PER_NODE", per_task_cpus=4)
+    assert task_vcpus(budget, info) == 4
+    plan = plan_for_launcher(budget, info, workers=1)
+    assert (plan.procs, plan.threads_per_process, plan.workers) == (1, 3, 1)
+    assert not plan.oversubscribed
+    assert plan.binding == ((0, 1, 2, 3),)
+    assert plan.procs_source == "SLURM_NTASKS_PER_NODE"
+    assert "one SLURM task" in plan.warnings[0]
+
+
+def test_slurm_task_sees_whole_node() -> None:
+    # 4 tasks x 8 CPUs on a 32-CPU node without task binding: plan on the task's 8.
+    budget = synthetic_budget(32)
+    info = LauncherInfo(procs=4, source="SLURM_NTASKS_PER_NODE", per_task_cpus=8)
+    assert task_vcpus(budget, info) == 8
+    plan = plan_for_launcher(budget, info, workers=0)
+    assert (plan.procs, plan.threads_per_process, plan.leftover) == (1, 8, 0)
+    assert plan.budget.vcpus == 8
+    assert any("SLURM_CPUS_PER_TASK" in note for note in plan.budget.notes)
+    # Every task sees the same CPUs: one binding would pin them all together.
+    assert plan.binding == ()
+    assert "--cpu-bind" in plan.warnings[0]
+
+
+def test_slurm_tasks_overcommit_shared_cpus() -> None:
+    # 4 tasks x 8 CPUs but only 16 visible and shared: share the 16 out.
+    budget = synthetic_budget(16)
+    info = LauncherInfo(procs=4, source="SLURM_NTASKS_PER_NODE", per_task_cpus=8)
+    assert task_vcpus(budget, info) is None
+    plan = plan_for_launcher(budget, info, workers=0)
+    assert (plan.procs, plan.threads_per_process) == (4, 4)
+    assert "shared by all 4 tasks" in plan.warnings[0]
+
+
+def test_slurm_more_tasks_than_cpus() -> None:
+    budget = synthetic_budget(2)
+    info = LauncherInfo(procs=4, source="SLURM_NTASKS_PER_NODE", per_task_cpus=1)
+    plan = plan_for_launcher(budget, info, workers=0)
+    assert plan.oversubscribed
+    assert any("at most 2 processes" in w for w in plan.warnings)
+
+
+def test_task_vcpus_without_cpus_per_task() -> None:
+    info = LauncherInfo(procs=2, source="MPI_LOCALNRANKS", per_task_cpus=None)
+    assert task_vcpus(synthetic_budget(8), info) is None
