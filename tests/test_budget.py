@@ -212,6 +212,18 @@ def test_permission_denied_from_affinity(monkeypatch: pytest.MonkeyPatch) -> Non
         read_budget()
 
 
+def test_failing_sched_getaffinity_falls_back_to_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_affinity = tuple(sorted(os.sched_getaffinity(0)))
+
+    def fail(pid: int) -> set[int]:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "sched_getaffinity", fail)
+    budget = read_budget()
+    assert budget.affinity == real_affinity
+    assert any("sched_getaffinity failed" in note for note in budget.notes)
+
+
 def test_real_nonexistent_pid() -> None:
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
     with pytest.raises(NoSuchProcess, match=f"no process with pid {pid_max + 1}"):

@@ -20,7 +20,13 @@ from oversub.errors import NoSuchProcess, PermissionDenied, UnsupportedPlatform
 from oversub.model import Budget, LimitSource
 from oversub.probe.cgroup import read_cgroup_limits
 from oversub.probe.cpudetail import read_cpu_detail
-from oversub.probe.topology import format_cpulist, parse_cpulist, read_topology, rooted
+from oversub.probe.topology import (
+    describe_error,
+    format_cpulist,
+    parse_cpulist,
+    read_topology,
+    rooted,
+)
 
 __all__ = ["QUOTA_TOLERANCE", "effective_vcpus", "read_budget"]
 
@@ -107,6 +113,8 @@ def _read_affinity(pid: int, root: str, notes: list[str]) -> tuple[int, ...] | N
             raise NoSuchProcess(f"no process with pid {pid}") from None
         except PermissionError:
             raise PermissionDenied(f"cannot read process {pid}: permission denied") from None
+        except OSError as error:  # e.g. a seccomp filter refusing the syscall
+            notes.append(f"sched_getaffinity failed ({describe_error(error)}): read /proc instead")
     return _affinity_from_status(pid, root, notes)
 
 
