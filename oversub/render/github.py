@@ -1,0 +1,46 @@
+"""GitHub Actions workflow commands: one annotation per finding, shown on the run's page.
+
+Pure: returns lines; the CLI writes them (to stderr) only when GITHUB_ACTIONS=true.
+Escaping follows the runner's rules (actions/toolkit `command.ts`): in the message, % CR
+LF become %25 %0D %0A; in properties, also ':' and ',' become %3A and %2C, because they
+separate properties. Without it a message with a newline ends the command early.
+"""
+
+# No `from __future__ import annotations` here: that import binds the name `annotations`,
+# which is this module's public function. Every annotation below is valid at runtime on 3.10.
+
+from oversub.model import Severity, Summary, Verdict
+from oversub.render.phrases import fails
+
+__all__ = ["annotations", "escape_data", "escape_property"]
+
+
+def escape_data(text: str) -> str:
+    """A workflow-command message: % CR LF escaped (% first, so escapes are not re-escaped)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow-command property value: like `escape_data`, plus ':' and ','."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotations(s: Summary, *, fail_on: Verdict) -> list[str]:
+    """One workflow command per finding worth showing, worst first.
+
+    `fail_on` semantics: a finding fails when finding.verdict.rank >= fail_on.rank.
+    Failing findings give `::error title=oversub RULE::MESSAGE Fix: FIX`; findings that
+    do not fail but have severity warning or critical give the same as `::warning`;
+    non-failing info findings give nothing (they are in the reports).
+    """
+    lines = []
+    for f in s.findings:
+        if fails(f, fail_on):
+            command = "error"
+        elif f.severity in (Severity.WARNING, Severity.CRITICAL):
+            command = "warning"
+        else:
+            continue
+        title = escape_property(f"oversub {f.rule}")
+        lines.append(f"::{command} title={title}::{escape_data(f'{f.message} Fix: {f.fix}')}")
+    return lines

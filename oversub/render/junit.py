@@ -1,0 +1,108 @@
+"""`check --junit`: the run as JUnit XML, one test case per rule, so CI dashboards show
+which rules passed and which failed.
+
+Pure: returns a string. Built with xml.etree.ElementTree so every message, command line
+and process name is escaped by the library, never by hand.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+
+from oversub.model import Finding, Summary, Verdict
+from oversub.render.phrases import budget_limit_line, fails
+
+__all__ = ["summary_junit"]
+
+_CLASSNAME = "oversub"
+
+# Characters XML 1.0 cannot hold even escaped; ElementTree writes them anyway and the
+# result no longer parses. Process names and command lines can contain them, and lone
+# surrogates (from undecodable bytes) cannot even be written out as UTF-8.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _x(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
+
+
+def _default_rules() -> dict[str, str]:
+    # Imported here, not at module level: the renderer must not drag the analysis package
+    # into every import of `oversub.render`.
+    from oversub.analysis.preflight import PREFLIGHT_RULES
+    from oversub.analysis.verdict import RULES
+
+    return {**RULES, **PREFLIGHT_RULES}
+
+
+def _finding_text(f: Finding) -> str:
+    """The body of a failure or system-out entry: message, fix, pids, evidence."""
+    lines = [f"[{f.severity.value}] {f.message}", f"fix: {f.fix}"]
+    if f.pids:
+        lines.append("pids: " + ", ".join(str(pid) for pid in f.pids))
+    for key, value in f.evidence.items():
+        lines.append(f"{key}: {value}")
+    return _x("\n".join(lines))
+
+
+def summary_junit(s: Summary, *, fail_on: Verdict, rules: Mapping[str, str] | None = None) -> str:
+    """JUnit XML for the run, with an XML declaration and a trailing newline.
+
+    One `<testsuite name="oversub">` holding one `<testcase classname="oversub" name=RULE>`
+    per rule of `rules` (default: `analysis.verdict.RULES` then
+    `analysis.preflight.PREFLIGHT_RULES`), plus one per rule that fired but is not listed,
+    so no finding is ever dropped. `fail_on` semantics: a finding fails when
+    finding.verdict.rank >= fail_on.rank. Each failing finding becomes a
+    `<failure message=MESSAGE type=SEVERITY>` of its rule's test case (body: fix, pids,
+    evidence); findings below `fail_on` become `<system-out>` text of their test case.
+    Suite attributes: `tests` = test cases, `failures` = test cases with at least one
+    failure, `errors` = 0, `skipped` = 0, `time` = the run's duration in seconds. Suite
+    `<properties>` record the verdict, fail-on, N and the root pid.
+    """
+    catalogue = dict(_default_rules() if rules is None else rules)
+    by_rule: dict[str, list[Finding]] = {}
+    for f in s.findings:
+        by_rule.setdefault(f.rule, []).append(f)
+        catalogue.setdefault(f.rule, "")
+
+    suite = ET.Element("testsuite", name=_CLASSNAME)
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("verdict", s.verdict.value),
+        ("fail_on", fail_on.value),
+        ("vcpus", str(s.budget.vcpus)),
+        ("budget", budget_limit_line(s.budget)),
+        ("root_pid", str(s.root_pid)),
+        ("samples", str(s.samples)),
+    ):
+        ET.SubElement(properties, "property", name=name, value=_x(value))
+
+    failed_cases = 0
+    for rule, description in catalogue.items():
+        case = ET.SubElement(
+            suite, "testcase", classname=_CLASSNAME, name=_x(rule), time=f"{s.duration_s:.3f}"
+        )
+        findings = by_rule.get(rule, [])
+        failing = [f for f in findings if fails(f, fail_on)]
+        passing = [f for f in findings if not fails(f, fail_on)]
+        for f in failing:
+            failure = ET.SubElement(case, "failure", message=_x(f.message), type=f.severity.value)
+            failure.text = (_x(description) + "\n" if description else "") + _finding_text(f)
+        if passing:
+            out = ET.SubElement(case, "system-out")
+            out.text = "\n\n".join(
+                f"below --fail-on {fail_on.value} (verdict {f.verdict.value}):\n" + _finding_text(f)
+                for f in passing
+            )
+        failed_cases += bool(failing)
+
+    suite.set("tests", str(len(catalogue)))
+    suite.set("failures", str(failed_cases))
+    suite.set("errors", "0")
+    suite.set("skipped", "0")
+    suite.set("time", f"{s.duration_s:.3f}")
+    ET.indent(suite)
+    body = ET.tostring(suite, encoding="unicode")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n"

@@ -1,0 +1,159 @@
+"""`check --markdown` and `$GITHUB_STEP_SUMMARY`: the run as a GitHub-flavoured Markdown report.
+
+Pure: returns a string. No emoji (badges are words, which survive every renderer and
+screen reader). Table cells escape pipes and fold newlines so user text (command lines,
+messages) can never break a table.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from oversub.model import Finding, Summary, Verdict
+from oversub.render.phrases import (
+    VERDICT_MEANING,
+    budget_limit_line,
+    env_text,
+    fails,
+    number,
+    percent,
+    pools_text,
+    rate,
+    totals_line,
+)
+
+__all__ = ["summary_markdown"]
+
+
+def _cell(text: str) -> str:
+    """Text safe inside one table cell: pipes escaped, line breaks as <br>."""
+    text = text.replace("\\", "\\\\").replace("|", "\\|")
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "<br>")
+
+
+def _code(text: str) -> str:
+    """An inline code span that holds any text: the fence is one backtick longer than the
+    longest run inside, and padded when the text starts or ends with a backtick."""
+    longest = run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(_cell(h) for h in headers) + " |"]
+    lines.append("|" + "|".join("---" for _ in headers) + "|")
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _findings_section(findings: tuple[Finding, ...], fail_on: Verdict) -> list[str]:
+    if not findings:
+        return ["No findings."]
+    rows = [
+        (
+            f.rule,
+            f.severity.value,
+            f.verdict.value + (" (fails)" if fails(f, fail_on) else ""),
+            f.message,
+            f.fix,
+        )
+        for f in findings
+    ]
+    return _table(("Rule", "Severity", "Verdict", "Message", "Fix"), rows)
+
+
+def _process_section(s: Summary) -> list[str]:
+    if not s.processes:
+        return ["No process was observed."]
+    headers = (
+        "PID",
+        "Name",
+        "Threads (active/peak)",
+        "CPU % mean/peak",
+        "Demand mean/peak",
+        "Run delay mean/peak",
+        "Invol/s mean/peak",
+        "Pools",
+        "Thread vars",
+    )
+    rows = [
+        (
+            str(p.pid),
+            p.name + (" (exited)" if p.exited else ""),
+            f"{p.active_threads_peak}/{p.threads}",
+            f"{p.cpu_percent:.0f} / {p.cpu_percent_peak:.0f}",
+            f"{p.demand:.2f} / {p.demand_peak:.2f}",
+            f"{percent(p.run_delay_ratio)} / {percent(p.run_delay_ratio_peak)}",
+            f"{rate(p.involuntary_ctx_per_s)} / {rate(p.involuntary_ctx_per_s_peak)}",
+            pools_text(p.pools),
+            env_text(p.thread_env),
+        )
+        for p in sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
+    ]
+    return _table(headers, rows)
+
+
+def summary_markdown(
+    s: Summary,
+    *,
+    command: list[str] | None,
+    exit_status: int,
+    command_status: int | None,
+    fail_on: Verdict,
+) -> str:
+    """The run as Markdown, ending in a newline.
+
+    Sections: a heading with the verdict as a word badge ("OVERSUBSCRIBED"), whether the
+    check failed at `--fail-on`, the command and its exit status, the budget line, a
+    findings table (rule, severity, verdict, message, fix), a per-process mean/peak table,
+    totals and host context. `fail_on` semantics: a finding fails when
+    finding.verdict.rank >= fail_on.rank; the badge says FAILED when any finding fails
+    (`exit_status` is printed as given, since the CLI may fail for other reasons).
+    """
+    failing = [f for f in s.findings if fails(f, fail_on)]
+    outcome = "FAILED" if failing else "passed"
+    lines = [
+        f"## oversub: {s.verdict.value.upper()} ({outcome})",
+        "",
+        f"**Verdict: {s.verdict.value}**: {VERDICT_MEANING[s.verdict]}. "
+        f"{len(failing)} of {len(s.findings)} findings at or above "
+        f"`--fail-on {fail_on.value}`; oversub exit status {exit_status}.",
+        "",
+    ]
+    if command is not None:
+        status = "no exit status" if command_status is None else f"exit status {command_status}"
+        lines += [f"Command: {_code(shlex.join(command))} ({status})", ""]
+    exited = ", target exited" if s.target_exited else ""
+    lines += [
+        f"Budget: {budget_limit_line(s.budget)}. "
+        f"Watched pid {s.root_pid} for {s.duration_s:.1f} s ({s.samples} samples{exited}).",
+        "",
+        "### Findings",
+        "",
+        *_findings_section(s.findings, fail_on),
+        "",
+        "### Processes",
+        "",
+        *_process_section(s),
+        "",
+        "### Totals",
+        "",
+        f"- Mean: {totals_line(s.totals, s.budget.vcpus)}",
+        f"- Peak: demand {number(s.totals_peak.demand)}, CPU {s.totals_peak.cpu_percent:.0f}%, "
+        f"run delay {percent(s.totals_peak.run_delay_ratio)}",
+    ]
+    host = s.host
+    lines.append(
+        f"- Host: outside the tree {number(host.outside_cpus)} CPUs, "
+        f"steal {number(host.steal_cpus)} CPUs, PSI some {percent(host.psi_some)}, "
+        f"throttled {percent(host.throttled_ratio)} of periods"
+    )
+    if s.unavailable:
+        lines.append(f"- Unavailable here: {', '.join(s.unavailable)}")
+    lines.extend(f"- Note: {note}" for note in s.notes)
+    return "\n".join(lines) + "\n"

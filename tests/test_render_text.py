@@ -1,0 +1,254 @@
+"""Terminal renderers (budget, plan, live frame, summary) rendered through a capture Console,
+and the plain stderr report."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console, RenderableType
+
+from oversub.model import Budget, Severity, Verdict
+from oversub.render.budget_text import budget_renderable
+from oversub.render.live import summary_renderable, summary_text, watch_renderable
+from oversub.render.phrases import budget_limit_line
+from oversub.render.plan_text import plan_renderable
+from tests.model_fixtures import (
+    make_assessment,
+    make_budget,
+    make_cpuset,
+    make_finding,
+    make_host_rates,
+    make_interval,
+    make_plan,
+    make_process_rates,
+    make_process_summary,
+    make_quota,
+    make_quota_budget,
+    make_summary,
+)
+
+
+def render(renderable: RenderableType, width: int = 120) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(renderable)
+    output = console.file.getvalue()
+    assert isinstance(output, str)
+    return output
+
+
+def line_with(text: str, needle: str) -> str:
+    matches = [line for line in text.splitlines() if needle in line]
+    assert matches, f"{needle!r} not in output:\n{text}"
+    return matches[0]
+
+
+# --------------------------------------------------------------------------- budget
+
+
+def test_budget_quota_binds_and_is_exact() -> None:
+    out = render(budget_renderable(make_quota_budget(cpuset=make_cpuset())))
+    quota_row = line_with(out, "cgroup quota")
+    assert "1.50 CPUs (150000/100000 µs) in /kubepods/pod1, cgroup v2" in quota_row
+    assert "binds" in quota_row
+    assert "binds" not in line_with(out, "Affinity")
+    assert "2 CPUs: 0-1 in /kubepods/pod1, cgroup v2" in line_with(out, "cgroup cpuset")
+    assert "N = 1 usable vCPU (limited by quota: 1.5 CPUs rounded down)" in out
+    assert "fractional quotas round down; at least 1" in out
+
+
+def test_budget_rows_for_host_topology() -> None:
+    b = make_budget(
+        numa={0: (0, 1), 1: (2, 3)},
+        notes=("no cgroup mount",),
+        cpu_model="EPYC",
+        cpu_flags=("avx2",),
+    )
+    out = render(budget_renderable(b))
+    assert "4 online" in line_with(out, "Logical CPUs")
+    assert "binds" in line_with(out, "Logical CPUs")  # limited_by none: the host's CPUs
+    assert "2 cores, 2 threads per core" in line_with(out, "Physical cores (SMT)")
+    assert "node 0: 0-1; node 1: 2-3" in line_with(out, "NUMA nodes")
+    assert "4 CPUs: 0-3" in line_with(out, "Affinity")
+    assert "none" in line_with(out, "cgroup quota")
+    assert "note: no cgroup mount" in out
+    assert "CPU model: EPYC" in out and "avx2" in out
+    assert "no limit: all 4 logical CPUs" in out
+
+
+def test_budget_unknown_smt_and_numa() -> None:
+    out = render(budget_renderable(make_budget(physical=None, cores=(), numa={})))
+    assert "unknown" in line_with(out, "Physical cores")
+    assert "not reported" in line_with(out, "NUMA nodes")
+    assert "CPU model" not in out
+
+
+@pytest.mark.parametrize(
+    ("budget", "expected"),
+    [
+        (
+            make_budget(vcpus=2, affinity=(0, 5), limited_by="affinity"),
+            "N = 2 usable vCPUs (limited by affinity: 2 CPUs)",
+        ),
+        (
+            make_budget(vcpus=3, cpuset=make_cpuset(cpus=(0, 1, 2)), limited_by="cpuset"),
+            "N = 3 usable vCPUs (limited by cpuset: 3 CPUs)",
+        ),
+        (
+            make_budget(vcpus=1, quota=make_quota(cpus=0.5), limited_by="quota"),
+            "N = 1 usable vCPU (limited by quota: 0.5 CPUs, raised to the minimum of 1)",
+        ),
+        (
+            make_budget(vcpus=2, quota=make_quota(cpus=2.0), limited_by="quota"),
+            "N = 2 usable vCPUs (limited by quota: 2 CPUs)",
+        ),
+    ],
+)
+def test_budget_limit_line(budget: Budget, expected: str) -> None:
+    assert budget_limit_line(budget) == expected
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def test_plan_text_numbers_exports_code_and_binding() -> None:
+    p = make_plan(procs_source="LOCAL_WORLD_SIZE", binding=((0, 1), (2, 3, 5)))
+    out = render(plan_renderable(p))
+    assert "LOCAL_WORLD_SIZE" in line_with(out, "M ")
+    assert "2" in line_with(out, "threads per main process")
+    assert "export OMP_NUM_THREADS=2" in out
+    assert "export OPENBLAS_NUM_THREADS=2" in out
+    assert "torch.set_num_threads(2)" in out
+    assert "threadpoolctl.threadpool_limits(2)" in out
+    assert "worker_init_fn" not in out  # no workers, no worker advice
+    assert "taskset -c 0-1 <cmd>" in out and "numactl -C 0-1 <cmd>" in out
+    assert "taskset -c 2-3,5 <cmd>" in out
+
+
+def test_plan_text_workers_and_warnings() -> None:
+    p = make_plan(
+        procs=2,
+        workers=3,
+        threads_per_process=1,
+        leftover=-4,
+        oversubscribed=True,
+        env={"OMP_NUM_THREADS": "1"},
+        worker_env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+        binding=(),
+        warnings=("8 threads on 4 vCPUs: reduce workers",),
+    )
+    out = render(plan_renderable(p))
+    assert "-4" in line_with(out, "leftover")
+    assert "oversub.worker_init_fn" in out
+    assert "export MKL_NUM_THREADS=1" in out  # the workers' variables
+    assert "warning: 8 threads on 4 vCPUs: reduce workers" in out
+    assert "taskset" not in out
+
+
+# --------------------------------------------------------------------------- live
+
+
+def test_watch_frame_has_header_verdict_table_and_fix() -> None:
+    budget = make_budget(vcpus=2, affinity=(0, 1), limited_by="affinity")
+    host = make_host_rates(throttled_ratio=0.25, throttled_s=0.5, psi_some=0.3)
+    iv = make_interval(host=host, unavailable=("schedstat",))
+    out = render(watch_renderable(iv, make_assessment(), budget, elapsed=12.34, samples=12))
+    assert "pid 1234" in out and "12.3 s" in out and "12 samples" in out
+    assert "N = 2 usable vCPUs (limited by affinity: 2 CPUs)" in out
+    assert "outside the tree 0.05 CPUs" in out and "PSI some 30%" in out
+    assert "throttled 25% of periods (0.50 s)" in out
+    assert "unavailable: schedstat" in out
+    assert "OVERSUBSCRIBED" in out
+    row = line_with(out, "2001")
+    for cell in ("python", "2/3", "100", "2.00", "50%", "260", "libgomp, torch", "default"):
+        assert cell in row
+    launcher = line_with(out, "launcher")
+    assert "?" in launcher and "-" in launcher  # unknown pools/env and delay
+    total = line_with(out, "total")
+    assert "4.00 / 2" in total and "4/7" in total
+    assert "[critical] oversubscribed-pools:" in out
+    assert "fix: export OMP_NUM_THREADS=1" in out
+
+
+def test_watch_frame_sorts_by_cpu_and_caps_rows() -> None:
+    procs = tuple(
+        make_process_rates(pid=3000 + i, name=f"w{i}", cpu_percent=float(i)) for i in range(5)
+    )
+    iv = make_interval(processes=procs)
+    ok = make_assessment(verdict=Verdict.OK, findings=())
+    out = render(watch_renderable(iv, ok, make_budget(), elapsed=1.0, samples=2, max_processes=3))
+    positions = [out.index(f"w{i} ") for i in (4, 3, 2)]
+    assert positions == sorted(positions)
+    assert "w1 " not in out and "… 2 more" in out
+    assert "OK" in out and "No findings." in out
+
+
+@pytest.mark.parametrize("verdict", list(Verdict))
+def test_every_verdict_has_a_banner(verdict: Verdict) -> None:
+    out = render(
+        watch_renderable(
+            make_interval(),
+            make_assessment(verdict=verdict),
+            make_budget(),
+            elapsed=1.0,
+            samples=1,
+        )
+    )
+    assert verdict.value.upper() in out
+
+
+def test_summary_renderable_reports_mean_peak_and_notes() -> None:
+    s = make_summary(
+        processes=(
+            make_process_summary(pid=2001, cpu_percent=97.0, cpu_percent_peak=100.0),
+            make_process_summary(pid=2002, exited=True, seconds=8.0, cpu_percent=12.0),
+        ),
+        notes=("schedstat missing for 1 thread",),
+        target_exited=True,
+    )
+    out = render(summary_renderable(s))
+    assert "OVERSUBSCRIBED" in out and "target exited" in out
+    assert "20 samples" in out and "10.0 s" in out
+    assert "97/100" in line_with(out, "2001")
+    assert "(exited)" in line_with(out, "2002")
+    assert out.index("2001") < out.index("2002")  # sorted by CPU
+    assert "4.00/4.20" in line_with(out, "total")
+    assert "fix: export OMP_NUM_THREADS=1" in out
+    assert "note: schedstat missing for 1 thread" in out
+
+
+def test_summary_text_is_plain() -> None:
+    s = make_summary(
+        findings=(
+            make_finding(),
+            make_finding(
+                rule="pool-default",
+                severity=Severity.WARNING,
+                verdict=Verdict.AT_RISK,
+                message="Pools sized by default.",
+                fix="Set OMP_NUM_THREADS.",
+            ),
+        )
+    )
+    text = summary_text(s)
+    lines = text.splitlines()
+    assert lines[0].startswith("oversub: oversubscribed (")
+    assert f"[critical] oversubscribed-pools: {make_finding().message}" in lines
+    assert lines[lines.index("[warning] pool-default: Pools sized by default.") + 1] == (
+        "  fix: Set OMP_NUM_THREADS."
+    )
+    totals = next(line for line in lines if line.startswith("totals:"))
+    assert "demand 4.00 runnable threads on N = 2" in totals and "peak demand 4.20" in totals
+    assert "\x1b" not in text and not text.endswith("\n")
+    text.encode("ascii")  # CI logs: no fancy punctuation
+
+
+def test_summary_text_without_findings_or_host() -> None:
+    s = make_summary(
+        verdict=Verdict.OK,
+        findings=(),
+        host=make_host_rates(outside_cpus=None, steal_cpus=None, psi_some=None),
+    )
+    text = summary_text(s)
+    assert text.startswith("oversub: ok")
+    assert "fix:" not in text and "host:" not in text
