@@ -1,0 +1,375 @@
+"""Verdict rules on synthetic intervals: every verdict, every rule, both sides of each threshold."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from oversub.analysis.verdict import RULES, assess
+from oversub.model import Assessment, Finding, Severity, Thresholds, Verdict
+from tests.samples import IDLE, ROOT, Host, Load, Proc, analyse, busy_workers
+
+TH = Thresholds()
+
+
+def judge(
+    procs: Sequence[Proc],
+    vcpus: int,
+    *,
+    dt: float = 1.0,
+    host: Host | None = None,
+    th: Thresholds = TH,
+) -> Assessment:
+    iv = analyse(procs, vcpus, dt=dt, host=host or Host(), thresholds=th)
+    return assess(iv, th)
+
+
+def rules(a: Assessment) -> list[str]:
+    return [f.rule for f in a.findings]
+
+
+def finding(a: Assessment, rule: str) -> Finding:
+    matches = [f for f in a.findings if f.rule == rule]
+    assert len(matches) == 1, rules(a)
+    return matches[0]
+
+
+def root() -> Proc:
+    return Proc(ROOT, (IDLE,), ppid=1, cmdline="python launch.py")
+
+
+def workers(
+    loads: Sequence[Load],
+    count: int = 2,
+    *,
+    pools: tuple[str, ...] | None = (),
+    env: Mapping[str, str] | None = None,
+) -> list[Proc]:
+    """Root plus `count` workers, each with threads doing `loads`."""
+    return [root()] + [
+        Proc(201 + i, tuple(loads), cmdline=f"python worker.py {i}", pools=pools, env=env)
+        for i in range(count)
+    ]
+
+
+# ------------------------------------------------------------------ oversubscribed
+
+
+def test_two_default_openmp_pools_on_two_cpus_are_oversubscribed_pools() -> None:
+    a = judge(busy_workers(2, 2, delay=0.5, pools=("libgomp",)), vcpus=2)
+    assert a.verdict is Verdict.OVERSUBSCRIBED
+    f = a.findings[0]
+    assert f.rule == "oversubscribed-pools"
+    assert f.severity is Severity.CRITICAL
+    assert "4.0 threads runnable on 2 CPUs (2.0x)" in f.message
+    assert "2 processes run multi-thread native pools" in f.message
+    assert "2 processes (pids 201, 202) map GNU OpenMP (libgomp) with OMP_NUM_THREADS unset" in (
+        f.fix
+    )
+    assert "set OMP_NUM_THREADS=1" in f.fix
+    assert "torch.set_num_threads" not in f.fix
+    assert f.pids == (201, 202)
+    assert f.evidence["demand"] == pytest.approx(4.0)
+    assert f.evidence["demand_per_vcpu"] == pytest.approx(2.0)
+    assert f.evidence["run_delay_ratio"] == pytest.approx(0.5)
+    assert f.evidence["threads_per_process"] == 1
+    assert f.evidence["pools"] == "libgomp"
+    # The pool naming is folded into this finding: no separate pool-default.
+    assert "pool-default" not in rules(a)
+
+
+def test_oversubscribed_pools_fix_divides_the_cpus_among_busy_processes() -> None:
+    a = judge(busy_workers(2, 4, delay=0.5, pools=("libgomp", "torch")), vcpus=4)
+    f = finding(a, "oversubscribed-pools")
+    assert "OMP_NUM_THREADS=2" in f.fix
+    assert "torch.set_num_threads(2)" in f.fix
+    assert f.evidence["pools"] == "libgomp,torch"
+
+
+def test_processes_with_the_same_pools_share_one_clause() -> None:
+    a = judge(busy_workers(2, 2, delay=0.5, pools=("openblas", "libgomp")), vcpus=2)
+    assert finding(a, "oversubscribed-pools").fix.endswith(
+        ": 2 processes (pids 201, 202) map GNU OpenMP (libgomp) and OpenBLAS with "
+        "OMP_NUM_THREADS and OPENBLAS_NUM_THREADS unset -> set OMP_NUM_THREADS=1 and "
+        "OPENBLAS_NUM_THREADS=1 in them."
+    )
+
+
+def test_variable_set_but_too_high_is_named() -> None:
+    a = judge(
+        busy_workers(2, 2, delay=0.5, pools=("openblas",), env={"OPENBLAS_NUM_THREADS": "4"}),
+        vcpus=2,
+    )
+    f = finding(a, "oversubscribed-pools")
+    assert "OPENBLAS_NUM_THREADS=4, more than 1 -> lower OPENBLAS_NUM_THREADS to 1" in f.fix
+    assert "unset" not in f.fix
+
+
+def test_more_processes_than_cpus_also_says_run_fewer() -> None:
+    a = judge(busy_workers(3, 2, delay=0.7, pools=("libgomp",)), vcpus=2)
+    f = finding(a, "oversubscribed-pools")
+    assert "at most 2 busy processes" in f.fix
+
+
+def test_single_thread_processes_beyond_the_cpus_are_oversubscribed_processes() -> None:
+    a = judge(busy_workers(4, 1, delay=0.5), vcpus=2)
+    assert a.verdict is Verdict.OVERSUBSCRIBED
+    f = a.findings[0]
+    assert f.rule == "oversubscribed-processes"
+    assert f.severity is Severity.WARNING
+    assert "1.0-1.2x" in f.message
+    assert "at most 2 busy processes" in f.fix
+    assert f.pids == (201, 202, 203, 204)
+
+
+@pytest.mark.parametrize(("second_thread_cpu", "rule"), [(0.19, "processes"), (0.21, "pools")])
+def test_active_cpu_boundary_separates_pools_from_processes(
+    second_thread_cpu: float, rule: str
+) -> None:
+    loads = [Load(cpu=0.7, delay=0.5), Load(cpu=second_thread_cpu, delay=0.3)]
+    a = judge(workers(loads), vcpus=2)
+    assert rules(a)[0] == f"oversubscribed-{rule}"
+
+
+@pytest.mark.parametrize(("demand", "over"), [(2.29, False), (2.31, True)])
+def test_margin_boundary(demand: float, over: bool) -> None:
+    # Two workers, two threads each, a quarter of the demand per thread; 40% of it waiting.
+    per_thread = demand / 4
+    a = judge(workers([Load(cpu=per_thread * 0.6, delay=per_thread * 0.4)] * 2), vcpus=2)
+    assert (a.verdict is Verdict.OVERSUBSCRIBED) is over
+    if not over:
+        assert a.verdict is Verdict.STARVED  # waiting but within the budget
+
+
+def test_demand_exactly_n_is_within_budget() -> None:
+    th = Thresholds(margin=0.0)
+    a = judge(workers([Load(cpu=0.25, delay=0.25)] * 2), vcpus=2, th=th, host=Host(outside=0.0))
+    assert a.verdict is not Verdict.OVERSUBSCRIBED
+    assert "starved-unattributed" in rules(a)
+
+
+@pytest.mark.parametrize(("ratio", "fires"), [(0.09, False), (0.11, True)])
+def test_delay_ratio_boundary(ratio: float, fires: bool) -> None:
+    demand_per_thread = 0.8  # 3.2 runnable on 2 CPUs: over
+    load = Load(cpu=demand_per_thread * (1 - ratio), delay=demand_per_thread * ratio)
+    a = judge(workers([load, load]), vcpus=2)
+    assert (a.verdict is Verdict.OVERSUBSCRIBED) is fires
+
+
+# ------------------------------------------------------------------ starved
+
+
+def test_one_busy_thread_in_half_a_cpu_quota_is_starved_quota() -> None:
+    # N floors to 1; the thread runs half the time and is throttled, not runnable-waiting.
+    procs = [Proc(ROOT, (Load(cpu=0.5),), ppid=1)]
+    host = Host(periods=10, throttled=5, throttled_s=0.5)
+    a = judge(procs, vcpus=1, host=host)
+    assert a.verdict is Verdict.STARVED
+    assert rules(a) == ["starved-quota"]
+    f = a.findings[0]
+    assert "50% of its periods" in f.message
+    assert f.evidence["throttled_ratio"] == pytest.approx(0.5)
+    assert "quota" in f.fix
+
+
+@pytest.mark.parametrize(("throttled", "fires"), [(9, False), (10, True)])
+def test_throttle_ratio_boundary(throttled: int, fires: bool) -> None:
+    a = judge(
+        [Proc(ROOT, (Load(cpu=0.5),), ppid=1)], vcpus=1, host=Host(periods=100, throttled=throttled)
+    )
+    assert ("starved-quota" in rules(a)) is fires
+
+
+def test_other_processes_taking_the_cpus_is_starved_outside() -> None:
+    a = judge(busy_workers(2, 1, delay=0.34), vcpus=2, host=Host(outside=1.0))
+    assert a.verdict is Verdict.STARVED
+    f = finding(a, "starved-outside")
+    assert f.message.startswith("Other processes used 1.0 CPUs")
+    assert "waited 34% of their runnable time" in f.message
+    assert "taskset" in f.fix
+    assert "starved-unattributed" not in rules(a)
+
+
+@pytest.mark.parametrize(("outside", "rule"), [(0.49, "unattributed"), (0.50, "outside")])
+def test_outside_cpu_boundary(outside: float, rule: str) -> None:
+    a = judge(busy_workers(2, 1, delay=0.34), vcpus=2, host=Host(outside=outside))
+    assert rules(a) == [f"starved-{rule}"]
+
+
+def test_hypervisor_steal_is_named() -> None:
+    a = judge(busy_workers(2, 1, delay=0.3), vcpus=2, host=Host(outside=0.0, steal=0.6))
+    f = finding(a, "starved-outside")
+    assert "hypervisor steal" in f.message
+    assert "dedicated vCPUs" in f.fix
+
+
+def test_waiting_without_visible_cause_is_unattributed_info() -> None:
+    a = judge(busy_workers(2, 1, delay=0.3), vcpus=2, host=Host(outside=None, steal=None))
+    assert a.verdict is Verdict.STARVED
+    f = finding(a, "starved-unattributed")
+    assert f.severity is Severity.INFO
+
+
+def test_healthy_tree_is_ok() -> None:
+    a = judge(busy_workers(2, 1, delay=0.006), vcpus=2, host=Host(outside=0.1))
+    assert a.verdict is Verdict.OK
+    assert a.findings == ()
+
+
+# ------------------------------------------------------------------ at risk
+
+
+@pytest.mark.parametrize(("busy", "fires"), [(2, False), (3, True)])
+def test_busy_threads_exceed_boundary(busy: int, fires: bool) -> None:
+    procs = [root(), Proc(201, (Load(cpu=0.3),) * busy)]
+    a = judge(procs, vcpus=2)
+    assert ("busy-threads-exceed" in rules(a)) is fires
+    assert a.verdict is (Verdict.AT_RISK if fires else Verdict.OK)
+
+
+def _pool_workers(env: Mapping[str, str] | None, cpu: float = 0.4) -> list[Proc]:
+    # 2 processes x 2 threads at 0.4 CPU: demand 1.6 on 4 CPUs, nothing waits.
+    return workers([Load(cpu=cpu)] * 2, pools=("openblas",), env=env)
+
+
+def test_default_sized_pools_in_several_processes_are_at_risk() -> None:
+    a = judge(_pool_workers({}), vcpus=4)
+    assert a.verdict is Verdict.AT_RISK
+    f = finding(a, "pool-default")
+    assert f.message == (
+        "2 processes (pids 201, 202) map OpenBLAS with OPENBLAS_NUM_THREADS unset; each sizes "
+        "its pool to all 4 CPUs, so 8 threads can compete for 4."
+    )
+    assert "OPENBLAS_NUM_THREADS=2" in f.fix
+
+
+@pytest.mark.parametrize(
+    "env", [{"OPENBLAS_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "2"}, None], ids=str
+)
+def test_pool_default_needs_a_known_unset_variable(env: Mapping[str, str] | None) -> None:
+    assert "pool-default" not in rules(judge(_pool_workers(env), vcpus=4))
+
+
+def test_pool_that_never_ran_two_threads_does_not_count() -> None:
+    assert "pool-default" not in rules(judge(_pool_workers({}, cpu=0.1), vcpus=4))
+
+
+def test_pool_without_a_variable_does_not_count() -> None:
+    procs = workers([Load(cpu=0.4)] * 2, pools=("tbb",), env={})
+    assert "pool-default" not in rules(judge(procs, vcpus=4))
+
+
+def _forked(child_loads: Sequence[Load], *, cmdline: str = "python train.py") -> list[Proc]:
+    parent = Proc(ROOT, (Load(cpu=0.5), IDLE), ppid=1, cmdline="python train.py")
+    child = Proc(301, tuple(child_loads), cmdline=cmdline, pools=("libgomp",))
+    return [parent, child]
+
+
+def test_idle_forked_openmp_child_is_the_fork_hang() -> None:
+    a = judge(_forked([IDLE]), vcpus=2, dt=TH.idle_seconds)
+    assert a.verdict is Verdict.AT_RISK
+    f = a.findings[0]
+    assert f.rule == "fork-hang"
+    assert f.severity is Severity.CRITICAL
+    assert f.pids == (301,)
+    assert "41197" in f.message
+    assert "spawn" in f.fix
+
+
+@pytest.mark.parametrize(
+    ("loads", "dt"),
+    [
+        ([IDLE], TH.idle_seconds - 0.1),  # not idle long enough yet
+        ([Load(cpu=0.01)], TH.idle_seconds),  # working
+        ([IDLE, IDLE], TH.idle_seconds),  # more than one thread: not the hang
+    ],
+)
+def test_forked_child_that_is_not_hung_is_fork_after_threads(loads: list[Load], dt: float) -> None:
+    a = judge(_forked(loads), vcpus=2, dt=dt)
+    assert rules(a) == ["fork-after-threads"]
+    assert a.verdict is Verdict.OK
+    assert a.findings[0].severity is Severity.INFO
+
+
+def test_spawned_child_is_no_fork() -> None:
+    spawn = "python -c from multiprocessing.spawn import spawn_main; spawn_main()"
+    a = judge(_forked([IDLE], cmdline=spawn), vcpus=2, dt=5.0)
+    assert a.findings == ()
+
+
+def test_fork_from_single_thread_parent_is_no_hazard() -> None:
+    parent = Proc(ROOT, (Load(cpu=0.5),), ppid=1)
+    child = Proc(301, (IDLE,), pools=("libgomp",))
+    assert judge([parent, child], vcpus=2, dt=5.0).findings == ()
+
+
+@pytest.mark.parametrize(("cpu", "fires"), [(0.19, False), (0.20, True)])
+def test_orphan_boundary(cpu: float, fires: bool) -> None:
+    procs = [root(), Proc(401, (Load(cpu=cpu),), ppid=999)]
+    a = judge(procs, vcpus=2)
+    assert ("orphan" in rules(a)) is fires
+    if fires:
+        assert finding(a, "orphan").pids == (401,)
+        assert a.verdict is Verdict.AT_RISK
+
+
+def test_root_is_never_an_orphan() -> None:
+    assert judge([Proc(ROOT, (Load(cpu=1.0),), ppid=77)], vcpus=2).findings == ()
+
+
+# ------------------------------------------------------------------ degraded signals
+
+
+def test_without_schedstat_contention_is_not_judged_but_structure_is() -> None:
+    procs = [
+        Proc(ROOT, (IDLE,), ppid=1),
+        *(Proc(201 + i, (Load(cpu=1.0),) * 2, schedstat=False) for i in range(2)),
+        Proc(401, (Load(cpu=0.5),), ppid=999, schedstat=False),
+    ]
+    a = judge(procs, vcpus=2)
+    assert "no-schedstat" in rules(a)
+    assert "orphan" in rules(a)
+    assert not any(r.startswith(("oversubscribed", "starved")) for r in rules(a))
+    assert finding(a, "no-schedstat").verdict is Verdict.OK
+
+
+def test_all_none_host_and_switches_do_not_crash() -> None:
+    procs = [Proc(ROOT, (Load(cpu=0.5, delay=0.5),) * 5, ppid=1, ctx=False)]
+    a = judge(procs, vcpus=2, host=Host(outside=None, steal=None, psi=None))
+    assert a.verdict is Verdict.OVERSUBSCRIBED
+    assert finding(a, "oversubscribed-pools").evidence["involuntary_ctx_per_cpu_s"] is None
+
+
+# ------------------------------------------------------------------ ordering and catalogue
+
+
+def test_findings_come_worst_first() -> None:
+    procs = [
+        *busy_workers(2, 2, delay=0.5, pools=("libgomp",)),
+        Proc(401, (Load(cpu=0.5),), ppid=999),  # orphan: at-risk
+        Proc(301, (IDLE,), ppid=201, cmdline="python worker.py 0"),  # fork-after-threads: ok
+    ]
+    a = judge(procs, vcpus=2)
+    assert rules(a) == ["oversubscribed-pools", "orphan", "fork-after-threads"]
+    ranks = [f.verdict.rank for f in a.findings]
+    assert ranks == sorted(ranks, reverse=True)
+
+
+def test_every_rule_is_reachable_and_documented() -> None:
+    scenarios = [
+        judge(busy_workers(2, 2, delay=0.5, pools=("libgomp",)), vcpus=2),
+        judge(busy_workers(4, 1, delay=0.5), vcpus=2),
+        judge([Proc(ROOT, (Load(cpu=0.5),), ppid=1)], vcpus=1, host=Host(periods=4, throttled=2)),
+        judge(busy_workers(2, 1, delay=0.34), vcpus=2, host=Host(outside=1.0)),
+        judge(busy_workers(2, 1, delay=0.34), vcpus=2),
+        judge([root(), Proc(201, (Load(cpu=0.3),) * 3)], vcpus=2),
+        judge(_pool_workers({}), vcpus=4),
+        judge(_forked([IDLE]), vcpus=2, dt=5.0),
+        judge(_forked([IDLE], cmdline="python train.py"), vcpus=2, dt=1.0),
+        judge([root(), Proc(401, (Load(cpu=0.5),), ppid=999)], vcpus=2),
+        judge([Proc(ROOT, (IDLE,), ppid=1, schedstat=False)], vcpus=2),
+    ]
+    fired = {f.rule for a in scenarios for f in a.findings}
+    assert fired == set(RULES)
+    assert all(RULES[r] and "\n" not in RULES[r] for r in RULES)
