@@ -30,11 +30,9 @@ from tests.model_fixtures import (
 
 
 def render(renderable: RenderableType, width: int = 120) -> str:
-    console = Console(file=io.StringIO(), width=width, color_system=None)
-    console.print(renderable)
-    output = console.file.getvalue()
-    assert isinstance(output, str)
-    return output
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, color_system=None).print(renderable)
+    return buffer.getvalue()
 
 
 def line_with(text: str, needle: str) -> str:

@@ -1,0 +1,228 @@
+"""CI reports: Markdown (GitHub step summary), JUnit XML, GitHub workflow annotations, and
+the shared fail-on rule.
+
+`github.annotations` is called through its module: with `from __future__ import annotations`
+in force, importing the bare name would clash with the future feature."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from oversub.model import Finding, Severity, Summary, Verdict
+from oversub.render import github
+from oversub.render.junit import summary_junit
+from oversub.render.markdown import summary_markdown
+from oversub.render.phrases import fails
+from tests.model_fixtures import make_finding, make_process_summary, make_summary
+
+RULES = {
+    "oversubscribed-pools": "Demand exceeds the CPUs with multi-thread pools",
+    "pool-default": "Pools sized by default",
+    "orphan": "A busy orphan",
+}
+
+
+def critical() -> Finding:
+    return make_finding()
+
+
+def hazard() -> Finding:
+    return make_finding(
+        rule="pool-default",
+        severity=Severity.WARNING,
+        verdict=Verdict.AT_RISK,
+        message="2 processes map libgomp sized by default.",
+        pids=(2001,),
+        evidence={"processes": 2},
+        fix="Set OMP_NUM_THREADS=1.",
+    )
+
+
+def info() -> Finding:
+    return make_finding(
+        rule="orphan",
+        severity=Severity.INFO,
+        verdict=Verdict.OK,
+        message="pid 7 lost its parent.",
+        fix="Nothing to do.",
+    )
+
+
+def mixed_summary() -> Summary:
+    return make_summary(findings=(critical(), hazard(), info()))
+
+
+@pytest.mark.parametrize("fail_on", list(Verdict))
+@pytest.mark.parametrize("verdict", list(Verdict))
+def test_fails_compares_ranks(fail_on: Verdict, verdict: Verdict) -> None:
+    assert fails(make_finding(verdict=verdict), fail_on) is (verdict.rank >= fail_on.rank)
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def test_markdown_has_heading_findings_processes_and_budget() -> None:
+    md = summary_markdown(
+        mixed_summary(),
+        command=["python", "train.py", "--lr", "0.1"],
+        exit_status=1,
+        command_status=0,
+        fail_on=Verdict.OVERSUBSCRIBED,
+    )
+    assert md.startswith("## oversub: OVERSUBSCRIBED (FAILED)\n")
+    assert md.endswith("\n")
+    assert "1 of 3 findings at or above `--fail-on oversubscribed`" in md
+    assert "exit status 1" in md
+    assert "Command: `python train.py --lr 0.1` (exit status 0)" in md
+    assert "N = 2 usable vCPUs (limited by affinity: 2 CPUs)" in md
+    rows = [line for line in md.splitlines() if line.startswith("| oversubscribed-pools")]
+    assert len(rows) == 1
+    assert "critical" in rows[0] and "oversubscribed (fails)" in rows[0]
+    assert "export OMP_NUM_THREADS=1 before starting the job." in rows[0]
+    assert "| pool-default | warning | at-risk |" in md  # below fail-on: no "(fails)"
+    assert any(line.startswith("| 2001 | python |") for line in md.splitlines())
+    assert "### Totals" in md and "demand 4.00 runnable threads on N = 2" in md
+
+
+def test_markdown_escapes_pipes_and_newlines_in_cells() -> None:
+    weird = make_finding(message="a|b\nc", fix="use `x | y`")
+    s = make_summary(
+        findings=(weird,),
+        processes=(make_process_summary(name="py|thon", thread_env={"OMP_NUM_THREADS": "1|2"}),),
+    )
+    md = summary_markdown(s, command=None, exit_status=0, command_status=None, fail_on=Verdict.OK)
+    row = next(line for line in md.splitlines() if line.startswith("| oversubscribed-pools"))
+    assert "a\\|b<br>c" in row and "use `x \\| y`" in row
+    # Unescaped pipes split cells: the row keeps exactly 5 cells (6 separators).
+    assert row.replace("\\|", "").count("|") == 6
+    assert "py\\|thon" in md and "OMP_NUM_THREADS=1\\|2" in md
+    assert "Command:" not in md
+
+
+def test_markdown_passing_run_and_backticks_in_command() -> None:
+    s = make_summary(verdict=Verdict.OK, findings=(), processes=())
+    md = summary_markdown(
+        s,
+        command=["sh", "-c", "echo `date`"],
+        exit_status=0,
+        command_status=None,
+        fail_on=Verdict.AT_RISK,
+    )
+    assert md.startswith("## oversub: OK (passed)")
+    assert "No findings." in md and "No process was observed." in md
+    assert "``sh -c 'echo `date`'``" in md and "(no exit status)" in md
+
+
+# --------------------------------------------------------------------------- junit
+
+
+def parse(xml: str) -> ET.Element:
+    assert xml.startswith('<?xml version="1.0" encoding="UTF-8"?>\n') and xml.endswith("\n")
+    return ET.fromstring(xml.split("\n", 1)[1])
+
+
+def cases(suite: ET.Element) -> dict[str, ET.Element]:
+    return {case.get("name", ""): case for case in suite.iter("testcase")}
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "failing_rules"),
+    [
+        (Verdict.OVERSUBSCRIBED, {"oversubscribed-pools"}),
+        (Verdict.AT_RISK, {"oversubscribed-pools", "pool-default"}),
+        (Verdict.OK, {"oversubscribed-pools", "pool-default", "orphan"}),
+    ],
+)
+def test_junit_failure_per_failing_finding(fail_on: Verdict, failing_rules: set[str]) -> None:
+    suite = parse(summary_junit(mixed_summary(), fail_on=fail_on, rules=RULES))
+    assert suite.tag == "testsuite" and suite.get("name") == "oversub"
+    by_name = cases(suite)
+    assert list(by_name) == list(RULES)
+    assert all(case.get("classname") == "oversub" for case in by_name.values())
+    assert suite.get("tests") == str(len(RULES))
+    assert suite.get("failures") == str(len(failing_rules))
+    for name, case in by_name.items():
+        failures = case.findall("failure")
+        if name in failing_rules:
+            assert len(failures) == 1
+            assert case.find("system-out") is None
+        else:
+            assert failures == []
+            out = case.find("system-out")
+            assert out is not None and "below --fail-on" in (out.text or "")
+
+
+def test_junit_failure_content() -> None:
+    suite = parse(summary_junit(mixed_summary(), fail_on=Verdict.AT_RISK, rules=RULES))
+    failure = cases(suite)["pool-default"].find("failure")
+    assert failure is not None
+    assert failure.get("message") == hazard().message
+    assert failure.get("type") == "warning"
+    body = failure.text or ""
+    assert "Pools sized by default" in body and "fix: Set OMP_NUM_THREADS=1." in body
+    assert "pids: 2001" in body and "processes: 2" in body
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["verdict"] == "oversubscribed" and props["fail_on"] == "at-risk"
+    assert props["vcpus"] == "2"
+
+
+def test_junit_several_findings_of_one_rule_and_unknown_rules() -> None:
+    s = make_summary(
+        findings=(
+            make_finding(pids=(1,), message="first <&>"),
+            make_finding(pids=(2,), message="second\x01"),
+            make_finding(rule="new-rule", message="not in the catalogue"),
+        )
+    )
+    suite = parse(summary_junit(s, fail_on=Verdict.AT_RISK, rules=RULES))
+    by_name = cases(suite)
+    messages = [f.get("message") for f in by_name["oversubscribed-pools"].findall("failure")]
+    assert messages == ["first <&>", "second\ufffd"]
+    assert "new-rule" in by_name  # a finding of an unlisted rule is never dropped
+    assert suite.get("tests") == str(len(RULES) + 1)
+    assert suite.get("failures") == "2"
+
+
+def test_junit_default_rules_cover_verdict_and_preflight() -> None:
+    from oversub.analysis.preflight import PREFLIGHT_RULES
+    from oversub.analysis.verdict import RULES as VERDICT_RULES
+
+    suite = parse(summary_junit(make_summary(findings=()), fail_on=Verdict.AT_RISK))
+    assert list(cases(suite)) == [*VERDICT_RULES, *PREFLIGHT_RULES]
+    assert suite.get("failures") == "0"
+
+
+# --------------------------------------------------------------------------- github
+
+
+def test_annotations_error_for_failing_warning_for_others() -> None:
+    lines = github.annotations(mixed_summary(), fail_on=Verdict.OVERSUBSCRIBED)
+    assert lines == [
+        "::error title=oversub oversubscribed-pools::"
+        "2 processes run OpenMP pools of 2 threads each on 2 vCPUs. "
+        "Fix: export OMP_NUM_THREADS=1 before starting the job.",
+        "::warning title=oversub pool-default::"
+        "2 processes map libgomp sized by default. Fix: Set OMP_NUM_THREADS=1.",
+    ]
+    # With fail_on ok every finding fails, the info one included.
+    assert [
+        line.split(" ", 1)[0] for line in github.annotations(mixed_summary(), fail_on=Verdict.OK)
+    ] == [
+        "::error",
+        "::error",
+        "::error",
+    ]
+
+
+def test_annotations_escape_workflow_command_syntax() -> None:
+    f = make_finding(rule="a:b,c", message="100% busy\r\nline two", fix="x: y")
+    (line,) = github.annotations(make_summary(findings=(f,)), fail_on=Verdict.AT_RISK)
+    assert line == "::error title=oversub a%3Ab%2Cc::100%25 busy%0D%0Aline two Fix: x: y"
+    assert "\n" not in line and "\r" not in line
+
+
+def test_escape_functions_escape_percent_first() -> None:
+    assert github.escape_data("%0A") == "%250A"
+    assert github.escape_property("a:%,\n") == "a%3A%25%2C%0A"
