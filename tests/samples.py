@@ -163,20 +163,21 @@ def tree_pair(
     host: Host = Host(),
     root_pid: int = ROOT,
     unavailable: tuple[str, ...] = (),
+    t0: float = T0,
 ) -> tuple[TreeSample, TreeSample]:
-    """Two samples of a tree whose processes all lived through the interval."""
+    """Two samples of a tree whose processes all lived through the interval from `t0`."""
     pairs = [process_pair(p, dt) for p in procs]
     tree_cpu = sum(load.cpu for p in procs for load in p.loads)
     hp, hc = host_pair(host, tree_cpu, dt)
     prev = TreeSample(
-        t=T0,
+        t=t0,
         root_pid=root_pid,
         processes={a.pid: a for a, _ in pairs},
         host=hp,
         unavailable=unavailable,
     )
     curr = TreeSample(
-        t=T0 + dt,
+        t=t0 + dt,
         root_pid=root_pid,
         processes={b.pid: b for _, b in pairs},
         host=hc,
@@ -198,9 +199,10 @@ def analyse(
     dt: float = 1.0,
     host: Host = Host(),
     thresholds: Thresholds | None = None,
+    t0: float = T0,
 ) -> Interval:
     """`rates.interval` of a synthetic tree pair."""
-    prev, curr = tree_pair(procs, dt=dt, host=host)
+    prev, curr = tree_pair(procs, dt=dt, host=host, t0=t0)
     return interval(prev, curr, vcpus, thresholds or Thresholds())
 
 

@@ -1,0 +1,368 @@
+"""The whole run: per-process and tree means and peaks, and the run's verdict.
+
+`RunSummary` folds intervals in as they come. It keeps one accumulator per process seen
+and one for the tree, so memory grows with the number of processes, not with run length.
+Raw counter changes are recovered from each interval's rates (Δcpu = cpu% / 100 * Δt,
+Δrun_delay = demand * Δt - Δcpu, switches = rate * Δt), summed, and divided by the time
+observed: means are time-weighted. An interval at the end of which no process of the tree
+was alive adds nothing to the tree's means (the work done before the exit was not seen).
+
+The run verdict is `assess()` on one whole-run `Interval` built from those sums, except
+that active threads are peaks: the at-risk rules ask what can happen, and a burst of busy
+threads in one interval can happen again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+
+from oversub.analysis.verdict import assess
+from oversub.model import (
+    Budget,
+    HostRates,
+    Interval,
+    ProcessRates,
+    ProcessSummary,
+    Summary,
+    Thresholds,
+    Totals,
+    Verdict,
+)
+
+__all__ = ["NO_INTERVAL_NOTE", "RunSummary"]
+
+NO_INTERVAL_NOTE = "no complete interval was sampled"
+"""Note added when the run ended before a second sample (nothing could be measured)."""
+
+
+def _add(total: float | None, value: float | None) -> float | None:
+    """Sum that turns unknown once any term is unknown."""
+    return None if total is None or value is None else total + value
+
+
+def _peak(current: float | None, value: float | None) -> float | None:
+    """Maximum over known values (unknown intervals do not erase a known peak)."""
+    if value is None:
+        return current
+    return value if current is None else max(current, value)
+
+
+def _delay_s(rates: ProcessRates | Totals, seconds: float) -> float | None:
+    """Run delay seconds behind an interval's rates; None when it was not measured."""
+    cpu_s = rates.cpu_percent / 100.0 * seconds
+    delay_s = max(0.0, rates.demand * seconds - cpu_s)
+    # A ratio of None with CPU used means run delay was unknown; with no CPU and no delay
+    # nothing was runnable, which is a known zero.
+    if rates.run_delay_ratio is None and delay_s + cpu_s > 0:
+        return None
+    return delay_s
+
+
+def _ratio(delay_s: float | None, cpu_s: float) -> float | None:
+    if delay_s is None or delay_s + cpu_s <= 0:
+        return None
+    return delay_s / (delay_s + cpu_s)
+
+
+def _per_s(total: float | None, seconds: float) -> float | None:
+    return None if total is None or seconds <= 0 else total / seconds
+
+
+@dataclass
+class _ProcessAccumulator:
+    """Sums and peaks of one process over the intervals it was seen in."""
+
+    latest: ProcessRates
+    seconds: float = 0.0
+    cpu_s: float = 0.0
+    delay_s: float | None = 0.0
+    involuntary: float | None = 0.0
+    voluntary: float | None = 0.0
+    threads_peak: int = 0
+    active_peak: int = 0
+    cpu_peak: float = 0.0
+    demand_peak: float = 0.0
+    ratio_peak: float | None = None
+    involuntary_peak: float | None = None
+    voluntary_peak: float | None = None
+    pools: tuple[str, ...] | None = None
+    thread_env: Mapping[str, str] | None = None
+
+    def add(self, p: ProcessRates, seconds: float) -> None:
+        self.latest = p
+        self.threads_peak = max(self.threads_peak, p.threads)
+        if p.pools is not None:
+            self.pools = p.pools
+        if p.thread_env is not None:
+            self.thread_env = p.thread_env
+        if p.exited:  # zero deltas by construction: the process was not observed running
+            return
+        self.seconds += seconds
+        self.cpu_s += p.cpu_percent / 100.0 * seconds
+        self.delay_s = _add(self.delay_s, _delay_s(p, seconds))
+        self.involuntary = _add(self.involuntary, _scaled(p.involuntary_ctx_per_s, seconds))
+        self.voluntary = _add(self.voluntary, _scaled(p.voluntary_ctx_per_s, seconds))
+        self.active_peak = max(self.active_peak, p.active_threads)
+        self.cpu_peak = max(self.cpu_peak, p.cpu_percent)
+        self.demand_peak = max(self.demand_peak, p.demand)
+        self.ratio_peak = _peak(self.ratio_peak, p.run_delay_ratio)
+        self.involuntary_peak = _peak(self.involuntary_peak, p.involuntary_ctx_per_s)
+        self.voluntary_peak = _peak(self.voluntary_peak, p.voluntary_ctx_per_s)
+
+    def rates(self) -> ProcessRates:
+        """The process over its observed time, with its peak active threads."""
+        s = self.seconds
+        p = self.latest
+        return ProcessRates(
+            pid=p.pid,
+            ppid=p.ppid,
+            name=p.name,
+            cmdline=p.cmdline,
+            threads=p.threads,
+            active_threads=self.active_peak,
+            cpu_percent=self.cpu_s / s * 100.0 if s > 0 else 0.0,
+            demand=(self.cpu_s + (self.delay_s or 0.0)) / s if s > 0 else 0.0,
+            run_delay_ratio=_ratio(self.delay_s, self.cpu_s),
+            involuntary_ctx_per_s=_per_s(self.involuntary, s),
+            voluntary_ctx_per_s=_per_s(self.voluntary, s),
+            pools=self.pools,
+            thread_env=self.thread_env,
+            exited=p.exited,
+        )
+
+    def summary(self) -> ProcessSummary:
+        r = self.rates()
+        return ProcessSummary(
+            pid=r.pid,
+            ppid=r.ppid,
+            name=r.name,
+            cmdline=r.cmdline,
+            threads=self.threads_peak,
+            cpu_percent=r.cpu_percent,
+            cpu_percent_peak=self.cpu_peak,
+            demand=r.demand,
+            demand_peak=self.demand_peak,
+            run_delay_ratio=r.run_delay_ratio,
+            run_delay_ratio_peak=self.ratio_peak,
+            involuntary_ctx_per_s=r.involuntary_ctx_per_s,
+            involuntary_ctx_per_s_peak=self.involuntary_peak,
+            voluntary_ctx_per_s=r.voluntary_ctx_per_s,
+            voluntary_ctx_per_s_peak=self.voluntary_peak,
+            active_threads_peak=self.active_peak,
+            pools=r.pools,
+            thread_env=r.thread_env,
+            exited=r.exited,
+            seconds=self.seconds,
+        )
+
+
+def _scaled(rate: float | None, seconds: float) -> float | None:
+    return None if rate is None else rate * seconds
+
+
+@dataclass
+class _MeanAccumulator:
+    """Time-weighted mean of a host rate over the intervals where it was known."""
+
+    weighted: float = 0.0
+    seconds: float = 0.0
+
+    def add(self, value: float | None, seconds: float) -> None:
+        if value is not None:
+            self.weighted += value * seconds
+            self.seconds += seconds
+
+    def mean(self) -> float | None:
+        return self.weighted / self.seconds if self.seconds > 0 else None
+
+
+@dataclass
+class _TreeAccumulator:
+    """Tree sums (for means), the peak of every total, and host means."""
+
+    seconds: float = 0.0
+    cpu_s: float = 0.0
+    delay_s: float | None = 0.0
+    involuntary: float | None = 0.0
+    voluntary: float | None = 0.0
+    processes_s: float = 0.0
+    threads_s: float = 0.0
+    peak: dict[str, float | None] = field(default_factory=dict)
+    host: dict[str, _MeanAccumulator] = field(default_factory=dict)
+    throttled_s: float | None = None
+
+    def add(self, iv: Interval) -> None:
+        t, s = iv.totals, iv.seconds
+        for name in ("outside_cpus", "steal_cpus", "psi_some", "throttled_ratio"):
+            self.host.setdefault(name, _MeanAccumulator()).add(getattr(iv.host, name), s)
+        if iv.host.throttled_s is not None:
+            self.throttled_s = (self.throttled_s or 0.0) + iv.host.throttled_s
+        if t.processes == 0:
+            # Nothing of the tree was alive at the end (it exited during the interval): its
+            # last work was not seen, so zeros here would only dilute the means.
+            return
+        self.seconds += s
+        self.cpu_s += t.cpu_percent / 100.0 * s
+        self.delay_s = _add(self.delay_s, _delay_s(t, s))
+        self.involuntary = _add(self.involuntary, _scaled(t.involuntary_ctx_per_s, s))
+        self.voluntary = _add(self.voluntary, _scaled(t.voluntary_ctx_per_s, s))
+        self.processes_s += t.processes * s
+        self.threads_s += t.threads * s
+        for f in fields(Totals):
+            self.peak[f.name] = _peak(self.peak.get(f.name), getattr(t, f.name))
+
+    def totals(self) -> Totals:
+        """Means over the run; active threads is the peak tree total (see module doc)."""
+        s = self.seconds
+        if s <= 0:
+            return _EMPTY_TOTALS
+        return Totals(
+            processes=round(self.processes_s / s),
+            threads=round(self.threads_s / s),
+            active_threads=int(self.peak.get("active_threads") or 0),
+            cpu_percent=self.cpu_s / s * 100.0,
+            demand=(self.cpu_s + (self.delay_s or 0.0)) / s,
+            run_delay_ratio=_ratio(self.delay_s, self.cpu_s),
+            involuntary_ctx_per_s=_per_s(self.involuntary, s),
+            voluntary_ctx_per_s=_per_s(self.voluntary, s),
+            involuntary_ctx_per_cpu_s=(
+                self.involuntary / self.cpu_s
+                if self.involuntary is not None and self.cpu_s > 0
+                else None
+            ),
+        )
+
+    def totals_peak(self) -> Totals:
+        p = self.peak
+        return Totals(
+            processes=int(p.get("processes") or 0),
+            threads=int(p.get("threads") or 0),
+            active_threads=int(p.get("active_threads") or 0),
+            cpu_percent=p.get("cpu_percent") or 0.0,
+            demand=p.get("demand") or 0.0,
+            run_delay_ratio=p.get("run_delay_ratio"),
+            involuntary_ctx_per_s=p.get("involuntary_ctx_per_s"),
+            voluntary_ctx_per_s=p.get("voluntary_ctx_per_s"),
+            involuntary_ctx_per_cpu_s=p.get("involuntary_ctx_per_cpu_s"),
+        )
+
+    def host_rates(self) -> HostRates:
+        def mean(name: str) -> float | None:
+            acc = self.host.get(name)
+            return None if acc is None else acc.mean()
+
+        return HostRates(
+            outside_cpus=mean("outside_cpus"),
+            steal_cpus=mean("steal_cpus"),
+            psi_some=mean("psi_some"),
+            throttled_ratio=mean("throttled_ratio"),
+            throttled_s=self.throttled_s,
+        )
+
+
+_EMPTY_TOTALS = Totals(0, 0, 0, 0.0, 0.0, None, None, None, None)
+_EMPTY_HOST = HostRates(None, None, None, None, None)
+
+
+class RunSummary:
+    """Accumulates intervals of one run; `result()` turns them into a `Summary`. No I/O."""
+
+    def __init__(self) -> None:
+        self._current: dict[int, _ProcessAccumulator] = {}
+        # Processes whose pid was reused after they exited: kept so the run still lists them.
+        self._retired: list[_ProcessAccumulator] = []
+        self._tree = _TreeAccumulator()
+        self._intervals = 0
+        self._t0: float | None = None
+        self._t1: float | None = None
+        self._root_pid: int | None = None
+        self._vcpus: int | None = None
+        self._unavailable: dict[str, None] = {}
+
+    def add(self, interval: Interval) -> None:
+        """Fold in one interval (in time order)."""
+        seconds = interval.seconds
+        self._intervals += 1
+        if self._t0 is None:
+            self._t0 = interval.t0
+        self._t1 = interval.t1
+        self._root_pid = interval.root_pid
+        self._vcpus = interval.vcpus
+        self._unavailable.update(dict.fromkeys(interval.unavailable))
+        self._tree.add(interval)
+        for p in interval.processes:
+            acc = self._current.get(p.pid)
+            if acc is not None and acc.latest.exited and not p.exited:
+                self._retired.append(acc)  # the pid was reused by a new process
+                acc = None
+            if acc is None:
+                acc = self._current[p.pid] = _ProcessAccumulator(latest=p)
+            acc.add(p, seconds)
+
+    def _accumulators(self) -> Iterable[_ProcessAccumulator]:
+        yield from self._retired
+        yield from self._current.values()
+
+    def result(
+        self,
+        budget: Budget,
+        thresholds: Thresholds,
+        *,
+        target_exited: bool,
+        notes: tuple[str, ...] = (),
+    ) -> Summary:
+        """The run so far: means, peaks, and the verdict of the whole run.
+
+        `samples` counts complete intervals; with none, the verdict is ok and a note says
+        that nothing could be measured.
+        """
+        if self._intervals == 0 or self._t0 is None or self._t1 is None:
+            if not any(n.startswith(NO_INTERVAL_NOTE) for n in notes):
+                notes = (*notes, NO_INTERVAL_NOTE)
+            return Summary(
+                root_pid=self._root_pid if self._root_pid is not None else budget.pid,
+                budget=budget,
+                verdict=Verdict.OK,
+                findings=(),
+                processes=(),
+                totals=_EMPTY_TOTALS,
+                totals_peak=_EMPTY_TOTALS,
+                host=_EMPTY_HOST,
+                samples=0,
+                duration_s=0.0,
+                target_exited=target_exited,
+                unavailable=tuple(self._unavailable),
+                notes=notes,
+            )
+        accs = list(self._accumulators())
+        rates = [a.rates() for a in accs]
+        order = sorted(range(len(accs)), key=lambda i: (-rates[i].cpu_percent, rates[i].pid))
+        totals = self._tree.totals()
+        host = self._tree.host_rates()
+        whole_run = Interval(
+            t0=self._t0,
+            t1=self._t1,
+            root_pid=self._root_pid if self._root_pid is not None else budget.pid,
+            vcpus=budget.vcpus,
+            processes=tuple(rates[i] for i in order),
+            totals=totals,
+            host=host,
+            unavailable=tuple(self._unavailable),
+        )
+        assessment = assess(whole_run, thresholds)
+        return Summary(
+            root_pid=whole_run.root_pid,
+            budget=budget,
+            verdict=assessment.verdict,
+            findings=assessment.findings,
+            processes=tuple(accs[i].summary() for i in order),
+            totals=totals,
+            totals_peak=self._tree.totals_peak(),
+            host=host,
+            samples=self._intervals,
+            duration_s=self._t1 - self._t0,
+            target_exited=target_exited,
+            unavailable=tuple(self._unavailable),
+            notes=notes,
+        )

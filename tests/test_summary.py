@@ -1,0 +1,225 @@
+"""The whole-run summary: means, peaks, processes that come and go, and the run verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from oversub.analysis.rates import interval
+from oversub.analysis.summary import NO_INTERVAL_NOTE, RunSummary
+from oversub.model import Interval, ProcessSummary, Summary, Thresholds, Verdict
+from tests.samples import (
+    IDLE,
+    ROOT,
+    T0,
+    Host,
+    Load,
+    Proc,
+    analyse,
+    budget,
+    busy_workers,
+    tree_pair,
+    without,
+)
+
+TH = Thresholds()
+
+
+class Timeline:
+    """Consecutive intervals: each starts where the previous one ended."""
+
+    def __init__(self) -> None:
+        self.t = T0
+        self.run = RunSummary()
+
+    def add(self, procs: Sequence[Proc], dt: float = 1.0, host: Host | None = None) -> Interval:
+        iv = analyse(procs, vcpus=2, dt=dt, host=host or Host(), t0=self.t)
+        self.run.add(iv)
+        self.t += dt
+        return iv
+
+    def add_exit(self, procs: Sequence[Proc], gone: int, dt: float = 1.0) -> None:
+        """An interval at the end of which process `gone` no longer exists."""
+        prev, curr = tree_pair(procs, dt=dt, t0=self.t)
+        self.run.add(interval(prev, without(curr, gone), 2, TH))
+        self.t += dt
+
+    def result(self, *, vcpus: int = 2, target_exited: bool = False) -> Summary:
+        return self.run.result(budget(vcpus), TH, target_exited=target_exited)
+
+
+def process(s: Summary, pid: int) -> ProcessSummary:
+    matches = [p for p in s.processes if p.pid == pid]
+    assert len(matches) == 1
+    return matches[0]
+
+
+def root() -> Proc:
+    return Proc(ROOT, (IDLE,), ppid=1, cmdline="python launch.py")
+
+
+def test_no_interval_gives_ok_and_a_note() -> None:
+    s = RunSummary().result(budget(2), TH, target_exited=True)
+    assert s.verdict is Verdict.OK
+    assert s.samples == 0
+    assert s.findings == ()
+    assert s.processes == ()
+    assert s.notes == (NO_INTERVAL_NOTE,)
+    assert s.root_pid == ROOT
+    assert s.target_exited
+    assert s.host.outside_cpus is None
+
+
+def test_no_interval_note_is_not_repeated() -> None:
+    notes = (f"{NO_INTERVAL_NOTE} after the warm-up",)
+    s = RunSummary().result(budget(2), TH, target_exited=False, notes=notes)
+    assert s.notes == notes
+
+
+def test_process_means_are_time_weighted_and_peaks_are_kept() -> None:
+    line = Timeline()
+    line.add([root(), Proc(201, (Load(cpu=0.4, delay=0.1, involuntary=10),))], dt=1.0)
+    line.add([root(), Proc(201, (Load(cpu=0.7, delay=0.3, involuntary=30),))], dt=3.0)
+    s = line.result()
+    w = process(s, 201)
+    assert w.seconds == pytest.approx(4.0)
+    assert w.cpu_percent == pytest.approx((0.4 * 1 + 0.7 * 3) / 4 * 100)
+    assert w.cpu_percent_peak == pytest.approx(70.0)
+    assert w.demand == pytest.approx((0.5 * 1 + 1.0 * 3) / 4)
+    assert w.demand_peak == pytest.approx(1.0)
+    assert w.run_delay_ratio == pytest.approx((0.1 + 0.9) / (0.5 + 3.0))
+    assert w.run_delay_ratio_peak == pytest.approx(0.3)
+    assert w.involuntary_ctx_per_s == pytest.approx((10 + 90) / 4)
+    assert w.involuntary_ctx_per_s_peak == pytest.approx(30.0)
+    assert w.active_threads_peak == 1
+    assert not w.exited
+    assert s.samples == 2
+    assert s.duration_s == pytest.approx(4.0)
+    assert s.processes[0].pid == 201  # highest CPU first
+
+
+def test_tree_totals_mean_and_peak() -> None:
+    line = Timeline()
+    line.add(busy_workers(2, 2, delay=0.5), dt=1.0)  # demand 4, 4 busy threads
+    line.add(busy_workers(2, 1, delay=0.0), dt=3.0)  # demand 2, 2 busy threads
+    s = line.result()
+    assert s.totals.demand == pytest.approx((4 * 1 + 2 * 3) / 4)
+    assert s.totals.cpu_percent == pytest.approx((200 * 1 + 200 * 3) / 4)
+    assert s.totals.run_delay_ratio == pytest.approx(2 / 10)
+    assert s.totals.active_threads == 4  # the peak: what can happen
+    assert s.totals.threads == round((5 * 1 + 3 * 3) / 4)  # time-weighted mean
+    assert s.totals_peak.demand == pytest.approx(4.0)
+    assert s.totals_peak.run_delay_ratio == pytest.approx(0.5)
+    assert s.totals_peak.threads == 5
+    assert s.totals_peak.active_threads == 4
+    assert s.totals_peak.involuntary_ctx_per_s == pytest.approx(800.0)
+
+
+def test_process_seen_only_mid_run_still_appears() -> None:
+    line = Timeline()
+    line.add([root()])
+    middle = [root(), Proc(201, (Load(cpu=0.8),), pools=("openblas",))]
+    line.add(middle, dt=2.0)
+    line.add_exit(middle, gone=201)
+    line.add([root()])
+    s = line.result()
+    w = process(s, 201)
+    assert w.exited
+    assert w.seconds == pytest.approx(2.0)
+    assert w.cpu_percent == pytest.approx(80.0)
+    assert w.pools == ("openblas",)
+    assert s.samples == 4
+
+
+def test_reused_pid_is_a_second_process() -> None:
+    line = Timeline()
+    first = [root(), Proc(201, (Load(cpu=0.5),), cmdline="python a.py")]
+    line.add(first)
+    line.add_exit(first, gone=201)
+    line.add([root(), Proc(201, (Load(cpu=0.9),), cmdline="python b.py", start_ticks=9000)])
+    s = line.result()
+    reused = sorted((p for p in s.processes if p.pid == 201), key=lambda p: p.cmdline)
+    assert [p.cmdline for p in reused] == ["python a.py", "python b.py"]
+    assert [p.exited for p in reused] == [True, False]
+    assert reused[1].cpu_percent == pytest.approx(90.0)
+
+
+def test_run_verdict_over_oversubscribed_intervals() -> None:
+    line = Timeline()
+    for _ in range(3):
+        line.add(busy_workers(2, 2, delay=0.5, pools=("libgomp",)))
+    s = line.result()
+    assert s.verdict is Verdict.OVERSUBSCRIBED
+    assert s.findings[0].rule == "oversubscribed-pools"
+    assert s.findings[0].pids == (201, 202)
+
+
+def test_run_verdict_uses_peak_active_threads() -> None:
+    line = Timeline()
+    line.add([root(), Proc(201, (Load(cpu=0.3),) * 3)])  # 3 busy threads on 2 CPUs, once
+    for _ in range(4):
+        line.add([root(), Proc(201, (IDLE,) * 3)])
+    s = line.result()
+    assert s.totals.demand < 1.0
+    assert s.verdict is Verdict.AT_RISK
+    assert [f.rule for f in s.findings] == ["busy-threads-exceed"]
+
+
+def test_target_exit_at_the_end_keeps_the_run_verdict() -> None:
+    line = Timeline()
+    procs = busy_workers(2, 2, delay=0.5, pools=("libgomp",))
+    line.add(procs)
+    prev, curr = tree_pair(procs, t0=line.t)
+    line.run.add(interval(prev, without(curr, *(p.pid for p in procs)), 2, TH))
+    s = line.result(target_exited=True)
+    assert s.target_exited
+    assert all(p.exited for p in s.processes)
+    # The last interval saw no live process: it does not dilute the tree's means.
+    assert s.totals.demand == pytest.approx(4.0)
+    assert s.verdict is Verdict.OVERSUBSCRIBED
+    assert s.samples == 2
+
+
+def test_tree_gone_in_the_only_interval_does_not_crash() -> None:
+    line = Timeline()
+    line.add_exit([root()], gone=ROOT)
+    s = line.result(target_exited=True)
+    assert s.samples == 1
+    assert s.verdict is Verdict.OK
+    assert s.totals.demand == 0.0
+    assert process(s, ROOT).exited
+    assert process(s, ROOT).seconds == 0.0
+
+
+def test_host_means_skip_unknown_intervals() -> None:
+    line = Timeline()
+    line.add(busy_workers(1, 1), dt=1.0, host=Host(outside=1.0, periods=10, throttled=2))
+    line.add(busy_workers(1, 1), dt=3.0, host=Host(outside=0.0, periods=30, throttled=0))
+    line.add(busy_workers(1, 1), dt=2.0, host=Host(outside=None, steal=None))
+    s = line.result()
+    assert s.host.outside_cpus == pytest.approx(0.25)
+    assert s.host.throttled_ratio == pytest.approx(0.2 / 4)
+    assert s.host.throttled_s == pytest.approx(0.0)
+    assert s.host.psi_some is None
+
+
+def test_without_schedstat_the_run_says_so() -> None:
+    line = Timeline()
+    line.add([Proc(ROOT, (Load(cpu=1.0),) * 2, ppid=1, schedstat=False)])
+    s = line.result()
+    assert s.totals.run_delay_ratio is None
+    assert "schedstat" in s.unavailable
+    assert "no-schedstat" in [f.rule for f in s.findings]
+    assert process(s, ROOT).run_delay_ratio is None
+    assert process(s, ROOT).run_delay_ratio_peak is None
+
+
+def test_memory_is_bounded_by_processes_not_intervals() -> None:
+    line = Timeline()
+    for _ in range(500):
+        line.add(busy_workers(2, 1), dt=0.1)
+    s = line.result()
+    assert len(s.processes) == 3
+    assert s.samples == 500
+    assert s.duration_s == pytest.approx(50.0)
