@@ -100,9 +100,13 @@ class FakeProc:
     def write(self, proc: FakeProcess) -> None:
         """(Re)write every file of `proc` from its fields."""
         base = self.proc / str(proc.pid)
-        if base.exists():
-            shutil.rmtree(base)
-        (base / "task").mkdir(parents=True)
+        (base / "task").mkdir(parents=True, exist_ok=True)
+        # Rewrite in place (same inodes), as procfs shows new values through an open file;
+        # threads that are no longer listed disappear.
+        tids = {str(t.tid) for t in proc.threads}
+        for tdir in (base / "task").iterdir():
+            if tdir.name not in tids:
+                shutil.rmtree(tdir)
         utime = sum(t.utime_ticks for t in proc.threads)
         stime = sum(t.stime_ticks for t in proc.threads)
         (base / "stat").write_text(
@@ -151,6 +155,8 @@ class FakeProc:
         )
         if thread.schedstat:
             (tdir / "schedstat").write_text(f"{thread.cpu_ns} {thread.run_delay_ns} 7\n")
+        else:
+            (tdir / "schedstat").unlink(missing_ok=True)
 
     def reparent(self, pid: int, new_ppid: int) -> None:
         """The parent died: the kernel hands `pid` to init (or a subreaper)."""

@@ -260,6 +260,39 @@ def test_psutil_fallback_without_proc(monkeypatch: pytest.MonkeyPatch) -> None:
         missing.sample()
 
 
+def test_counters_move_between_samples_through_held_files(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    with TreeSampler(100, root=str(tmp_path)) as s:
+        s.sample()
+        proc = fake.processes[100]
+        proc.threads[1].cpu_ns, proc.threads[1].involuntary = 9000, 40
+        proc.threads[0].state = "D"
+        fake.write(proc)
+        got = {t.tid: t for t in s.sample().processes[100].threads}
+    assert (got[101].cpu_ns, got[101].involuntary_ctx, got[100].state) == (9000, 40, "D")
+
+
+def test_held_files_bounded_and_closed(tmp_path: Path) -> None:
+    files = [tmp_path / f"f{i}" for i in range(3)]
+    for i, f in enumerate(files):
+        f.write_text(f"v{i}")
+    held = proctree.HeldFiles(max_fds=2)
+    assert [held.read(i, str(f)) for i, f in enumerate(files)] == [b"v0", b"v1", b"v2"]
+    assert len(held) == 2  # the third was opened, read and closed
+    held.end_sample()
+    assert len(held) == 2
+    files[0].write_text("new")
+    assert held.read(0, str(files[0])) == b"new"  # re-read through the held descriptor
+    held.end_sample()
+    assert len(held) == 1  # key 1 was not read in this sample
+    with pytest.raises(FileNotFoundError):
+        held.read(9, str(tmp_path / "missing"))
+    held.close()
+    assert len(held) == 0
+    unbounded = proctree.HeldFiles(max_fds=0)
+    assert unbounded.read(0, str(files[1])) == b"v1" and len(unbounded) == 0
+
+
 # --------------------------------------------------------------------------- real trees
 
 CHILD = """
@@ -382,3 +415,41 @@ def test_real_short_lived_child_exits_between_samples(tmp_path: Path) -> None:
         assert parent.pid in s.sample().processes
     finally:
         _stop_tree(parent)
+
+
+@pytest.mark.integration
+def test_real_thread_churn_and_no_fd_leak() -> None:
+    import threading
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    stop = threading.Event()
+    first_batch = [threading.Thread(target=stop.wait) for _ in range(3)]
+    for t in first_batch:
+        t.start()
+    s = TreeSampler(os.getpid())
+    try:
+        tids = {t.tid for t in s.sample().processes[os.getpid()].threads}
+        old = {t.native_id for t in first_batch}
+        assert old <= tids
+        stop.set()
+        for t in first_batch:
+            t.join()
+        stop2 = threading.Event()
+        second_batch = [threading.Thread(target=stop2.wait) for _ in range(2)]
+        for t in second_batch:
+            t.start()
+        try:
+            now = {t.tid for t in s.sample().processes[os.getpid()].threads}
+            new = {t.native_id for t in second_batch}
+            assert new <= now
+            assert not (old - new) & now  # exited threads are gone (unless a tid was reused)
+        finally:
+            stop2.set()
+            for t in second_batch:
+                t.join()
+    finally:
+        s.close()
+    assert open_fds() == before

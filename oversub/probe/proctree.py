@@ -10,11 +10,13 @@ Everything takes `root` (default "/") prefixed to `/proc`, so tests can build fa
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
     "CLK_TCK",
+    "HeldFiles",
     "ProcStat",
     "descendants",
     "parse_stat",
@@ -164,3 +166,99 @@ def descendants(root_pid: int, ppids: Mapping[int, int]) -> set[int]:
     found = _walk([root_pid], ppids)
     found.discard(root_pid)
     return found
+
+
+def _pread_all(fd: int, size: int = 16384) -> bytes:
+    """Whole content of a procfs file from offset 0 (procfs regenerates it on each pass)."""
+    data = os.pread(fd, size, 0)
+    if len(data) < size:
+        return data
+    chunks = [data]
+    offset = len(data)
+    while chunk := os.pread(fd, 65536, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _default_max_fds() -> int:
+    """Half the soft RLIMIT_NOFILE (the rest is the program's), 0 where it is unknown."""
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 0
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 16
+    return max(0, min(soft // 2 - 64, 1 << 15))
+
+
+def _close_all(fds: dict[Hashable, int]) -> None:
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
+
+
+class HeldFiles:
+    """File descriptors of per-thread /proc files kept open between samples.
+
+    `pread(fd, 0)` makes procfs regenerate a file: about half the cost of open+read+close
+    (7.7 vs 15 µs per thread for status + schedstat, measured). A descriptor pins its task,
+    so once the thread has exited it reads ESRCH, and a reused tid is never read through an
+    old descriptor. At most `max_fds` stay open (default: half the soft RLIMIT_NOFILE);
+    beyond that files are opened for each read. Descriptors not read during a sample are
+    closed by `end_sample()`.
+    """
+
+    def __init__(self, max_fds: int | None = None) -> None:
+        self.max_fds = _default_max_fds() if max_fds is None else max_fds
+        self._fds: dict[Hashable, int] = {}
+        self._seen: set[Hashable] = set()
+        # Closes the descriptors when the owner forgets to call close().
+        self._finalizer = weakref.finalize(self, _close_all, self._fds)
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def read(self, key: Hashable, path: str, dir_fd: int | None = None) -> bytes:
+        """Content of `path` (relative to `dir_fd`), through the descriptor held for `key`.
+
+        `key` must name the file AND the task's identity (e.g. pid, start_ticks, tid, leaf).
+        Raises OSError like os.open when the file cannot be opened.
+        """
+        fd = self._fds.get(key)
+        if fd is not None:
+            try:
+                data = _pread_all(fd)
+            except OSError:
+                data = b""
+            if data:
+                self._seen.add(key)
+                return data
+            # The task behind the old descriptor is gone; the path may name a new one.
+            del self._fds[key]
+            os.close(fd)
+        fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
+        try:
+            data = _pread_all(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if data and len(self._fds) < self.max_fds:
+            self._fds[key] = fd
+            self._seen.add(key)
+        else:
+            os.close(fd)
+        return data
+
+    def end_sample(self) -> None:
+        """Close the descriptors of files not read since the previous call."""
+        for key in [k for k in self._fds if k not in self._seen]:
+            os.close(self._fds.pop(key))
+        self._seen.clear()
+
+    def close(self) -> None:
+        """Close every held descriptor."""
+        _close_all(self._fds)
+        self._seen.clear()

@@ -4,9 +4,11 @@ One sample = one scan of `/proc/*/stat` (tree membership and every process's sta
 then per process its task list and cmdline, and per thread two small files:
 `task/TID/status` (state and both context-switch counters: `/proc/PID/status` covers the
 main thread only) and `task/TID/schedstat` (CPU time and run delay). `task/TID/stat` is read
-only when schedstat is missing. The costly files are cached per process identity
-(pid, start_ticks): environ is read once (and again after an exec), maps when the thread
-count changes (libraries load on import and start their pools) or every few seconds.
+only when schedstat is missing. Per-thread files stay open between samples and are re-read
+with pread (`proctree.HeldFiles`): that halves the cost of a sample. The costly files are
+cached per process identity (pid, start_ticks): environ is read once (and again after an
+exec), maps when the thread count changes (libraries load on import and start their pools)
+or every few seconds.
 
 Without /proc (macOS, Windows) a small psutil fallback gives per-thread CPU only.
 """
@@ -17,6 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from oversub import errors
@@ -25,6 +28,7 @@ from oversub.probe import native
 from oversub.probe.host import read_host
 from oversub.probe.proctree import (
     CLK_TCK,
+    HeldFiles,
     ProcStat,
     parse_stat,
     ppids_of,
@@ -92,6 +96,9 @@ class TreeSampler:
 
     A process once seen in the tree stays tracked while it lives (same pid and start time),
     even when re-parented: orphans of a dead parent still belong to the job.
+
+    It keeps per-thread /proc files open between samples: call `close()` (or use it as a
+    context manager) when done; garbage collection closes them too.
     """
 
     def __init__(
@@ -113,6 +120,22 @@ class TreeSampler:
         self._known: dict[tuple[int, int], _Known] = {}
         self._sampled = False
         self._psutil_tracked: dict[int, psutil.Process] = {}
+        self._held = HeldFiles()
+
+    def close(self) -> None:
+        """Close the /proc files held open between samples (sampling may go on after)."""
+        self._held.close()
+
+    def __enter__(self) -> TreeSampler:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # ----------------------------------------------------------------------- /proc
 
@@ -147,6 +170,7 @@ class TreeSampler:
                 processes[pid] = sample
 
         self._sampled = True
+        self._held.end_sample()
         self._tracked = {pid: p.start_ticks for pid, p in processes.items()}
         for key in [k for k in self._known if self._tracked.get(k[0]) != k[1]]:
             del self._known[key]
@@ -182,7 +206,7 @@ class TreeSampler:
         except OSError:
             return None  # gone between the scan and now
         try:
-            threads = self._read_threads(task_fd, unavailable)
+            threads = self._read_threads(pid, stat.start_ticks, task_fd, unavailable)
         finally:
             os.close(task_fd)
         try:
@@ -201,17 +225,21 @@ class TreeSampler:
             thread_env=known.thread_env,
         )
 
-    def _read_threads(self, task_fd: int, unavailable: list[str]) -> tuple[ThreadSample, ...]:
+    def _read_threads(
+        self, pid: int, start_ticks: int, task_fd: int, unavailable: list[str]
+    ) -> tuple[ThreadSample, ...]:
         threads: list[ThreadSample] = []
+        held = self._held
         for name in os.listdir(task_fd):
             # Any failure below means the thread exited since the listing: skip it.
             try:
-                status = read_small(f"{name}/status", dir_fd=task_fd)
+                status = held.read((pid, start_ticks, name, 0), f"{name}/status", task_fd)
                 if not status:
                     continue
                 run_delay: int | None
                 try:
-                    sched = read_small(f"{name}/schedstat", dir_fd=task_fd).split()
+                    raw = held.read((pid, start_ticks, name, 1), f"{name}/schedstat", task_fd)
+                    sched = raw.split()
                     cpu_ns, run_delay = int(sched[0]), int(sched[1])
                 except FileNotFoundError:
                     # No CONFIG_SCHED_INFO, or the thread just went: stat tells which.
