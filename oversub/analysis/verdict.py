@@ -16,19 +16,27 @@ Every number comes from `Thresholds`. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 
+from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
 from oversub.analysis.recommend import threads_for
+from oversub.analysis.wording import (
+    count_processes,
+    pids_of,
+    pool_order,
+    rounded,
+    sentence,
+    thread_fix,
+    verb,
+)
 from oversub.model import (
     Assessment,
     Finding,
     Interval,
-    ProcessRates,
     Severity,
     Thresholds,
     Verdict,
 )
-from oversub.pools import POOL_KINDS, POOLS_BY_KEY, controlling_value, is_openmp
 
 __all__ = ["RULES", "assess"]
 
@@ -52,133 +60,21 @@ _RULE_ORDER = {rule: i for i, rule in enumerate(RULES)}
 _CONTENDING_DEMAND = 0.5
 """A process keeping at least half a thread runnable on average counts as one of the M
 processes that share the CPUs."""
-_IDLE_CPU_PERCENT = 1.0
-"""A hung child uses about no CPU: below this percentage of one CPU."""
 
 Evidence = dict[str, float | int | str | None]
-
-
-def _pids(procs: Iterable[ProcessRates]) -> tuple[int, ...]:
-    return tuple(sorted(p.pid for p in procs))
-
-
-def _pid_list(pids: Sequence[int]) -> str:
-    word = "pid" if len(pids) == 1 else "pids"
-    return f"{word} {', '.join(str(p) for p in pids)}"
-
-
-def _processes(count: int) -> str:
-    return f"{count} process" if count == 1 else f"{count} processes"
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def _base_evidence(interval: Interval) -> Evidence:
     t = interval.totals
     n = interval.vcpus
     return {
-        "demand": _round(t.demand),
+        "demand": rounded(t.demand),
         "vcpus": n,
-        "demand_per_vcpu": _round(t.demand / n),
-        "run_delay_ratio": _round(t.run_delay_ratio),
-        "involuntary_ctx_per_cpu_s": _round(t.involuntary_ctx_per_cpu_s, 1),
+        "demand_per_vcpu": rounded(t.demand / n),
+        "run_delay_ratio": rounded(t.run_delay_ratio),
+        "involuntary_ctx_per_cpu_s": rounded(t.involuntary_ctx_per_cpu_s, 1),
         "active_threads": t.active_threads,
     }
-
-
-def _uncontrolled_pools(p: ProcessRates) -> tuple[str, ...]:
-    """Pools `p` maps that no variable sizes (they use all CPUs); () when unknown."""
-    if not p.pools or p.thread_env is None:
-        return ()
-    env = p.thread_env
-    return tuple(
-        k
-        for k in p.pools
-        if k in POOLS_BY_KEY and POOLS_BY_KEY[k].variables and controlling_value(k, env) is None
-    )
-
-
-def _pool_order(keys: Iterable[str]) -> list[str]:
-    """Pool keys in the order of POOL_KINDS (OpenMP runtimes first), without duplicates."""
-    wanted = set(keys)
-    return [k.key for k in POOL_KINDS if k.key in wanted]
-
-
-def _who(pids: Sequence[int]) -> str:
-    """ "2 processes (pids 11, 12)" or "1 process (pid 11)"."""
-    return f"{_processes(len(pids))} ({_pid_list(pids)})"
-
-
-def _verb(count: int, singular: str, plural: str) -> str:
-    return singular if count == 1 else plural
-
-
-def _thread_fix(procs: Sequence[ProcessRates], threads: int) -> str:
-    """Name each mapped pool, its variable and the value to set, for `procs`.
-
-    Processes with the same unsized pools share one clause, so the usual case reads
-    "2 processes (pids 11, 12) map GNU OpenMP (libgomp) with OMP_NUM_THREADS unset -> ...".
-    """
-    unset: dict[int, tuple[str, ...]] = {}
-    too_high: dict[tuple[str, str, str], list[int]] = {}
-    for p in procs:
-        if _uncontrolled_pools(p):
-            unset[p.pid] = tuple(_pool_order(_uncontrolled_pools(p)))
-        if p.pools and p.thread_env is not None:
-            for key in p.pools:
-                ctl = controlling_value(key, p.thread_env)
-                if ctl is not None and not _at_most(ctl[1], threads):
-                    too_high.setdefault((POOLS_BY_KEY[key].label, *ctl), []).append(p.pid)
-    by_pools: dict[tuple[str, ...], list[int]] = {}
-    for pid, pools in unset.items():
-        by_pools.setdefault(pools, []).append(pid)
-    clauses: list[str] = []
-    for keys, pids in by_pools.items():
-        labels = _and(POOLS_BY_KEY[k].label for k in keys)
-        variables = list(dict.fromkeys(POOLS_BY_KEY[k].variables[0] for k in keys))
-        assignments = " and ".join(f"{v}={threads}" for v in variables)
-        clauses.append(
-            f"{_who(sorted(pids))} {_verb(len(pids), 'maps', 'map')} {labels} with "
-            f"{_and(variables)} unset -> set {assignments} in {_verb(len(pids), 'it', 'them')}"
-        )
-    for (label, var, value), pids in sorted(too_high.items()):
-        clauses.append(
-            f"{_who(sorted(pids))} {_verb(len(pids), 'runs', 'run')} {label} with "
-            f"{var}={value}, more than {threads} -> lower {var} to {threads}"
-        )
-    if not clauses:
-        return (
-            f"give each process at most {threads} thread(s): set OMP_NUM_THREADS={threads} "
-            f"(and MKL_NUM_THREADS, OPENBLAS_NUM_THREADS) before it starts, or cap its pools "
-            f"in code (torch.set_num_threads({threads}), threadpoolctl)"
-        )
-    fix = "; ".join(clauses)
-    if any(p.pools and "torch" in p.pools for p in procs):
-        fix += f", or call torch.set_num_threads({threads}) in each"
-    return fix
-
-
-def _and(items: Iterable[str]) -> str:
-    """ "a", "a and b", "a, b and c"."""
-    words = list(items)
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
-
-
-def _at_most(value: str, limit: int) -> bool:
-    """True when a thread variable's value asks for at most `limit` threads.
-
-    OMP_NUM_THREADS may be a nested list ("4,2"): the first level sizes the team.
-    """
-    try:
-        return int(value.split(",")[0].strip()) <= limit
-    except ValueError:
-        return False
 
 
 def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
@@ -192,26 +88,26 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
     evidence = _base_evidence(interval) | {
         "processes": len(contending),
         "multi_thread_processes": len(multi),
-        "throttled_ratio": _round(interval.host.throttled_ratio),
+        "throttled_ratio": rounded(interval.host.throttled_ratio),
     }
     head = f"The tree keeps {t.demand:.1f} threads runnable on {n} CPUs ({t.demand / n:.1f}x); "
     if multi:
         threads = threads_for(n, m)
-        pools = _pool_order(k for p in contending for k in (p.pools or ()))
+        pools = pool_order(k for p in contending for k in (p.pools or ()))
         evidence |= {"threads_per_process": threads, "pools": ",".join(pools) or None}
         who = f"each of the {m} busy processes" if m > 1 else "the busy process"
         fix = f"Give {who} {threads} thread(s) ({n} CPUs / {m}): "
-        fix += _thread_fix(contending, threads)
+        fix += thread_fix(contending, threads)
         if m > n:
             fix += f"; and run at most {n} busy process{'es' if n > 1 else ''} at a time"
         return Finding(
             rule="oversubscribed-pools",
             severity=Severity.CRITICAL,
             verdict=Verdict.OVERSUBSCRIBED,
-            message=head + f"{_processes(len(multi))} {_verb(len(multi), 'runs', 'run')} "
+            message=head + f"{count_processes(len(multi))} {verb(len(multi), 'runs', 'run')} "
             "multi-thread native pools whose "
             "waiting threads spin, which costs multiples (2-23x measured).",
-            pids=_pids(contending),
+            pids=pids_of(contending),
             evidence=evidence,
             fix=fix + ".",
         )
@@ -221,7 +117,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         verdict=Verdict.OVERSUBSCRIBED,
         message=head + f"they are {len(contending)} single-thread processes sharing {n} CPUs, "
         "which costs little (1.0-1.2x measured).",
-        pids=_pids(contending),
+        pids=pids_of(contending),
         evidence=evidence,
         fix=f"Run at most {n} busy process{'es' if n > 1 else ''} at a time "
         f"(e.g. Pool(processes={n})); "
@@ -247,7 +143,7 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
                 f"its periods{throttled} while it kept {t.demand:.1f} threads runnable.",
                 pids=(interval.root_pid,),
                 evidence=_base_evidence(interval)
-                | {"throttled_ratio": _round(throttled_ratio), "throttled_s": h.throttled_s},
+                | {"throttled_ratio": rounded(throttled_ratio), "throttled_s": h.throttled_s},
                 fix="Raise the cgroup CPU quota, or keep the tree's busy threads within it: at "
                 f"most {n} (the quota rounded down; a quota under one CPU throttles even one "
                 "busy thread).",
@@ -259,9 +155,9 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
     outside = h.outside_cpus is not None and h.outside_cpus >= th.outside_cpu
     steal = h.steal_cpus is not None and h.steal_cpus >= th.outside_cpu
     evidence = _base_evidence(interval) | {
-        "outside_cpus": _round(h.outside_cpus),
-        "steal_cpus": _round(h.steal_cpus),
-        "psi_some": _round(h.psi_some),
+        "outside_cpus": rounded(h.outside_cpus),
+        "steal_cpus": rounded(h.steal_cpus),
+        "psi_some": rounded(h.psi_some),
     }
     if outside or steal:
         causes = []
@@ -274,7 +170,7 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
                 rule="starved-outside",
                 severity=Severity.WARNING,
                 verdict=Verdict.STARVED,
-                message=f"{_sentence(' and '.join(causes))}; the tree's threads waited "
+                message=f"{sentence(' and '.join(causes))}; the tree's threads waited "
                 f"{ratio:.0%} of their runnable time.",
                 pids=(interval.root_pid,),
                 evidence=evidence,
@@ -313,138 +209,13 @@ def _busy_threads(interval: Interval) -> Finding:
         verdict=Verdict.AT_RISK,
         message=f"{t.active_threads} threads were busy on {n} CPUs; they have not waited yet, "
         "but when they run at once they will contend.",
-        pids=_pids(busy),
+        pids=pids_of(busy),
         evidence=_base_evidence(interval)
         | {"processes": len(busy), "threads_per_process": threads},
         fix=f"Keep busy threads at most {n}: {threads} thread(s) in "
         + (f"each of the {m} busy processes; " if m > 1 else "the busy process; ")
-        + _thread_fix(busy, threads)
+        + thread_fix(busy, threads)
         + ".",
-    )
-
-
-def _pool_default(interval: Interval, skip_pids: frozenset[int]) -> Finding | None:
-    n = interval.vcpus
-    mapped = [p for p in interval.processes if _uncontrolled_pools(p)]
-    if len(mapped) < 2 or not any(p.active_threads >= 2 for p in mapped):
-        return None
-    pids = _pids(mapped)
-    if set(pids) <= skip_pids:
-        return None
-    keys = _pool_order(k for p in mapped for k in _uncontrolled_pools(p))
-    labels = _and(POOLS_BY_KEY[k].label for k in keys)
-    variables = _and(dict.fromkeys(POOLS_BY_KEY[k].variables[0] for k in keys))
-    k = len(mapped)
-    threads = threads_for(n, k)
-    return Finding(
-        rule="pool-default",
-        severity=Severity.WARNING,
-        verdict=Verdict.AT_RISK,
-        message=f"{k} processes ({_pid_list(pids)}) map {labels} with {variables} unset; each "
-        f"sizes its pool to all {n} CPUs, so {k * n} threads can compete for {n}.",
-        pids=pids,
-        evidence={
-            "processes": k,
-            "vcpus": n,
-            "pools": ",".join(keys),
-            "active_threads_max": max(p.active_threads for p in mapped),
-            "threads_per_process": threads,
-        },
-        fix=f"Size the pools before the processes start: {_thread_fix(mapped, threads)}.",
-    )
-
-
-def _forks(interval: Interval, th: Thresholds) -> list[Finding]:
-    by_pid = {p.pid: p for p in interval.processes}
-    hung: list[ProcessRates] = []
-    forked: list[ProcessRates] = []
-    for child in interval.processes:
-        parent = by_pid.get(child.ppid)
-        # Plain fork keeps the parent's command line; spawn and forkserver children do not.
-        if parent is None or parent.pid == child.pid or parent.threads < 2:
-            continue
-        if child.cmdline != parent.cmdline:
-            continue
-        if (
-            not child.exited
-            and child.pools is not None
-            and is_openmp(child.pools)
-            and child.threads == 1
-            and child.cpu_percent < _IDLE_CPU_PERCENT
-            and interval.seconds >= th.idle_seconds
-        ):
-            hung.append(child)
-        else:
-            forked.append(child)
-    found: list[Finding] = []
-    if hung:
-        pids = _pids(hung)
-        found.append(
-            Finding(
-                rule="fork-hang",
-                severity=Severity.CRITICAL,
-                verdict=Verdict.AT_RISK,
-                message=f"{_who(pids)} forked from a multi-threaded parent "
-                f"{_verb(len(pids), 'maps', 'map')} OpenMP and sat idle on one thread for "
-                f"{interval.seconds:.0f} s: the hang of forking after an OpenMP region "
-                "(pytorch issue 41197).",
-                pids=pids,
-                evidence={
-                    "children": len(hung),
-                    "seconds": _round(interval.seconds, 1),
-                    "cpu_percent_max": _round(max(p.cpu_percent for p in hung), 2),
-                    "parent_threads": max(by_pid[p.ppid].threads for p in hung),
-                },
-                fix="Start workers with spawn or forkserver (torch.multiprocessing."
-                'set_start_method("spawn")), or keep the parent at one thread before forking '
-                "(torch.set_num_threads(1) or OMP_NUM_THREADS=1).",
-            )
-        )
-    if forked:
-        pids = _pids(forked)
-        parents = sorted({p.ppid for p in forked})
-        found.append(
-            Finding(
-                rule="fork-after-threads",
-                severity=Severity.INFO,
-                verdict=Verdict.OK,
-                message=f"{_who(pids)} {_verb(len(pids), 'was', 'were')} forked from a "
-                f"parent running several threads ({_pid_list(parents)}); a fork copies one "
-                "thread and any lock another held.",
-                pids=pids,
-                evidence={"children": len(forked), "parents": len(parents)},
-                fix="Prefer the spawn or forkserver start method when the parent runs threads.",
-            )
-        )
-    return found
-
-
-def _orphans(interval: Interval, th: Thresholds) -> Finding | None:
-    pids = {p.pid for p in interval.processes}
-    orphans = [
-        p
-        for p in interval.processes
-        if p.pid != interval.root_pid
-        and p.ppid not in pids
-        and not p.exited
-        and p.cpu_percent >= th.active_cpu * 100.0
-    ]
-    if not orphans:
-        return None
-    found = _pids(orphans)
-    return Finding(
-        rule="orphan",
-        severity=Severity.WARNING,
-        verdict=Verdict.AT_RISK,
-        message=f"{_who(found)} kept using CPU after "
-        f"{_verb(len(found), 'its', 'their')} parent exited.",
-        pids=found,
-        evidence={
-            "processes": len(orphans),
-            "cpu_percent": _round(sum(p.cpu_percent for p in orphans), 1),
-        },
-        fix="Make the parent wait for its children (join/terminate workers on exit, "
-        "a context manager around the pool), or kill the leftovers.",
     )
 
 
@@ -509,11 +280,11 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
         findings.extend(_starved(interval, thresholds, waiting))
         if not waiting and totals.active_threads > n:
             findings.append(_busy_threads(interval))
-    pool = _pool_default(interval, skip_pids)
+    pool = pool_default_finding(interval, skip_pids)
     if pool is not None:
         findings.append(pool)
-    findings.extend(_forks(interval, thresholds))
-    orphan = _orphans(interval, thresholds)
+    findings.extend(fork_findings(interval, thresholds))
+    orphan = orphan_finding(interval, thresholds)
     if orphan is not None:
         findings.append(orphan)
     if not measured:
