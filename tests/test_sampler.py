@@ -453,3 +453,9 @@ def test_real_thread_churn_and_no_fd_leak() -> None:
     finally:
         s.close()
     assert open_fds() == before
+
+
+def test_scan_ppids_is_read_ppids(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path)
+    fake.add_process(5, 1)
+    assert proctree.scan_ppids(str(tmp_path)) == proctree.read_ppids(str(tmp_path)) == {5: 1}
