@@ -97,10 +97,10 @@ def check_command(
         reaper.observe(p.pid for p in iv.processes)
 
     try:
-        sampler = TreeSampler(proc.pid, throttle_stat_path=_stat_path(budget))
-        result = run_session(
-            sampler, budget, opts.session, on_interval=observe, should_stop=should_stop
-        )
+        with TreeSampler(proc.pid, throttle_stat_path=_stat_path(budget)) as sampler:
+            result = run_session(
+                sampler, budget, opts.session, on_interval=observe, should_stop=should_stop
+            )
     except KeyboardInterrupt:
         result = None
     finally:
@@ -126,8 +126,8 @@ def check_pid(
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        sampler = TreeSampler(pid, throttle_stat_path=_stat_path(budget))
-        result: SessionResult = run_session(sampler, budget, opts.session)
+        with TreeSampler(pid, throttle_stat_path=_stat_path(budget)) as sampler:
+            result: SessionResult = run_session(sampler, budget, opts.session)
     finally:
         signal.signal(signal.SIGTERM, previous)
     outcome = _Outcome(summary=result.summary, interrupted=result.interrupted)

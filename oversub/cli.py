@@ -24,21 +24,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-class ProcsType(click.ParamType):
+def _procs(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
     """A process count >= 1, or `auto` (from the launcher's environment)."""
-
-    name = "M|auto"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, int) or value == "auto":
-            return value
-        try:
-            n = int(str(value), 10)
-        except ValueError:
-            self.fail(f"{value!r} is not a whole number of processes or 'auto'", param, ctx)
-        if n < 1:
-            self.fail(f"{n} processes: need at least 1", param, ctx)
-        return n
+    if value is None or value == "auto":
+        return value
+    try:
+        n = int(value, 10)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a whole number of processes or 'auto'"
+        ) from None
+    if n < 1:
+        raise click.BadParameter(f"{n} processes: need at least 1")
+    return n
 
 
 POSITIVE = click.IntRange(min=1)
@@ -168,7 +166,9 @@ def cpus(pid: int | None, fmt: str, detail: bool) -> None:
     "--procs",
     "-M",
     "procs",
-    type=ProcsType(),
+    type=str,
+    metavar="M|auto",
+    callback=_procs,
     required=True,
     help="Processes sharing the CPUs, or 'auto' (torchrun, SLURM, MPI variables).",
 )
@@ -271,14 +271,16 @@ def watch(
     budget = _budget(pid)
     chosen = WatchFormat(fmt) if fmt else default_watch_format(sys.stdout)
     stat_path = budget.quota.stat_path if budget.quota is not None else None
-    sampler = TreeSampler(pid, throttle_stat_path=stat_path)
     options = SessionOptions(
         interval=interval,
         duration=duration,
         thresholds=thresholds,
         max_intervals=1 if once else None,
     )
-    with WatchView(chosen, budget) as view:
+    with (
+        TreeSampler(pid, throttle_stat_path=stat_path) as sampler,
+        WatchView(chosen, budget) as view,
+    ):
         result = run_session(sampler, budget, options, on_interval=view.interval)
     view.summary(result.summary)
     if result.interrupted:
@@ -456,6 +458,15 @@ def stress(procs: int, threads: int, idle: int, seconds: float) -> None:
     sys.exit(run_stress(procs, threads, idle, seconds))
 
 
+class _NeverRaised(click.UsageError):
+    """Stands in for NoArgsIsHelpError on click versions that do not have it."""
+
+
+NO_ARGS_IS_HELP: type[click.UsageError] = getattr(
+    click.exceptions, "NoArgsIsHelpError", _NeverRaised
+)
+
+
 def _error(message: str) -> None:
     click.echo(f"oversub: error: {message}", err=True)
 
@@ -464,8 +475,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: the one place where exceptions become exit codes."""
     try:
         cli.main(args=argv, prog_name="oversub", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelp as exc:  # pragma: no cover - click >= 8.2 only
-        click.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
+    except NO_ARGS_IS_HELP as exc:
+        # `oversub` alone: the help text, not an error line (click >= 8.2 raises this).
+        click.echo(exc.format_message(), err=True)
         sys.exit(ExitStatus.USAGE)
     except click.UsageError as exc:
         hint = f" (try '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""

@@ -1,0 +1,272 @@
+"""`oversub check` and `oversub watch` end to end, on real process trees.
+
+Every run is pinned to one CPU (affinity is inherited by the whole tree), so the verdicts do
+not depend on how many CPUs the machine has: 1 process x 3 busy threads on 1 CPU
+oversubscribes anywhere, 1 x 1 never does. Margins are wide; no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oversub.errors import ExitStatus
+
+pytestmark = pytest.mark.integration
+
+CPU = min(os.sched_getaffinity(0))
+OVERSUB = [sys.executable, "-m", "oversub"]
+
+
+def _pin() -> None:
+    os.sched_setaffinity(0, {CPU})
+
+
+def stress(procs: int, threads: int, seconds: float) -> list[str]:
+    return [
+        *OVERSUB,
+        "stress",
+        "--procs",
+        str(procs),
+        "--threads",
+        str(threads),
+        "--seconds",
+        str(seconds),
+    ]
+
+
+def oversub(
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 90,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*OVERSUB, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=_pin,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _descendants(pid: int) -> set[int]:
+    from oversub.probe.proctree import descendants, scan_ppids
+
+    return set(descendants(pid, scan_ppids("/")))
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts; all are killed with their trees, even when the test fails."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        for pid in _descendants(p.pid) | {p.pid}:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait(timeout=10)
+
+
+def test_check_fails_an_oversubscribed_command_and_writes_reports(tmp_path: Path) -> None:
+    step_summary = tmp_path / "step.md"
+    result = oversub(
+        [
+            "check",
+            "--interval",
+            "0.5",
+            "--warmup",
+            "0.5",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--junit",
+            str(tmp_path / "r.xml"),
+            "--markdown",
+            str(tmp_path / "r.md"),
+            "--",
+            *stress(1, 3, 4),
+        ],
+        env={"GITHUB_STEP_SUMMARY": str(step_summary), "GITHUB_ACTIONS": "true"},
+    )
+    assert result.returncode == ExitStatus.FOUND, result.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["verdict"] == "oversubscribed"
+    assert doc["vcpus"] == 1 and doc["exit_status"] == 1 and doc["command_status"] == 0
+    rules = {f["rule"] for f in doc["findings"]}
+    assert "oversubscribed-pools" in rules
+    assert doc["totals"]["demand"] > 1.5  # three busy threads wanted one CPU
+    suite = ET.parse(tmp_path / "r.xml").getroot()
+    failures = suite.findall(".//testcase/failure")
+    assert failures and any(
+        tc.get("name") == "oversubscribed-pools" and tc.find("failure") is not None
+        for tc in suite.iter("testcase")
+    )
+    assert "oversubscribed-pools" in (tmp_path / "r.md").read_text()
+    assert "oversubscribed-pools" in step_summary.read_text()
+    assert "::error" in result.stderr
+    assert "oversub stress: root pid" in result.stderr  # the command's stderr passed through
+
+
+def test_check_passes_a_healthy_command(tmp_path: Path) -> None:
+    result = oversub(
+        [
+            "check",
+            "--interval",
+            "0.5",
+            "--warmup",
+            "0.5",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--",
+            *stress(1, 1, 3),
+        ]
+    )
+    assert result.returncode == ExitStatus.OK, result.stderr
+    # Other load on a shared CI machine may starve it; it never oversubscribes itself.
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"] in {"ok", "starved"}
+
+
+def test_command_failure_is_exit_3_with_status_in_report(tmp_path: Path) -> None:
+    code = "import time, sys; time.sleep(2); sys.exit(7)"
+    result = oversub(
+        [
+            "check",
+            "--interval",
+            "0.5",
+            "--warmup",
+            "0",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--",
+            sys.executable,
+            "-c",
+            code,
+        ]
+    )
+    assert result.returncode == ExitStatus.UNOBSERVABLE, result.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["command_status"] == 7
+
+
+def test_command_not_found_is_exit_3() -> None:
+    result = oversub(["check", "--", "/nonexistent/oversub-no-such-command"])
+    assert result.returncode == ExitStatus.UNOBSERVABLE
+    assert result.stderr.strip().splitlines()[-1].startswith("oversub: error: cannot start")
+
+
+def test_command_exiting_before_first_sample_is_exit_3() -> None:
+    result = oversub(["check", "--warmup", "0", "--interval", "1", "--", "true"])
+    assert result.returncode == ExitStatus.UNOBSERVABLE
+    assert "nothing was measured" in result.stderr
+
+
+def test_timeout_ends_the_tree_and_is_not_a_failure(tmp_path: Path) -> None:
+    result = oversub(
+        [
+            "check",
+            "--timeout",
+            "2.5",
+            "--interval",
+            "0.5",
+            "--warmup",
+            "0",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--",
+            *stress(1, 1, 60),
+        ]
+    )
+    assert result.returncode == ExitStatus.OK, result.stderr
+    doc = json.loads(result_json := (tmp_path / "r.json").read_text())
+    assert doc["timed_out"] is True, result_json
+    for proc in doc["processes"]:
+        assert not _alive(proc["pid"]) or proc["pid"] == os.getpid()
+
+
+def test_ctrl_c_kills_the_whole_tree(spawned: list[subprocess.Popen[bytes]]) -> None:
+    check = subprocess.Popen(
+        [*OVERSUB, "check", "--interval", "0.5", "--", *stress(2, 1, 120)],
+        stderr=subprocess.PIPE,
+        preexec_fn=_pin,
+    )
+    spawned.append(check)
+    assert check.stderr is not None
+    line = check.stderr.readline().decode()  # stress announces its root pid first
+    assert "root pid" in line, line
+    deadline = time.monotonic() + 30
+    tree: set[int] = set()
+    while time.monotonic() < deadline and len(tree) < 4:  # command, stress root, 2 workers
+        tree = _descendants(check.pid)
+        time.sleep(0.2)
+    assert len(tree) >= 4, tree
+    check.send_signal(signal.SIGINT)
+    assert check.wait(timeout=30) == ExitStatus.INTERRUPTED
+    survivors = [pid for pid in tree if _alive(pid)]
+    assert survivors == []
+
+
+def test_check_attaches_to_a_running_pid(spawned: list[subprocess.Popen[bytes]]) -> None:
+    target = subprocess.Popen(stress(1, 3, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
+    spawned.append(target)
+    time.sleep(1.5)
+    result = oversub(["check", "--pid", str(target.pid), "--duration", "2.5", "--interval", "0.5"])
+    assert result.returncode == ExitStatus.FOUND, result.stderr
+
+
+def test_watch_json_summary_and_ndjson_lines(spawned: list[subprocess.Popen[bytes]]) -> None:
+    target = subprocess.Popen(stress(1, 3, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
+    spawned.append(target)
+    time.sleep(1.5)
+    summary = oversub(
+        ["watch", str(target.pid), "--duration", "2", "--interval", "0.5", "--format", "json"]
+    )
+    assert summary.returncode == 0, summary.stderr  # watch observes; it never gates
+    doc = json.loads(summary.stdout)
+    assert doc["verdict"] == "oversubscribed" and doc["root_pid"] == target.pid
+    assert {p["pid"] for p in doc["processes"]} >= {target.pid}
+    lines = oversub(["watch", str(target.pid), "--once", "--interval", "0.5"])  # a pipe: ndjson
+    records = [json.loads(x) for x in lines.stdout.splitlines()]
+    assert [r["type"] for r in records] == ["interval", "summary"]
+
+
+def test_watch_sees_starvation_from_outside(spawned: list[subprocess.Popen[bytes]]) -> None:
+    hog = subprocess.Popen(stress(1, 2, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
+    target = subprocess.Popen(stress(1, 1, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
+    spawned.extend([hog, target])
+    time.sleep(1.5)
+    result = oversub(
+        ["watch", str(target.pid), "--duration", "3", "--interval", "0.5", "--format", "json"]
+    )
+    doc = json.loads(result.stdout)
+    assert doc["verdict"] == "starved", doc["findings"]
+    assert any(f["rule"] == "starved-outside" for f in doc["findings"])
+
+
+def test_watch_reports_target_exit(spawned: list[subprocess.Popen[bytes]]) -> None:
+    target = subprocess.Popen(stress(1, 1, 2), stderr=subprocess.DEVNULL, preexec_fn=_pin)
+    spawned.append(target)
+    result = oversub(["watch", str(target.pid), "--interval", "0.5", "--format", "json"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["target_exited"] is True
