@@ -136,6 +136,14 @@ def test_reused_pid_is_a_new_process() -> None:
     assert [p.pid for p in iv.processes].count(201) == 1
 
 
+def test_reused_pid_counts_full_counters_even_when_they_grew() -> None:
+    prev, curr = tree_pair([Proc(ROOT, (IDLE,), ppid=1)])
+    prev = _with(prev, _fresh(201, cpu_s=0.1, delay_s=0.0, ticks=1000))
+    curr = _with(curr, _fresh(201, cpu_s=0.3, delay_s=0.0, ticks=5000))
+    iv = interval(prev, curr, 2, TH)
+    assert _by_pid(iv.processes)[201].cpu_percent == pytest.approx(30.0)
+
+
 def test_new_thread_counts_full_counters_and_reused_tid_restarts() -> None:
     prev, curr = tree_pair([Proc(ROOT, (Load(cpu=0.5),), ppid=1)])
     root = curr.processes[ROOT]

@@ -192,6 +192,18 @@ def test_tree_gone_in_the_only_interval_does_not_crash() -> None:
     assert process(s, ROOT).seconds == 0.0
 
 
+def test_busy_orphan_counts_in_the_run_after_everything_exited() -> None:
+    line = Timeline()
+    procs = [root(), Proc(401, (Load(cpu=0.5),), ppid=999)]
+    line.add(procs)
+    line.add_exit(procs, gone=401)
+    prev, curr = tree_pair([root()], t0=line.t)
+    line.run.add(interval(prev, without(curr, ROOT), 2, TH))
+    s = line.result(target_exited=True)
+    assert [f.rule for f in s.findings] == ["orphan"]
+    assert s.verdict is Verdict.AT_RISK
+
+
 def test_host_means_skip_unknown_intervals() -> None:
     line = Timeline()
     line.add(busy_workers(1, 1), dt=1.0, host=Host(outside=1.0, periods=10, throttled=2))

@@ -138,14 +138,17 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
 
 
 def orphan_finding(interval: Interval, th: Thresholds) -> Finding | None:
-    """orphan: a live non-root process whose parent is not in the tree, using >= active_cpu."""
+    """orphan: a non-root process whose parent is not in the tree, using >= active_cpu.
+
+    Exited processes are not skipped: in one interval they have no CPU anyway, and over a
+    whole run (where everything has exited once the target did) a busy orphan still counts.
+    """
     pids = {p.pid for p in interval.processes}
     orphans = [
         p
         for p in interval.processes
         if p.pid != interval.root_pid
         and p.ppid not in pids
-        and not p.exited
         and p.cpu_percent >= th.active_cpu * 100.0
     ]
     if not orphans:
