@@ -221,7 +221,9 @@ class Thresholds:
     delay_ratio: float = 0.10
     """Share of runnable time spent waiting above which threads 'wait'."""
     active_cpu: float = 0.20
-    """A thread using at least this fraction of one CPU in an interval counts as active."""
+    """A thread runnable (running or waiting) this share of an interval counts as active.
+
+    Runnable, not running: under contention a busy thread gets little CPU but stays runnable."""
     throttle_ratio: float = 0.10
     """Share of cgroup periods throttled above which the quota 'bites'."""
     outside_cpu: float = 0.50
@@ -241,7 +243,7 @@ class ProcessRates:
     threads: int
     """Threads at the end of the interval."""
     active_threads: int
-    """Threads that used at least `active_cpu` of a CPU in the interval."""
+    """Threads runnable (running or waiting for a CPU) at least `active_cpu` of the interval."""
     cpu_percent: float
     """CPU use, 100 = one vCPU."""
     demand: float

@@ -76,6 +76,13 @@ def test_active_thread_boundary(cpu: float, active: int) -> None:
     assert iv.totals.active_threads == active
 
 
+@pytest.mark.parametrize(("delay", "active"), [(0.09, 0), (0.11, 1)])
+def test_waiting_counts_towards_active(delay: float, active: int) -> None:
+    # 10% running + 11% waiting = runnable 21% of the interval: a starved busy thread is active.
+    iv = analyse([Proc(ROOT, (Load(cpu=0.10, delay=delay),), ppid=1)], vcpus=2)
+    assert iv.processes[0].active_threads == active
+
+
 def _fresh(pid: int, cpu_s: float, delay_s: float, ticks: int = 1000) -> ProcessSample:
     """A process whose one thread has small counters: it started recently."""
     t = thread(pid, round(cpu_s * NS), round(delay_s * NS), vol=3, invol=4)

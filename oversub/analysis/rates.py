@@ -110,7 +110,7 @@ def _process_delta(
         run_delay_ns=_sum_or_none(d[1] for d in per_thread),
         voluntary=_sum_or_none(d[2] for d in per_thread),
         involuntary=_sum_or_none(d[3] for d in per_thread),
-        active_threads=sum(1 for d in per_thread if d[0] >= active_ns),
+        active_threads=sum(1 for d in per_thread if d[0] + (d[1] or 0) >= active_ns),
     )
 
 
