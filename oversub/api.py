@@ -13,6 +13,7 @@ through libraries that are already imported (torch.set_num_threads, threadpoolct
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Mapping
@@ -78,6 +79,13 @@ def _apply_threads(threads: int, env: Mapping[str, str]) -> None:
     if torch is not None:
         torch.set_num_threads(threads)
     threadpoolctl = sys.modules.get("threadpoolctl")
+    if threadpoolctl is None and ("numpy" in sys.modules or "scipy" in sys.modules):
+        # NumPy's OpenBLAS read the variables when it loaded (typical in spawned workers), so
+        # only threadpoolctl can still resize it; use it when it is installed.
+        try:
+            threadpoolctl = importlib.import_module("threadpoolctl")
+        except ImportError:
+            threadpoolctl = None
     if threadpoolctl is not None:
         # Resizes BLAS/OpenMP pools that are already loaded, which the variables cannot.
         _threadpool_limiter = threadpoolctl.threadpool_limits(limits=threads)
@@ -107,7 +115,8 @@ def worker_init_fn(worker_id: int) -> None:
 
     torch already sets its own pool to 1 in DataLoader workers, but not OpenBLAS/MKL/OpenMP
     pools (NumPy's keeps all N threads); this sets every thread variable to 1 and resizes
-    the pools threadpoolctl can reach when it is imported.
+    the pools threadpoolctl can reach when it is imported (or when NumPy/SciPy are loaded
+    and threadpoolctl is installed).
     """
     del worker_id  # the same for every worker
     _apply_threads(1, {name: "1" for name in RECOMMENDED_VARS})
