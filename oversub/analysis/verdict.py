@@ -96,7 +96,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         pools = pool_order(k for p in contending for k in (p.pools or ()))
         evidence |= {"threads_per_process": threads, "pools": ",".join(pools) or None}
         who = f"each of the {m} busy processes" if m > 1 else "the busy process"
-        fix = f"Give {who} {threads} thread(s) ({n} CPUs / {m}): "
+        fix = f"Give {who} {threads} {verb(threads, 'thread', 'threads')} ({n} CPUs / {m}): "
         fix += thread_fix(contending, threads)
         if m > n:
             fix += f"; and run at most {n} busy process{'es' if n > 1 else ''} at a time"

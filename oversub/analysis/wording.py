@@ -115,9 +115,10 @@ def thread_fix(procs: Sequence[ProcessRates], threads: int) -> str:
         )
     if not clauses:
         return (
-            f"give each process at most {threads} thread(s): set OMP_NUM_THREADS={threads} "
-            f"(and MKL_NUM_THREADS, OPENBLAS_NUM_THREADS) before it starts, or cap its pools "
-            f"in code (torch.set_num_threads({threads}), threadpoolctl)"
+            f"set OMP_NUM_THREADS={threads} (and MKL_NUM_THREADS, OPENBLAS_NUM_THREADS; "
+            f"`oversub recommend` prints them all) before the processes start, or cap their "
+            f"pools in code: torch.set_num_threads({threads}), "
+            f"threadpoolctl.threadpool_limits({threads})"
         )
     fix = "; ".join(clauses)
     if any(p.pools and "torch" in p.pools for p in procs):
