@@ -7,6 +7,7 @@ oversubscribes anywhere, 1 x 1 never does. Margins are wide; no timing is assert
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -84,10 +85,8 @@ def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
     yield procs
     for p in procs:
         for pid in _descendants(p.pid) | {p.pid}:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         p.wait(timeout=10)
 
 
