@@ -15,7 +15,12 @@ from oversub.render import github
 from oversub.render.junit import summary_junit
 from oversub.render.markdown import summary_markdown
 from oversub.render.phrases import fails
-from tests.model_fixtures import make_finding, make_process_summary, make_summary
+from tests.model_fixtures import (
+    make_finding,
+    make_host_rates,
+    make_process_summary,
+    make_summary,
+)
 
 RULES = {
     "oversubscribed-pools": "Demand exceeds the CPUs with multi-thread pools",
@@ -226,3 +231,32 @@ def test_annotations_escape_workflow_command_syntax() -> None:
 def test_escape_functions_escape_percent_first() -> None:
     assert github.escape_data("%0A") == "%250A"
     assert github.escape_property("a:%,\n") == "a%3A%25%2C%0A"
+
+
+def test_markdown_multiline_command_uses_a_fenced_block() -> None:
+    script = "import os\nprint(os.getpid())"
+    md = summary_markdown(
+        make_summary(),
+        command=["python", "-c", script],
+        exit_status=0,
+        command_status=-15,
+        fail_on=Verdict.OVERSUBSCRIBED,
+    )
+    lines = md.splitlines()
+    start = lines.index("```sh")
+    assert lines[start - 2] == "Command (exit status -15):"
+    assert lines[start + 1 : start + 4] == ["python -c 'import os", "print(os.getpid())'", "```"]
+
+
+def test_markdown_host_line_leaves_out_unknown_signals() -> None:
+    s = make_summary(host=make_host_rates(psi_some=None, throttled_ratio=0.2, throttled_s=1.0))
+    md = summary_markdown(s, command=None, exit_status=0, command_status=None, fail_on=Verdict.OK)
+    host = next(line for line in md.splitlines() if line.startswith("- Host:"))
+    assert host == (
+        "- Host: outside the tree 0.05 CPUs, steal 0.00 CPUs, throttled 20% of periods (1.00 s)"
+    )
+    bare = make_summary(host=make_host_rates(outside_cpus=None, steal_cpus=None, psi_some=None))
+    bare_md = summary_markdown(
+        bare, command=None, exit_status=0, command_status=None, fail_on=Verdict.OK
+    )
+    assert "- Host:" not in bare_md

@@ -4,6 +4,7 @@ and the plain stderr report."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pytest
 from rich.console import Console, RenderableType
@@ -100,6 +101,10 @@ def test_budget_unknown_smt_and_numa() -> None:
             make_budget(vcpus=2, quota=make_quota(cpus=2.0), limited_by="quota"),
             "N = 2 usable vCPUs (limited by quota: 2 CPUs)",
         ),
+        (
+            make_budget(pid=0, vcpus=8, logical=8),
+            "N = 8 usable vCPUs (given, not measured)",
+        ),
     ],
 )
 def test_budget_limit_line(budget: Budget, expected: str) -> None:
@@ -113,6 +118,7 @@ def test_plan_text_numbers_exports_code_and_binding() -> None:
     p = make_plan(procs_source="LOCAL_WORLD_SIZE", binding=((0, 1), (2, 3, 5)))
     out = render(plan_renderable(p))
     assert "LOCAL_WORLD_SIZE" in line_with(out, "M ")
+    assert "all host CPUs" in line_with(out, "N ")
     assert "2" in line_with(out, "threads per main process")
     assert "export OMP_NUM_THREADS=2" in out
     assert "export OPENBLAS_NUM_THREADS=2" in out
@@ -135,7 +141,10 @@ def test_plan_text_workers_and_warnings() -> None:
         binding=(),
         warnings=("8 threads on 4 vCPUs: reduce workers",),
     )
+    p = replace(p, budget=make_budget(pid=0, notes=("budget given with --cpus",)))
     out = render(plan_renderable(p))
+    assert "given" in line_with(out, "N ")
+    assert "note: budget given with --cpus" in out
     assert "-4" in line_with(out, "leftover")
     assert "oversub.worker_init_fn" in out
     assert "export MKL_NUM_THREADS=1" in out  # the workers' variables

@@ -29,6 +29,7 @@ from oversub.render.phrases import (
     budget_limit_line,
     env_text,
     finding_line,
+    host_phrases,
     number,
     percent,
     pools_text,
@@ -63,23 +64,8 @@ _SEVERITY_STYLE: Mapping[Severity, str] = {
 }
 
 
-def _host_phrases(h: HostRates) -> list[str]:
-    """The host context that is known, one phrase each (unknown signals are left out)."""
-    out = []
-    if h.outside_cpus is not None:
-        out.append(f"outside the tree {h.outside_cpus:.2f} CPUs")
-    if h.steal_cpus is not None:
-        out.append(f"steal {h.steal_cpus:.2f} CPUs")
-    if h.psi_some is not None:
-        out.append(f"PSI some {percent(h.psi_some)}")
-    if h.throttled_ratio is not None:
-        seconds = "" if h.throttled_s is None else f" ({h.throttled_s:.2f} s)"
-        out.append(f"throttled {percent(h.throttled_ratio)} of periods{seconds}")
-    return out
-
-
 def _host_line(h: HostRates) -> str:
-    phrases = _host_phrases(h)
+    phrases = host_phrases(h)
     return "host: " + (" · ".join(phrases) if phrases else "no context available")
 
 
@@ -277,7 +263,7 @@ def summary_text(s: Summary) -> str:
         f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
         f"peak demand {number(s.totals_peak.demand)}"
     )
-    host = _host_phrases(s.host)
+    host = host_phrases(s.host)
     if host:
         lines.append("host: " + ", ".join(host))
     lines.extend(f"note: {note}" for note in s.notes)

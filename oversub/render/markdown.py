@@ -16,6 +16,7 @@ from oversub.render.phrases import (
     budget_limit_line,
     env_text,
     fails,
+    host_phrases,
     number,
     percent,
     pools_text,
@@ -32,16 +33,26 @@ def _cell(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "<br>")
 
 
-def _code(text: str) -> str:
-    """An inline code span that holds any text: the fence is one backtick longer than the
-    longest run inside, and padded when the text starts or ends with a backtick."""
+def _longest_backtick_run(text: str) -> int:
     longest = run = 0
     for char in text:
         run = run + 1 if char == "`" else 0
         longest = max(longest, run)
-    fence = "`" * (longest + 1)
+    return longest
+
+
+def _code(text: str) -> str:
+    """An inline code span that holds any text: the fence is one backtick longer than the
+    longest run inside, and padded when the text starts or ends with a backtick."""
+    fence = "`" * (_longest_backtick_run(text) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _code_block(text: str) -> list[str]:
+    """A fenced block for multi-line text (an inline span would fold its lines)."""
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return [f"{fence}sh", *text.splitlines(), fence]
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -73,7 +84,7 @@ def _process_section(s: Summary) -> list[str]:
     headers = (
         "PID",
         "Name",
-        "Threads (active/peak)",
+        "Threads (peak active/total)",
         "CPU % mean/peak",
         "Demand mean/peak",
         "Run delay mean/peak",
@@ -127,7 +138,11 @@ def summary_markdown(
     ]
     if command is not None:
         status = "no exit status" if command_status is None else f"exit status {command_status}"
-        lines += [f"Command: {_code(shlex.join(command))} ({status})", ""]
+        text = shlex.join(command)
+        if "\n" in text:
+            lines += [f"Command ({status}):", "", *_code_block(text), ""]
+        else:
+            lines += [f"Command: {_code(text)} ({status})", ""]
     exited = ", target exited" if s.target_exited else ""
     lines += [
         f"Budget: {budget_limit_line(s.budget)}. "
@@ -147,12 +162,9 @@ def summary_markdown(
         f"- Peak: demand {number(s.totals_peak.demand)}, CPU {s.totals_peak.cpu_percent:.0f}%, "
         f"run delay {percent(s.totals_peak.run_delay_ratio)}",
     ]
-    host = s.host
-    lines.append(
-        f"- Host: outside the tree {number(host.outside_cpus)} CPUs, "
-        f"steal {number(host.steal_cpus)} CPUs, PSI some {percent(host.psi_some)}, "
-        f"throttled {percent(host.throttled_ratio)} of periods"
-    )
+    host = host_phrases(s.host)
+    if host:
+        lines.append(f"- Host: {', '.join(host)}")
     if s.unavailable:
         lines.append(f"- Unavailable here: {', '.join(s.unavailable)}")
     lines.extend(f"- Note: {note}" for note in s.notes)

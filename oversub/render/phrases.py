@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oversub.model import Budget, Finding, Totals, Verdict
+from oversub.model import Budget, Finding, HostRates, Totals, Verdict
 from oversub.pools import RECOMMENDED_VARS
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "env_text",
     "fails",
     "finding_line",
+    "host_phrases",
     "number",
     "percent",
     "pools_text",
@@ -70,6 +71,9 @@ def budget_limit_line(b: Budget) -> str:
         why = f"affinity: {len(b.affinity)} CPUs"
     elif b.limited_by == "cpuset" and b.cpuset is not None:
         why = f"cpuset: {len(b.cpuset.cpus)} CPUs"
+    elif b.limited_by == "none" and b.pid == 0:
+        # pid 0 marks a budget given with --cpus (analysis.recommend.synthetic_budget).
+        return f"{head} (given, not measured)"
     elif b.limited_by == "none":
         return f"{head} (no limit: all {b.logical} logical CPUs)"
     else:
@@ -114,6 +118,22 @@ def env_text(env: Mapping[str, str] | None) -> str:
 def finding_line(f: Finding) -> str:
     """ "[critical] oversubscribed-pools: message" (one line, no fix)."""
     return f"[{f.severity.value}] {f.rule}: {f.message}"
+
+
+def host_phrases(h: HostRates) -> list[str]:
+    """The host context that is known, one phrase each; unknown signals are left out rather
+    than printed as "-", since most hosts lack one or two of them."""
+    out = []
+    if h.outside_cpus is not None:
+        out.append(f"outside the tree {h.outside_cpus:.2f} CPUs")
+    if h.steal_cpus is not None:
+        out.append(f"steal {h.steal_cpus:.2f} CPUs")
+    if h.psi_some is not None:
+        out.append(f"PSI some {percent(h.psi_some)}")
+    if h.throttled_ratio is not None:
+        seconds = "" if h.throttled_s is None else f" ({h.throttled_s:.2f} s)"
+        out.append(f"throttled {percent(h.throttled_ratio)} of periods{seconds}")
+    return out
 
 
 def totals_line(t: Totals, vcpus: int) -> str:

@@ -55,8 +55,12 @@ def _numbers_table(p: Plan) -> Table:
     table.add_column("Quantity", style="bold")
     table.add_column("Value")
     table.add_column("Meaning", style="dim")
-    source = p.budget.limited_by if p.budget.limited_by != "none" else "host CPUs"
-    table.add_row("N", str(p.budget.vcpus), f"usable vCPUs (from {source})")
+    if p.budget.limited_by != "none":
+        source = f"limited by {p.budget.limited_by}"
+    else:
+        # pid 0 marks a budget given with --cpus (analysis.recommend.synthetic_budget).
+        source = "given" if p.budget.pid == 0 else "all host CPUs"
+    table.add_row("N", str(p.budget.vcpus), f"usable vCPUs ({source})")
     procs_meaning = "main processes sharing N"
     if p.procs_source:
         procs_meaning += f" (from {p.procs_source})"
@@ -92,6 +96,8 @@ def plan_renderable(p: Plan) -> RenderableType:
     parts.append(Text("Or in code:", style="bold"))
     parts.append(Text("\n".join(code_lines(p)), style="cyan"))
 
+    for note in p.budget.notes:
+        parts.append(Text(f"note: {note}", style="dim"))
     warning_style = "bold red" if p.oversubscribed else "yellow"
     for warning in p.warnings:
         parts.append(Text(f"warning: {warning}", style=warning_style))
