@@ -44,6 +44,16 @@ PID = click.IntRange(min=1)
 SECONDS = click.FloatRange(min=0.0, min_open=True)
 
 
+def _emit(output: Any) -> None:
+    """Strings (JSON, env lines) go to stdout as they are; rich renderables via a Console."""
+    if isinstance(output, str):
+        click.echo(output, nl=False)
+    else:
+        from oversub.views import make_console
+
+        make_console().print(output)
+
+
 def _budget(pid: int | None, cpus: int | None = None, *, detail: bool = False) -> Budget:
     if cpus is not None:
         from oversub.analysis.recommend import synthetic_budget
@@ -147,18 +157,9 @@ def cpus(pid: int | None, fmt: str, detail: bool) -> None:
       oversub cpus --pid 1234 --format json
       oversub cpus --detail
     """
-    from oversub.render import CpusFormat
+    from oversub.render import CpusFormat, render_cpus
 
-    budget = _budget(pid, detail=detail)
-    if CpusFormat(fmt) is CpusFormat.JSON:
-        from oversub.render.serialize import budget_dict, to_json
-
-        click.echo(to_json(budget_dict(budget), indent=2))
-    else:
-        from oversub.render.budget_text import budget_renderable
-        from oversub.views import make_console
-
-        make_console().print(budget_renderable(budget))
+    _emit(render_cpus(_budget(pid, detail=detail), CpusFormat(fmt)))
 
 
 @cli.command(context_settings=CONTEXT)
@@ -203,7 +204,7 @@ def recommend(procs: int | str, workers: int, pid: int | None, ncpus: int | None
       oversub recommend --procs 8 --cpus 16
     """
     from oversub.analysis.recommend import make_plan
-    from oversub.render import RecommendFormat
+    from oversub.render import RecommendFormat, render_recommend
 
     if pid is not None and ncpus is not None:
         raise UsageError("--pid and --cpus exclude each other")
@@ -215,22 +216,7 @@ def recommend(procs: int | str, workers: int, pid: int | None, ncpus: int | None
     else:
         assert isinstance(procs, int)
         plan = make_plan(budget, procs, workers)
-    chosen = RecommendFormat(fmt)
-    if chosen is RecommendFormat.ENV:
-        from oversub.render.serialize import plan_env
-
-        click.echo(plan_env(plan), nl=False)
-    elif chosen is RecommendFormat.JSON:
-        from oversub.render.serialize import plan_dict, to_json
-
-        click.echo(to_json(plan_dict(plan), indent=2))
-    elif chosen is RecommendFormat.TEXT:
-        from oversub.render.plan_text import plan_renderable
-        from oversub.views import make_console
-
-        make_console().print(plan_renderable(plan))
-    else:  # pragma: no cover - exhaustive over RecommendFormat
-        raise AssertionError(chosen)
+    _emit(render_recommend(plan, RecommendFormat(fmt)))
 
 
 @cli.command(context_settings=CONTEXT)

@@ -8,11 +8,10 @@ Console is made per invocation (never at import) so colour follows the real stdo
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from oversub.model import Assessment, Budget, Interval, Summary
-from oversub.render import WatchFormat
-from oversub.render.serialize import interval_dict, summary_dict, to_json
+from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,36 +57,21 @@ class WatchView:
             self._live = None
 
     def interval(self, iv: Interval, assessment: Assessment, samples: int, elapsed: float) -> None:
-        if self.fmt is WatchFormat.LIVE:
-            from oversub.render.live import watch_renderable
-
-            assert self._live is not None
-            self._live.update(
-                watch_renderable(iv, assessment, self.budget, elapsed=elapsed, samples=samples),
-                refresh=True,
-            )
-        elif self.fmt is WatchFormat.NDJSON:
-            record: dict[str, Any] = {"type": "interval", **interval_dict(iv, assessment)}
-            self.out.write(to_json(record, indent=None) + "\n")
+        frame = render_watch_interval(
+            iv, assessment, self.budget, self.fmt, elapsed=elapsed, samples=samples
+        )
+        if self._live is not None and frame is not None:
+            self._live.update(frame, refresh=True)
+        elif isinstance(frame, str):
+            self.out.write(frame)
             self.out.flush()
-        elif self.fmt is WatchFormat.JSON:
-            pass  # only the final summary
-        else:  # pragma: no cover - exhaustive over WatchFormat
-            raise AssertionError(self.fmt)
 
     def summary(self, summary: Summary) -> None:
-        if self.fmt is WatchFormat.LIVE:
-            from oversub.render.live import summary_renderable
-
-            console = self._console or make_console()
-            console.print(summary_renderable(summary))
-        elif self.fmt is WatchFormat.NDJSON:
-            record: dict[str, Any] = {"type": "summary", **summary_dict(summary)}
-            self.out.write(to_json(record, indent=None) + "\n")
-        elif self.fmt is WatchFormat.JSON:
-            self.out.write(to_json(summary_dict(summary), indent=2) + "\n")
-        else:  # pragma: no cover - exhaustive over WatchFormat
-            raise AssertionError(self.fmt)
+        report = render_watch_summary(summary, self.fmt)
+        if isinstance(report, str):
+            self.out.write(report)
+        else:
+            (self._console or make_console()).print(report)
         self.out.flush()
 
 
