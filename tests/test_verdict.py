@@ -63,7 +63,7 @@ def test_two_default_openmp_pools_on_two_cpus_are_oversubscribed_pools() -> None
     assert f.rule == "oversubscribed-pools"
     assert f.severity is Severity.CRITICAL
     assert "4.0 threads runnable on 2 CPUs (2.0x)" in f.message
-    assert "2 processes run multi-thread native pools" in f.message
+    assert "2 processes run multi-thread GNU OpenMP (libgomp) pools" in f.message
     assert "2 processes (pids 201, 202) map GNU OpenMP (libgomp) with OMP_NUM_THREADS unset" in (
         f.fix
     )

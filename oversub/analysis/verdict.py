@@ -22,6 +22,7 @@ from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default
 from oversub.analysis.recommend import threads_for
 from oversub.analysis.wording import (
     count_processes,
+    join_and,
     pids_of,
     pool_order,
     rounded,
@@ -37,6 +38,7 @@ from oversub.model import (
     Thresholds,
     Verdict,
 )
+from oversub.pools import POOLS_BY_KEY
 
 __all__ = ["RULES", "assess"]
 
@@ -104,9 +106,15 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
             rule="oversubscribed-pools",
             severity=Severity.CRITICAL,
             verdict=Verdict.OVERSUBSCRIBED,
-            message=head + f"{count_processes(len(multi))} {verb(len(multi), 'runs', 'run')} "
-            "multi-thread native pools whose "
-            "waiting threads spin, which costs multiples (2-23x measured).",
+            message=head
+            + f"{count_processes(len(multi))} {verb(len(multi), 'runs', 'run')} "
+            + (
+                f"multi-thread {join_and(POOLS_BY_KEY[k].label for k in pools)} pools"
+                if pools
+                else "several busy threads each"
+            )
+            + "; threads of native pools spin while they wait, which costs multiples "
+            "(2-23x measured).",
             pids=pids_of(contending),
             evidence=evidence,
             fix=fix + ".",
