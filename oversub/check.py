@@ -18,7 +18,8 @@ from types import FrameType
 from typing import Any, TextIO
 
 from oversub.errors import ExitStatus
-from oversub.model import Assessment, Budget, HostRates, Summary, Totals, Verdict
+from oversub.model import Budget, Verdict
+from oversub.results import Assessment, HostRates, Summary, Totals
 from oversub.session import SessionOptions, SessionResult, run_session
 
 

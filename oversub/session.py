@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from oversub.analysis.rates import interval as interval_between
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
-from oversub.model import Assessment, Budget, Interval, Summary, Thresholds, TreeSample
+from oversub.model import Budget, Thresholds
 from oversub.probe.sampler import TreeSampler
+from oversub.results import Assessment, Interval, Summary
+from oversub.samples import TreeSample
 
 OnInterval = Callable[[Interval, Assessment, int, float], None]
 """Called after each interval with (interval, assessment, samples so far, elapsed seconds)."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from oversub.model import Assessment, Budget, Interval, Summary
+from oversub.model import Budget
 from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
+from oversub.results import Assessment, Interval, Summary
 
 if TYPE_CHECKING:
     from rich.console import Console

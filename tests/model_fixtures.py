@@ -10,21 +10,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from oversub.model import (
+from oversub.model import Budget, CpuQuota, CpusetLimit, Plan, Severity, Verdict
+from oversub.results import (
     Assessment,
-    Budget,
-    CpuQuota,
-    CpusetLimit,
     Finding,
     HostRates,
     Interval,
-    Plan,
     ProcessRates,
     ProcessSummary,
-    Severity,
     Summary,
     Totals,
-    Verdict,
 )
 
 

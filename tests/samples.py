@@ -12,16 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from oversub.analysis.rates import interval
-from oversub.model import (
-    Budget,
-    HostSample,
-    Interval,
-    ProcessSample,
-    ThreadSample,
-    Thresholds,
-    ThrottleStat,
-    TreeSample,
-)
+from oversub.model import Budget, Thresholds
+from oversub.results import Interval
+from oversub.samples import HostSample, ProcessSample, ThreadSample, ThrottleStat, TreeSample
 
 NS = 1_000_000_000
 ROOT = 100

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oversub.model import ThrottleStat
 from oversub.probe import host
 from oversub.probe.proctree import CLK_TCK
+from oversub.samples import ThrottleStat
 from tests.fake_proc import FakeProc
 
 NS = 1_000_000_000

@@ -10,11 +10,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from oversub.model import Finding, Severity, Summary, Verdict
+from oversub.model import Severity, Verdict
 from oversub.render import github
 from oversub.render.junit import summary_junit
 from oversub.render.markdown import summary_markdown
 from oversub.render.phrases import fails
+from oversub.results import Finding, Summary
 from tests.model_fixtures import (
     make_finding,
     make_host_rates,

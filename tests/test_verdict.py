@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from oversub.analysis.verdict import RULES, assess
-from oversub.model import Assessment, Finding, Severity, Thresholds, Verdict
+from oversub.model import Severity, Thresholds, Verdict
+from oversub.results import Assessment, Finding
 from tests.samples import IDLE, ROOT, Host, Load, Proc, analyse, busy_workers
 
 TH = Thresholds()

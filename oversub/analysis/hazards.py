@@ -19,8 +19,9 @@ from oversub.analysis.wording import (
     verb,
     who,
 )
-from oversub.model import Finding, Interval, ProcessRates, Severity, Thresholds, Verdict
+from oversub.model import Severity, Thresholds, Verdict
 from oversub.pools import POOLS_BY_KEY, is_openmp
+from oversub.results import Finding, Interval, ProcessRates
 
 __all__ = ["fork_findings", "orphan_finding", "pool_default_finding"]
 

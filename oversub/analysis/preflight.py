@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from oversub.analysis.recommend import threads_for
-from oversub.model import Assessment, Budget, Finding, Severity, Verdict
+from oversub.model import Budget, Severity, Verdict
+from oversub.results import Assessment, Finding
 
 __all__ = ["PREFLIGHT_RULES", "preflight"]
 

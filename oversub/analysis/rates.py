@@ -17,17 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from oversub.model import (
-    HostRates,
-    HostSample,
-    Interval,
-    ProcessRates,
-    ProcessSample,
-    ThreadSample,
-    Thresholds,
-    Totals,
-    TreeSample,
-)
+from oversub.model import Thresholds
+from oversub.results import HostRates, Interval, ProcessRates, Totals
+from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
 
 __all__ = ["interval"]
 

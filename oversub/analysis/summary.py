@@ -18,17 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
 from oversub.analysis.verdict import assess
-from oversub.model import (
-    Budget,
-    HostRates,
-    Interval,
-    ProcessRates,
-    ProcessSummary,
-    Summary,
-    Thresholds,
-    Totals,
-    Verdict,
-)
+from oversub.model import Budget, Thresholds, Verdict
+from oversub.results import HostRates, Interval, ProcessRates, ProcessSummary, Summary, Totals
 
 __all__ = ["NO_INTERVAL_NOTE", "RunSummary"]
 

@@ -30,15 +30,9 @@ from oversub.analysis.wording import (
     thread_fix,
     verb,
 )
-from oversub.model import (
-    Assessment,
-    Finding,
-    Interval,
-    Severity,
-    Thresholds,
-    Verdict,
-)
+from oversub.model import Severity, Thresholds, Verdict
 from oversub.pools import POOLS_BY_KEY
+from oversub.results import Assessment, Finding, Interval
 
 __all__ = ["RULES", "assess"]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from oversub.model import ProcessRates
 from oversub.pools import POOL_KINDS, POOLS_BY_KEY, controlling_value
+from oversub.results import ProcessRates
 
 __all__ = [
     "at_most",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from oversub.model import HostSample, ThrottleStat
 from oversub.probe.proctree import ticks_to_ns
+from oversub.samples import HostSample, ThrottleStat
 
 __all__ = ["parse_cpu_line", "parse_cpu_stat", "parse_psi_some", "read_host"]
 

@@ -23,7 +23,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from oversub import errors
-from oversub.model import HostSample, ProcessSample, ThreadSample, TreeSample
 from oversub.probe import native
 from oversub.probe.host import read_host
 from oversub.probe.proctree import (
@@ -37,6 +36,7 @@ from oversub.probe.proctree import (
     subtree,
     ticks_to_ns,
 )
+from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
 
 if TYPE_CHECKING:
     import psutil

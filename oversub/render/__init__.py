@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from oversub.model import Assessment, Budget, Interval, Plan, Summary
+    from oversub.model import Budget, Plan
+    from oversub.results import Assessment, Interval, Summary
 
 __all__ = [
     "CpusFormat",

@@ -9,8 +9,9 @@ separate properties. Without it a message with a newline ends the command early.
 # No `from __future__ import annotations` here: that import binds the name `annotations`,
 # which is this module's public function. Every annotation below is valid at runtime on 3.10.
 
-from oversub.model import Severity, Summary, Verdict
+from oversub.model import Severity, Verdict
 from oversub.render.phrases import fails
+from oversub.results import Summary
 
 __all__ = ["annotations", "escape_data", "escape_property"]
 

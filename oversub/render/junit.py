@@ -11,8 +11,9 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
-from oversub.model import Finding, Summary, Verdict
+from oversub.model import Verdict
 from oversub.render.phrases import budget_limit_line, fails
+from oversub.results import Finding, Summary
 
 __all__ = ["summary_junit"]
 

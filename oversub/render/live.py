@@ -12,18 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from oversub.model import (
-    Assessment,
-    Budget,
-    Finding,
-    HostRates,
-    Interval,
-    ProcessRates,
-    Severity,
-    Summary,
-    Totals,
-    Verdict,
-)
+from oversub.model import Budget, Severity, Verdict
 from oversub.render.phrases import (
     VERDICT_MEANING,
     budget_limit_line,
@@ -36,6 +25,7 @@ from oversub.render.phrases import (
     rate,
     totals_line,
 )
+from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates, Summary, Totals
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from oversub.model import Finding, Summary, Verdict
+from oversub.model import Verdict
 from oversub.render.phrases import (
     VERDICT_MEANING,
     budget_limit_line,
@@ -23,6 +23,7 @@ from oversub.render.phrases import (
     rate,
     totals_line,
 )
+from oversub.results import Finding, Summary
 
 __all__ = ["summary_markdown"]
 

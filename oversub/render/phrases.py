@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oversub.model import Budget, Finding, HostRates, Totals, Verdict
+from oversub.model import Budget, Verdict
 from oversub.pools import RECOMMENDED_VARS
+from oversub.results import Finding, HostRates, Totals
 
 __all__ = [
     "UNKNOWN",

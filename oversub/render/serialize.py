@@ -16,19 +16,18 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from oversub.model import (
+from oversub.model import Budget, Plan
+from oversub.pools import RECOMMENDED_VARS
+from oversub.results import (
     Assessment,
-    Budget,
     Finding,
     HostRates,
     Interval,
-    Plan,
     ProcessRates,
     ProcessSummary,
     Summary,
     Totals,
 )
-from oversub.pools import RECOMMENDED_VARS
 
 __all__ = [
     "ROUNDING_RULE",

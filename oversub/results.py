@@ -1,0 +1,162 @@
+"""Analysis results: rates over an interval, findings, verdicts and the run summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from oversub.model import Budget, Severity, Verdict
+
+
+@dataclass(frozen=True)
+class ProcessRates:
+    """One process over one interval (or over the whole run, for summaries)."""
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: str
+    threads: int
+    """Threads at the end of the interval."""
+    active_threads: int
+    """Threads runnable (running or waiting for a CPU) at least `active_cpu` of the interval."""
+    cpu_percent: float
+    """CPU use, 100 = one vCPU."""
+    demand: float
+    """Average runnable threads: (Δcpu + Δrun_delay) / Δt."""
+    run_delay_ratio: float | None
+    """Δrun_delay / (Δrun_delay + Δcpu); None without schedstat or without any runnable time."""
+    involuntary_ctx_per_s: float | None
+    voluntary_ctx_per_s: float | None
+    pools: tuple[str, ...] | None
+    thread_env: Mapping[str, str] | None
+    exited: bool = False
+    """The process was gone by the end of the interval (its last counters were kept)."""
+
+
+@dataclass(frozen=True)
+class HostRates:
+    """Host context over an interval."""
+
+    outside_cpus: float | None
+    """CPUs used by processes outside the tree (host busy minus tree), averaged over Δt."""
+    steal_cpus: float | None
+    """CPUs stolen by the hypervisor."""
+    psi_some: float | None
+    """Share of the interval in which some task on the host waited for a CPU (PSI)."""
+    throttled_ratio: float | None
+    """Share of cgroup periods in the interval that were throttled."""
+    throttled_s: float | None
+    """Seconds of throttling in the interval."""
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The tree as a whole over an interval."""
+
+    processes: int
+    threads: int
+    active_threads: int
+    cpu_percent: float
+    demand: float
+    run_delay_ratio: float | None
+    involuntary_ctx_per_s: float | None
+    voluntary_ctx_per_s: float | None
+    involuntary_ctx_per_cpu_s: float | None
+    """Involuntary switches per CPU-second used: the normalised contention signal."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Rates between two samples: the pure result of `analysis.rates.interval`."""
+
+    t0: float
+    t1: float
+    root_pid: int
+    vcpus: int
+    processes: tuple[ProcessRates, ...]
+    """Sorted by CPU use, highest first."""
+    totals: Totals
+    host: HostRates
+    unavailable: tuple[str, ...] = ()
+
+    @property
+    def seconds(self) -> float:
+        return self.t1 - self.t0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule that fired, with its evidence and the fix."""
+
+    rule: str
+    """Stable rule id, e.g. "oversubscribed-pools" (documented in README)."""
+    severity: Severity
+    verdict: Verdict
+    """The verdict this finding argues for (hazards may argue for at-risk)."""
+    message: str
+    """One sentence."""
+    pids: tuple[int, ...]
+    evidence: Mapping[str, float | int | str | None]
+    """The numbers that triggered the rule."""
+    fix: str
+    """What to change, concretely."""
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """Verdict and findings for an interval or a run."""
+
+    verdict: Verdict
+    findings: tuple[Finding, ...]
+    """Worst first."""
+
+
+@dataclass(frozen=True)
+class ProcessSummary:
+    """One process over the whole run: mean and peak of each metric."""
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: str
+    threads: int
+    """Peak thread count."""
+    cpu_percent: float
+    cpu_percent_peak: float
+    demand: float
+    demand_peak: float
+    run_delay_ratio: float | None
+    run_delay_ratio_peak: float | None
+    involuntary_ctx_per_s: float | None
+    involuntary_ctx_per_s_peak: float | None
+    voluntary_ctx_per_s: float | None
+    voluntary_ctx_per_s_peak: float | None
+    active_threads_peak: int
+    pools: tuple[str, ...] | None
+    thread_env: Mapping[str, str] | None
+    exited: bool
+    seconds: float
+    """How long the process was observed."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A whole `watch`/`check` run (the `--format json` object)."""
+
+    root_pid: int
+    budget: Budget
+    verdict: Verdict
+    findings: tuple[Finding, ...]
+    processes: tuple[ProcessSummary, ...]
+    totals: Totals
+    """Tree totals over the whole run (means)."""
+    totals_peak: Totals
+    """Peak of each total over the intervals."""
+    host: HostRates
+    """Host context over the whole run."""
+    samples: int
+    duration_s: float
+    target_exited: bool
+    unavailable: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)

@@ -1,0 +1,80 @@
+"""Samples: cumulative counters of a process tree and the host at one instant (probe output)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ThreadSample:
+    """Cumulative counters of one thread at one instant."""
+
+    tid: int
+    state: str
+    """One letter from /proc/.../stat: R running/runnable, S sleeping, D disk, Z zombie, ..."""
+    cpu_ns: int
+    """CPU time consumed (schedstat field 1, else utime+stime)."""
+    run_delay_ns: int | None
+    """Time spent runnable but waiting for a CPU (schedstat field 2); None without schedstat."""
+    voluntary_ctx: int | None
+    """Voluntary context switches (task status); None when unreadable."""
+    involuntary_ctx: int | None
+    """Involuntary context switches (task status); None when unreadable."""
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One process of the watched tree at one instant."""
+
+    pid: int
+    ppid: int
+    name: str
+    """comm (up to 15 characters)."""
+    cmdline: str
+    """Command line, arguments joined by spaces, truncated to 200 characters."""
+    start_ticks: int
+    """Start time in clock ticks after boot (stat field 22): tells a reused pid apart."""
+    threads: tuple[ThreadSample, ...]
+    """Threads that could be read (some may have vanished while reading)."""
+    pools: tuple[str, ...] | None
+    """Native thread-pool libraries mapped (e.g. "libgomp", "openblas"); None = unknown."""
+    thread_env: Mapping[str, str] | None
+    """Thread-related environment variables only (OMP_*, MKL_*, ...); None = unknown."""
+
+
+@dataclass(frozen=True)
+class ThrottleStat:
+    """cgroup CPU bandwidth counters (cpu.stat), cumulative."""
+
+    nr_periods: int
+    nr_throttled: int
+    throttled_ns: int
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """Host-wide counters at one instant, cumulative."""
+
+    busy_ns: int | None
+    """CPU time spent busy by all CPUs of the host (/proc/stat, not idle/iowait/steal)."""
+    steal_ns: int | None
+    """Time stolen by the hypervisor, all CPUs."""
+    psi_some_us: int | None
+    """PSI cpu `some total` in microseconds; None without PSI."""
+    throttle: ThrottleStat | None
+    """Throttling of the cgroup that holds the target's quota; None without a quota."""
+
+
+@dataclass(frozen=True)
+class TreeSample:
+    """The watched tree and the host at one instant."""
+
+    t: float
+    """Monotonic seconds, taken by the probe (analysis never reads a clock)."""
+    root_pid: int
+    processes: Mapping[int, ProcessSample]
+    """pid -> process, the root and all its descendants that could be read."""
+    host: HostSample
+    unavailable: tuple[str, ...] = ()
+    """Signals this platform/kernel does not provide (e.g. "schedstat", "psi")."""
