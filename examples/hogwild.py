@@ -104,11 +104,13 @@ def train(
         steps += 1
     elapsed = time.perf_counter() - start
     rate = steps / elapsed
-    print(
+    # One write(2) per line: pipes keep writes below PIPE_BUF whole, while print() from
+    # several processes can interleave its parts.
+    line = (
         f"worker={rank} pid={os.getpid()} threads={torch.get_num_threads()} "
-        f"steps={steps} steps_per_s={rate:.2f}",
-        flush=True,
+        f"steps={steps} steps_per_s={rate:.2f}"
     )
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
     results.put((rank, rate))
 
 

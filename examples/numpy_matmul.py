@@ -41,11 +41,13 @@ def multiply(rank: int, size: int, seconds: float, results: Any) -> None:
         count += 1
     elapsed = time.perf_counter() - start
     rate = count / elapsed
-    print(
+    # One write(2) per line: pipes keep writes below PIPE_BUF whole, while print() from
+    # several processes can interleave its parts.
+    line = (
         f"proc={rank} pid={os.getpid()} matmuls={count} matmuls_per_s={rate:.2f} "
-        f"ms_per_matmul={1000 * elapsed / max(count, 1):.2f}",
-        flush=True,
+        f"ms_per_matmul={1000 * elapsed / max(count, 1):.2f}"
     )
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
     results.put(rate)
 
 
