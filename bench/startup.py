@@ -14,8 +14,12 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-COMMAND = [sys.executable, "-m", "oversub", "recommend", "--procs", "4", "--format", "env"]
+# The console script users run (installed beside this interpreter), else `python -m oversub`.
+_SCRIPT = Path(sys.executable).with_name("oversub")
+_LAUNCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "oversub"]
+COMMAND = [*_LAUNCH, "recommend", "--procs", "4", "--format", "env"]
 BASELINE = [sys.executable, "-c", "import click, psutil"]
 HEAVY = ("rich", "cpuinfo", "psutil")
 

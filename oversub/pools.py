@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 THREAD_ENV_PREFIXES: tuple[str, ...] = (
     "OMP_",
@@ -42,8 +42,7 @@ def is_thread_var(name: str) -> bool:
     return name.startswith(THREAD_ENV_PREFIXES)
 
 
-@dataclass(frozen=True)
-class PoolKind:
+class PoolKind(NamedTuple):
     """A family of native thread pools."""
 
     key: str

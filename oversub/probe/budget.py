@@ -19,7 +19,6 @@ import sys
 from oversub.errors import NoSuchProcess, PermissionDenied, UnsupportedPlatform
 from oversub.model import Budget, LimitSource
 from oversub.probe.cgroup import read_cgroup_limits
-from oversub.probe.cpudetail import read_cpu_detail
 from oversub.probe.topology import (
     describe_error,
     format_cpulist,
@@ -222,6 +221,8 @@ def read_budget(pid: int | None = None, *, root: str = "/", detail: bool = False
         budget = _read_from_procfs(target, root)
     if not detail:
         return budget
+    from oversub.probe.cpudetail import read_cpu_detail  # only --detail pays for it
+
     cpu = read_cpu_detail(root)
     return dataclasses.replace(
         budget, cpu_model=cpu.model, cpu_flags=cpu.flags, notes=budget.notes + cpu.notes

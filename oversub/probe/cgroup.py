@@ -17,8 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from oversub.model import CpuQuota, CpusetLimit
 from oversub.probe.topology import describe_error, parse_cpulist, rooted
@@ -37,8 +36,7 @@ __all__ = [
 _ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
-@dataclass(frozen=True)
-class CgroupMount:
+class CgroupMount(NamedTuple):
     """One cgroup filesystem mount from mountinfo."""
 
     version: Literal[1, 2]
@@ -50,8 +48,7 @@ class CgroupMount:
     """Super options; for v1 they name the controllers ({"rw", "cpu", "cpuacct"})."""
 
 
-@dataclass(frozen=True)
-class CgroupEntry:
+class CgroupEntry(NamedTuple):
     """One line of /proc/PID/cgroup."""
 
     hierarchy: int
@@ -67,8 +64,7 @@ class CgroupEntry:
         return 2 if self.hierarchy == 0 and not self.controllers else 1
 
 
-@dataclass(frozen=True)
-class CgroupLimits:
+class CgroupLimits(NamedTuple):
     """What the cgroups of one process impose on its CPUs."""
 
     quota: CpuQuota | None
@@ -79,8 +75,7 @@ class CgroupLimits:
     """What could not be read."""
 
 
-@dataclass(frozen=True)
-class _Level:
+class _Level(NamedTuple):
     """One cgroup on the walk from the process's cgroup to the top of the mount."""
 
     path: str

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "Topology",
@@ -84,8 +84,7 @@ def format_cpulist(cpus: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-@dataclass(frozen=True)
-class Topology:
+class Topology(NamedTuple):
     """What sysfs says about the host's CPUs."""
 
     online: tuple[int, ...]

@@ -14,20 +14,22 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from oversub.model import Budget, Plan
 from oversub.pools import RECOMMENDED_VARS
-from oversub.results import (
-    Assessment,
-    Finding,
-    HostRates,
-    Interval,
-    ProcessRates,
-    ProcessSummary,
-    Summary,
-    Totals,
-)
+
+if TYPE_CHECKING:  # annotations only: `recommend --format env` must not build these classes
+    from oversub.model import Budget, Plan
+    from oversub.results import (
+        Assessment,
+        Finding,
+        HostRates,
+        Interval,
+        ProcessRates,
+        ProcessSummary,
+        Summary,
+        Totals,
+    )
 
 __all__ = [
     "ROUNDING_RULE",
