@@ -9,21 +9,10 @@ from __future__ import annotations
 
 import os
 
-from oversub.probe.proctree import ticks_to_ns
+from oversub.probe.proctree import read_small, ticks_to_ns
 from oversub.samples import HostSample, ThrottleStat
 
 __all__ = ["parse_cpu_line", "parse_cpu_stat", "parse_psi_some", "read_host"]
-
-
-def _read(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def parse_cpu_line(proc_stat: bytes) -> tuple[int, int] | None:
@@ -87,14 +76,14 @@ def read_host(root: str = "/", throttle_stat_path: str | None = None) -> HostSam
     (root already included), or None when no quota applies."""
     busy_ns = steal_ns = None
     try:
-        cpu = parse_cpu_line(_read(os.path.join(root, "proc", "stat")))
+        cpu = parse_cpu_line(read_small(os.path.join(root, "proc", "stat")))
     except (OSError, ValueError):
         cpu = None
     if cpu is not None:
         busy_ns, steal_ns = cpu
 
     try:
-        psi = parse_psi_some(_read(os.path.join(root, "proc", "pressure", "cpu")))
+        psi = parse_psi_some(read_small(os.path.join(root, "proc", "pressure", "cpu")))
     except (OSError, ValueError):
         # Absent without CONFIG_PSI; EOPNOTSUPP when the kernel booted with psi=0.
         psi = None
@@ -102,7 +91,7 @@ def read_host(root: str = "/", throttle_stat_path: str | None = None) -> HostSam
     throttle = None
     if throttle_stat_path is not None:
         try:
-            throttle = parse_cpu_stat(_read(throttle_stat_path))
+            throttle = parse_cpu_stat(read_small(throttle_stat_path))
         except (OSError, ValueError):
             throttle = None
     return HostSample(busy_ns=busy_ns, steal_ns=steal_ns, psi_some_us=psi, throttle=throttle)

@@ -15,6 +15,7 @@ import os
 import re
 
 from oversub import pools
+from oversub.probe.proctree import read_small
 
 __all__ = ["pools_from_maps", "read_pools", "read_thread_env", "thread_env_from_bytes"]
 
@@ -33,18 +34,6 @@ _THREAD_ENTRY = re.compile(
 _POOL_ORDER = {kind.key: i for i, kind in enumerate(pools.POOL_KINDS)}
 
 
-def _read_all(path: str) -> bytes:
-    """Whole file with os.open/os.read; maps and environ can exceed one page."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def pools_from_maps(maps: bytes) -> tuple[str, ...]:
     """Pool keys of the libraries in a maps file, deduplicated, in `pools.POOL_KINDS` order."""
     # Thousands of lines map the same few files: classify each distinct name once.
@@ -60,7 +49,7 @@ def pools_from_maps(maps: bytes) -> tuple[str, ...]:
 def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
     """Thread-pool libraries mapped by `pid`; None when its maps cannot be read."""
     try:
-        maps = _read_all(os.path.join(root, "proc", str(pid), "maps"))
+        maps = read_small(os.path.join(root, "proc", str(pid), "maps"))
     except OSError:
         return None
     return pools_from_maps(maps)
@@ -82,7 +71,7 @@ def read_thread_env(pid: int, root: str = "/") -> dict[str, str] | None:
     None when environ cannot be read (another user's process, or gone).
     """
     try:
-        environ = _read_all(os.path.join(root, "proc", str(pid), "environ"))
+        environ = read_small(os.path.join(root, "proc", str(pid), "environ"))
     except OSError:
         return None
     return thread_env_from_bytes(environ)
