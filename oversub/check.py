@@ -108,7 +108,11 @@ def check_command(
         reaper.terminate(opts.grace)
         signal.signal(signal.SIGTERM, previous)
     interrupted = result is None or result.interrupted
-    summary = result.summary if result is not None else _empty_summary(budget, proc.pid)
+    if result is not None:
+        summary = result.summary
+    else:
+        nothing = Assessment(Verdict.OK, ())
+        summary = _unsampled_summary(budget, proc.pid, nothing, "interrupted before a sample")
     outcome = _Outcome(
         summary=summary,
         command=list(argv),
@@ -148,56 +152,30 @@ def check_static(
     from oversub.analysis.preflight import preflight
 
     assessment = preflight(budget, procs, threads, workers)
-    summary = _preflight_summary(budget, assessment)
+    summary = _unsampled_summary(budget, 0, assessment, "static preflight: nothing was sampled")
     return report(_Outcome(summary=summary, static=True), opts, err=err)
-
-
-_PREFLIGHT_NOTE = "static preflight: nothing was sampled"
 
 
 def _stat_path(budget: Budget) -> str | None:
     return budget.quota.stat_path if budget.quota is not None else None
 
 
-def _zero_totals() -> Totals:
-    return Totals(0, 0, 0, 0.0, 0.0, None, None, None, None)
-
-
-def _no_host() -> HostRates:
-    return HostRates(None, None, None, None, None)
-
-
-def _empty_summary(budget: Budget, root_pid: int) -> Summary:
+def _unsampled_summary(budget: Budget, root_pid: int, assessment: Assessment, note: str) -> Summary:
+    """A summary with no measurement behind it: a preflight, or a run interrupted at once."""
+    zero = Totals(0, 0, 0, 0.0, 0.0, None, None, None, None)
     return Summary(
         root_pid=root_pid,
-        budget=budget,
-        verdict=Verdict.OK,
-        findings=(),
-        processes=(),
-        totals=_zero_totals(),
-        totals_peak=_zero_totals(),
-        host=_no_host(),
-        samples=0,
-        duration_s=0.0,
-        target_exited=False,
-        notes=("interrupted before the first sample",),
-    )
-
-
-def _preflight_summary(budget: Budget, assessment: Assessment) -> Summary:
-    return Summary(
-        root_pid=0,
         budget=budget,
         verdict=assessment.verdict,
         findings=assessment.findings,
         processes=(),
-        totals=_zero_totals(),
-        totals_peak=_zero_totals(),
-        host=_no_host(),
+        totals=zero,
+        totals_peak=zero,
+        host=HostRates(None, None, None, None, None),
         samples=0,
         duration_s=0.0,
         target_exited=False,
-        notes=(_PREFLIGHT_NOTE,),
+        notes=(note,),
     )
 
 
