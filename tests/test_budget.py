@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pytest
 from oversub.errors import NoSuchProcess, PermissionDenied
 from oversub.model import LimitSource
 from oversub.probe.budget import effective_vcpus, read_budget
-from oversub.probe.cgroup import CgroupMount, parse_mountinfo, parse_proc_cgroup
+from tests.cgroup_sandbox import quota_cgroup, write
 from tests.fake_budget_tree import FakeBudgetTree
 
 PID = 777
@@ -291,81 +289,22 @@ def test_reading_another_process_with_narrow_affinity(
     assert (budget.pid, budget.affinity, budget.vcpus) == (sleeper.pid, (cpu,), 1)
 
 
-def _own_cpu_cgroup() -> tuple[CgroupMount, str] | None:
-    """A writable-looking cpu hierarchy and this process's directory in it (v1 first)."""
-    mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
-    entries = parse_proc_cgroup(Path("/proc/self/cgroup").read_text())
-    for version in (1, 2):
-        for entry in entries:
-            if entry.version != version or (version == 1 and "cpu" not in entry.controllers):
-                continue
-            for mount in mounts:
-                if mount.version != version or (version == 1 and "cpu" not in mount.options):
-                    continue
-                if mount.root != "/" and not entry.path.startswith(mount.root):
-                    continue
-                relative = entry.path[len(mount.root.rstrip("/")) :].lstrip("/")
-                # v2: only the root cgroup may hold processes and enable controllers below.
-                if version == 2:
-                    return mount, mount.mount_point
-                return mount, os.path.join(mount.mount_point, relative)
-    return None
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w") as handle:
-        handle.write(text)
-
-
-def _remove_cgroup(directory: str) -> None:
-    # After the last task is reaped, the kernel may need a moment before rmdir succeeds.
-    deadline = time.monotonic() + 10
-    while os.path.isdir(directory):
-        try:
-            os.rmdir(directory)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 @pytest.mark.integration
 def test_real_cgroup_quota_of_half_a_cpu(sleeper: subprocess.Popen[bytes]) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("creating a cgroup needs root")
-    found = _own_cpu_cgroup()
-    if found is None:
-        pytest.skip("this kernel has no mounted cgroup cpu controller")
-    mount, parent = found
-    name = f"oversub-test-{uuid.uuid4().hex[:8]}"
-    outer = os.path.join(parent, name)
-    inner = os.path.join(outer, "inner")
     try:
-        os.mkdir(outer)
-        os.mkdir(inner)
-    except OSError as error:
-        _remove_cgroup(outer)
-        pytest.skip(f"cannot create a cgroup under {parent}: {error.strerror}")
-    try:
-        if mount.version == 1:
-            _write(os.path.join(outer, "cpu.cfs_period_us"), "100000")
-            _write(os.path.join(outer, "cpu.cfs_quota_us"), "50000")
-        elif os.path.exists(os.path.join(outer, "cpu.max")):
-            _write(os.path.join(outer, "cpu.max"), "50000 100000")
-        else:
-            pytest.skip("the cgroup v2 cpu controller is not enabled for child cgroups")
-        # The quota sits on the parent of the child's cgroup: the walk up must find it.
-        _write(os.path.join(inner, "cgroup.procs"), str(sleeper.pid))
-        budget = read_budget(sleeper.pid)
-        assert budget.quota is not None
-        assert budget.quota.cpus == 0.5
-        assert budget.quota.cgroup.endswith(f"/{name}")
-        assert budget.quota.version == mount.version
-        assert budget.quota.stat_path == os.path.join(outer, "cpu.stat")
-        assert budget.vcpus == 1
-        assert budget.limited_by == ("quota" if budget.logical > 1 else "none")
+        with quota_cgroup(0.5, nested=True) as (mount, outer, inner):
+            # The quota sits on the parent of the child's cgroup: the walk up must find it.
+            write(os.path.join(inner, "cgroup.procs"), str(sleeper.pid))
+            budget = read_budget(sleeper.pid)
+            assert budget.quota is not None
+            assert budget.quota.cpus == 0.5
+            assert budget.quota.cgroup.endswith("/" + os.path.basename(outer))
+            assert budget.quota.version == mount.version
+            assert budget.quota.stat_path == os.path.join(outer, "cpu.stat")
+            assert budget.vcpus == 1
+            assert budget.limited_by == ("quota" if budget.logical > 1 else "none")
+            sleeper.kill()
+            sleeper.wait(timeout=30)
     finally:
         sleeper.kill()
         sleeper.wait(timeout=30)
-        _remove_cgroup(inner)
-        _remove_cgroup(outer)

@@ -1,0 +1,110 @@
+"""`oversub watch` on real trees for the verdicts that need the kernel's help: a cgroup quota
+that throttles, and a busy worker whose parent died. Neither depends on the core count."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cgroup_sandbox import quota_cgroup
+
+pytestmark = pytest.mark.integration
+
+OVERSUB = [sys.executable, "-m", "oversub"]
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Process groups a test starts; every member is killed even when the test fails."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+
+
+def _watch(pid: int, seconds: float) -> dict[str, object]:
+    out = subprocess.run(
+        [
+            *OVERSUB,
+            "watch",
+            str(pid),
+            "--duration",
+            str(seconds),
+            "--interval",
+            "0.5",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    doc: dict[str, object] = json.loads(out.stdout)
+    return doc
+
+
+def _rules(doc: dict[str, object]) -> set[str]:
+    findings = doc["findings"]
+    assert isinstance(findings, list)
+    return {f["rule"] for f in findings}
+
+
+def test_half_cpu_quota_throttling_is_starved_not_oversubscribed(
+    started: list[subprocess.Popen[bytes]],
+) -> None:
+    with quota_cgroup(0.5) as (_mount, quota_dir, tasks_dir):
+        # The shell joins the cgroup before exec, so the whole stress tree is inside it.
+        script = (
+            f'echo $$ > {tasks_dir}/cgroup.procs && exec "$0" -m oversub stress '
+            "--procs 1 --threads 1 --seconds 30"
+        )
+        job = subprocess.Popen(
+            ["sh", "-c", script, sys.executable], stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        started.append(job)
+        try:
+            time.sleep(1.5)
+            doc = _watch(job.pid, 3)
+        finally:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=10)
+            time.sleep(0.2)  # the kernel empties cgroup.procs once the tasks are reaped
+    assert doc["vcpus"] == 1  # 0.5 CPU rounds down to one: a thread cannot run part-time
+    assert doc["verdict"] == "starved", doc["findings"]
+    assert "starved-quota" in _rules(doc)
+    assert quota_dir
+
+
+ORPHANING_PARENT = """
+import subprocess, sys, time
+busy = "import hashlib, time\\nb = bytes(1 << 20)\\nt = time.time() + 30\\n" \\
+       "while time.time() < t: hashlib.sha256(b)"
+# mid starts a busy grandchild, lives long enough to be seen, then exits: the grandchild
+# is re-parented while it keeps working.
+mid = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {busy!r}]); " \\
+      "time.sleep(2)"
+subprocess.run([sys.executable, "-c", mid], check=True)
+time.sleep(30)
+"""
+
+
+def test_busy_worker_whose_parent_died_is_an_orphan(
+    started: list[subprocess.Popen[bytes]],
+) -> None:
+    root = subprocess.Popen([sys.executable, "-c", ORPHANING_PARENT], start_new_session=True)
+    started.append(root)
+    time.sleep(0.5)
+    doc = _watch(root.pid, 4)
+    assert "orphan" in _rules(doc), doc["findings"]
+    assert doc["verdict"] in {"at-risk", "starved", "oversubscribed"}
