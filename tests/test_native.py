@@ -118,3 +118,33 @@ def test_real_process_environ_and_maps(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_pool_mapped_beyond_the_first_read_of_maps(tmp_path: Path) -> None:
+    # The kernel hands out /proc/PID/maps about a page per read(), so a short read is not the
+    # end of the file; reading one buffer only once missed torch's libgomp. A FIFO gives the
+    # same short reads deterministically.
+    import threading
+    import time
+
+    maps = tmp_path / "proc" / "42" / "maps"
+    maps.parent.mkdir(parents=True)
+    os.mkfifo(maps)
+    filler = "".join(
+        f"7f00{i:08x}-7f00{i + 1:08x} r--p 00000000 fe:01 {i} /usr/lib/libfiller{i}.so\n"
+        for i in range(60)
+    )
+
+    def write() -> None:
+        with open(maps, "w") as fifo:
+            fifo.write(filler)
+            fifo.flush()
+            time.sleep(0.1)  # the reader gets the first chunk alone
+            fifo.write(maps_text(["/usr/lib/libgomp-a34b3233.so.1"]))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert native.read_pools(42, root=str(tmp_path)) == ("libgomp",)
+    finally:
+        writer.join(timeout=10)

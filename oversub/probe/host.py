@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from oversub.probe.proctree import read_small, ticks_to_ns
+from oversub.probe.proctree import read_all, ticks_to_ns
 from oversub.samples import HostSample, ThrottleStat
 
 __all__ = ["parse_cpu_line", "parse_cpu_stat", "parse_psi_some", "read_host"]
@@ -76,14 +76,14 @@ def read_host(root: str = "/", throttle_stat_path: str | None = None) -> HostSam
     (root already included), or None when no quota applies."""
     busy_ns = steal_ns = None
     try:
-        cpu = parse_cpu_line(read_small(os.path.join(root, "proc", "stat")))
+        cpu = parse_cpu_line(read_all(os.path.join(root, "proc", "stat")))
     except (OSError, ValueError):
         cpu = None
     if cpu is not None:
         busy_ns, steal_ns = cpu
 
     try:
-        psi = parse_psi_some(read_small(os.path.join(root, "proc", "pressure", "cpu")))
+        psi = parse_psi_some(read_all(os.path.join(root, "proc", "pressure", "cpu")))
     except (OSError, ValueError):
         # Absent without CONFIG_PSI; EOPNOTSUPP when the kernel booted with psi=0.
         psi = None
@@ -91,7 +91,7 @@ def read_host(root: str = "/", throttle_stat_path: str | None = None) -> HostSam
     throttle = None
     if throttle_stat_path is not None:
         try:
-            throttle = parse_cpu_stat(read_small(throttle_stat_path))
+            throttle = parse_cpu_stat(read_all(throttle_stat_path))
         except (OSError, ValueError):
             throttle = None
     return HostSample(busy_ns=busy_ns, steal_ns=steal_ns, psi_some_us=psi, throttle=throttle)

@@ -15,7 +15,7 @@ import os
 import re
 
 from oversub import pools
-from oversub.probe.proctree import read_small
+from oversub.probe.proctree import read_all
 
 __all__ = ["pools_from_maps", "read_pools", "read_thread_env", "thread_env_from_bytes"]
 
@@ -49,7 +49,7 @@ def pools_from_maps(maps: bytes) -> tuple[str, ...]:
 def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
     """Thread-pool libraries mapped by `pid`; None when its maps cannot be read."""
     try:
-        maps = read_small(os.path.join(root, "proc", str(pid), "maps"))
+        maps = read_all(os.path.join(root, "proc", str(pid), "maps"))
     except OSError:
         return None
     return pools_from_maps(maps)
@@ -71,7 +71,7 @@ def read_thread_env(pid: int, root: str = "/") -> dict[str, str] | None:
     None when environ cannot be read (another user's process, or gone).
     """
     try:
-        environ = read_small(os.path.join(root, "proc", str(pid), "environ"))
+        environ = read_all(os.path.join(root, "proc", str(pid), "environ"))
     except OSError:
         return None
     return thread_env_from_bytes(environ)

@@ -89,8 +89,9 @@ def parse_stat(data: bytes) -> ProcStat:
 def read_small(path: str, dir_fd: int | None = None, size: int = 8192) -> bytes:
     """Whole content of a small /proc file with os.open/os.read (faster than open().read()).
 
-    procfs generates most files in one go, so one read usually returns everything; keep
-    reading while the buffer comes back full. Raises OSError like os.open.
+    For files generated in one go (stat, status, schedstat, cmdline of a small process): a
+    short read is the whole file. Multi-page seq_files (maps, environ) need `read_all`.
+    Raises OSError like os.open.
     """
     fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
     try:
@@ -98,6 +99,22 @@ def read_small(path: str, dir_fd: int | None = None, size: int = 8192) -> bytes:
         if len(data) < size:
             return data
         chunks = [data]
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_all(path: str) -> bytes:
+    """Whole content of a /proc file that the kernel hands out a page at a time.
+
+    maps, environ and /proc/stat are seq_files: a read may return less than the buffer even
+    though more follows, so (unlike `read_small`) read until end of file.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
         while chunk := os.read(fd, 65536):
             chunks.append(chunk)
         return b"".join(chunks)
