@@ -8,8 +8,10 @@ observed: means are time-weighted. An interval at the end of which no process of
 was alive adds nothing to the tree's means (the work done before the exit was not seen).
 
 The run verdict is `assess()` on one whole-run `Interval` built from those sums, except
-that active threads are peaks: the at-risk rules ask what can happen, and a burst of busy
-threads in one interval can happen again.
+that active threads are *sustained peaks*: the most threads active at once for at least
+`SUSTAINED_SHARE` of the observed time. The at-risk rules ask what can happen, so a mean
+would hide a pool that runs in bursts; a single interval would let one hand-off spike of a
+helper thread (a DataLoader queue feeder waiting for a CPU) count as a live pool.
 """
 
 from __future__ import annotations
@@ -22,6 +24,20 @@ from oversub.model import Budget, Thresholds, Verdict
 from oversub.results import HostRates, Interval, ProcessRates, ProcessSummary, Summary, Totals
 
 __all__ = ["NO_INTERVAL_NOTE", "RunSummary"]
+
+SUSTAINED_SHARE = 0.25
+"""Share of observed time a count of active threads must hold to count for the verdict."""
+
+
+def _sustained(seconds_at: Mapping[int, float], total: float) -> int:
+    """Largest k such that k or more threads were active for SUSTAINED_SHARE of `total`."""
+    best = 0
+    for k in sorted(seconds_at, reverse=True):
+        if sum(s for n, s in seconds_at.items() if n >= k) >= SUSTAINED_SHARE * total:
+            best = k
+            break
+    return best
+
 
 NO_INTERVAL_NOTE = "no complete interval was sampled"
 """Note added when the run ended before a second sample (nothing could be measured)."""
@@ -72,6 +88,8 @@ class _ProcessAccumulator:
     voluntary: float | None = 0.0
     threads_peak: int = 0
     active_peak: int = 0
+    active_seconds: dict[int, float] = field(default_factory=dict)
+    """Observed seconds per number of active threads (bounded by the thread count)."""
     cpu_peak: float = 0.0
     demand_peak: float = 0.0
     ratio_peak: float | None = None
@@ -95,6 +113,9 @@ class _ProcessAccumulator:
         self.involuntary = _add(self.involuntary, _scaled(p.involuntary_ctx_per_s, seconds))
         self.voluntary = _add(self.voluntary, _scaled(p.voluntary_ctx_per_s, seconds))
         self.active_peak = max(self.active_peak, p.active_threads)
+        self.active_seconds[p.active_threads] = (
+            self.active_seconds.get(p.active_threads, 0.0) + seconds
+        )
         self.cpu_peak = max(self.cpu_peak, p.cpu_percent)
         self.demand_peak = max(self.demand_peak, p.demand)
         self.ratio_peak = _peak(self.ratio_peak, p.run_delay_ratio)
@@ -102,7 +123,7 @@ class _ProcessAccumulator:
         self.voluntary_peak = _peak(self.voluntary_peak, p.voluntary_ctx_per_s)
 
     def rates(self) -> ProcessRates:
-        """The process over its observed time, with its peak active threads."""
+        """The process over its observed time, with its sustained active threads."""
         s = self.seconds
         p = self.latest
         return ProcessRates(
@@ -111,7 +132,7 @@ class _ProcessAccumulator:
             name=p.name,
             cmdline=p.cmdline,
             threads=p.threads,
-            active_threads=self.active_peak,
+            active_threads=_sustained(self.active_seconds, s),
             cpu_percent=self.cpu_s / s * 100.0 if s > 0 else 0.0,
             demand=(self.cpu_s + (self.delay_s or 0.0)) / s if s > 0 else 0.0,
             run_delay_ratio=_ratio(self.delay_s, self.cpu_s),
@@ -179,6 +200,7 @@ class _TreeAccumulator:
     voluntary: float | None = 0.0
     processes_s: float = 0.0
     threads_s: float = 0.0
+    active_seconds: dict[int, float] = field(default_factory=dict)
     peak: dict[str, float | None] = field(default_factory=dict)
     host: dict[str, _MeanAccumulator] = field(default_factory=dict)
     throttled_s: float | None = None
@@ -200,18 +222,19 @@ class _TreeAccumulator:
         self.voluntary = _add(self.voluntary, _scaled(t.voluntary_ctx_per_s, s))
         self.processes_s += t.processes * s
         self.threads_s += t.threads * s
+        self.active_seconds[t.active_threads] = self.active_seconds.get(t.active_threads, 0.0) + s
         for f in fields(Totals):
             self.peak[f.name] = _peak(self.peak.get(f.name), getattr(t, f.name))
 
     def totals(self) -> Totals:
-        """Means over the run; active threads is the peak tree total (see module doc)."""
+        """Means over the run; active threads is the sustained tree total (see module doc)."""
         s = self.seconds
         if s <= 0:
             return _EMPTY_TOTALS
         return Totals(
             processes=round(self.processes_s / s),
             threads=round(self.threads_s / s),
-            active_threads=int(self.peak.get("active_threads") or 0),
+            active_threads=_sustained(self.active_seconds, s),
             cpu_percent=self.cpu_s / s * 100.0,
             demand=(self.cpu_s + (self.delay_s or 0.0)) / s,
             run_delay_ratio=_ratio(self.delay_s, self.cpu_s),
