@@ -6,7 +6,6 @@ controls a pool) and the recommendation (which variables to export).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -49,8 +48,8 @@ class PoolKind(NamedTuple):
     """Short stable id used in samples and JSON ("libgomp", "openblas", ...)."""
     label: str
     """Human name for messages."""
-    pattern: re.Pattern[str]
-    """Matches the basename of a mapped shared object."""
+    prefixes: tuple[str, ...]
+    """Basename prefixes of its shared objects (plain prefixes: no regex compiled at import)."""
     variables: tuple[str, ...]
     """Environment variables that size this pool, first match wins (empty: none)."""
     openmp: bool
@@ -59,47 +58,43 @@ class PoolKind(NamedTuple):
 
 POOL_KINDS: tuple[PoolKind, ...] = (
     PoolKind(
-        "libgomp", "GNU OpenMP (libgomp)", re.compile(r"^libgomp[.-]"), ("OMP_NUM_THREADS",), True
+        "libgomp", "GNU OpenMP (libgomp)", ("libgomp.", "libgomp-"), ("OMP_NUM_THREADS",), True
     ),
     PoolKind(
         "libiomp5",
         "Intel OpenMP (libiomp5)",
-        re.compile(r"^libiomp5"),
+        ("libiomp5",),
         ("KMP_NUM_THREADS", "OMP_NUM_THREADS"),
         True,
     ),
-    PoolKind(
-        "libomp", "LLVM OpenMP (libomp)", re.compile(r"^libomp[.-]"), ("OMP_NUM_THREADS",), True
-    ),
+    PoolKind("libomp", "LLVM OpenMP (libomp)", ("libomp.", "libomp-"), ("OMP_NUM_THREADS",), True),
     PoolKind(
         "openblas",
         "OpenBLAS",
-        re.compile(r"^lib(scipy_)?openblas"),
+        ("libopenblas", "libscipy_openblas"),
         ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
         False,
     ),
     PoolKind(
         "mkl",
         "Intel MKL",
-        re.compile(r"^libmkl_(rt|core|intel_thread|gnu_thread)"),
+        ("libmkl_rt", "libmkl_core", "libmkl_intel_thread", "libmkl_gnu_thread"),
         ("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
         False,
     ),
-    PoolKind(
-        "blis", "BLIS", re.compile(r"^libblis"), ("BLIS_NUM_THREADS", "OMP_NUM_THREADS"), False
-    ),
-    PoolKind("tbb", "oneTBB", re.compile(r"^libtbb[.-]"), (), False),
+    PoolKind("blis", "BLIS", ("libblis",), ("BLIS_NUM_THREADS", "OMP_NUM_THREADS"), False),
+    PoolKind("tbb", "oneTBB", ("libtbb.", "libtbb-"), (), False),
     PoolKind(
         "torch",
         "PyTorch intra-op pool (libtorch_cpu)",
-        re.compile(r"^libtorch_cpu"),
+        ("libtorch_cpu",),
         ("OMP_NUM_THREADS", "MKL_NUM_THREADS"),
         False,
     ),
     PoolKind(
         "onnxruntime",
         "ONNX Runtime",
-        re.compile(r"^libonnxruntime|^onnxruntime_pybind"),
+        ("libonnxruntime", "onnxruntime_pybind"),
         ("OMP_NUM_THREADS",),
         False,
     ),
@@ -111,7 +106,7 @@ POOLS_BY_KEY: Mapping[str, PoolKind] = {k.key: k for k in POOL_KINDS}
 def classify_library(basename: str) -> str | None:
     """The pool key of a mapped library's file name, or None when it is no pool."""
     for kind in POOL_KINDS:
-        if kind.pattern.search(basename):
+        if basename.startswith(kind.prefixes):
             return kind.key
     return None
 

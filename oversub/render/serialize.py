@@ -8,7 +8,6 @@ CLI's JSON paths import it alone to stay fast.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
@@ -337,4 +336,6 @@ def to_json(obj: Mapping[str, Any], *, indent: int | None) -> str:
     `indent=None` gives a single line (ndjson). No trailing newline. NaN/inf are refused
     (the dicts above never hold them) so invalid JSON can never be emitted.
     """
+    import json  # only the JSON formats pay for it; `--format env` does not
+
     return json.dumps(obj, indent=indent, ensure_ascii=False, sort_keys=False, allow_nan=False)
