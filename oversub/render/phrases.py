@@ -46,6 +46,10 @@ def fails(finding: Finding, fail_on: Verdict) -> bool:
     return finding.verdict.rank >= fail_on.rank
 
 
+def _count(n: int) -> str:
+    return f"{n} CPU" if n == 1 else f"{n} CPUs"
+
+
 def cpus_phrase(cpus: tuple[int, ...]) -> str:
     """ "2 CPUs: 0-1" (count, then the kernel cpu-list syntax); "none" when empty."""
     from oversub.probe.topology import format_cpulist
@@ -69,9 +73,9 @@ def budget_limit_line(b: Budget) -> str:
         else:
             why = f"quota: {exact:g} CPUs"
     elif b.limited_by == "affinity":
-        why = f"affinity: {len(b.affinity)} CPUs"
+        why = f"affinity: {_count(len(b.affinity))}"
     elif b.limited_by == "cpuset" and b.cpuset is not None:
-        why = f"cpuset: {len(b.cpuset.cpus)} CPUs"
+        why = f"cpuset: {_count(len(b.cpuset.cpus))}"
     elif b.limited_by == "none" and b.pid == 0:
         # pid 0 marks a budget given with --cpus (analysis.recommend.synthetic_budget).
         return f"{head} (given, not measured)"
