@@ -259,3 +259,9 @@ def test_summary_text_without_findings_or_host() -> None:
     text = summary_text(s)
     assert text.startswith("oversub: ok")
     assert "fix:" not in text and "host:" not in text
+
+
+def test_summary_text_says_which_signals_are_unavailable() -> None:
+    s = make_summary(unavailable=("schedstat", "psi"))
+    assert "unavailable here: schedstat, psi" in summary_text(s)
+    assert "unavailable here" not in summary_text(make_summary(unavailable=()))

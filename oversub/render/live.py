@@ -256,5 +256,7 @@ def summary_text(s: Summary) -> str:
     host = host_phrases(s.host)
     if host:
         lines.append("host: " + ", ".join(host))
+    if s.unavailable:
+        lines.append(f"unavailable here: {', '.join(s.unavailable)}")
     lines.extend(f"note: {note}" for note in s.notes)
     return "\n".join(lines)
