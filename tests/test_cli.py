@@ -215,3 +215,25 @@ def test_pyproject_fail_on_applies(
     # ...while 3 x 2 threads on 4 CPUs fails under the pyproject setting and the default alike.
     code, _, _ = run(["check", "--procs", "3", "--threads", "2", "--cpus", "4"], capsys)
     assert code == ExitStatus.FOUND
+
+
+@pytest.mark.integration
+def test_cpus_detail_adds_model_and_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["cpus", "--detail", "--format", "json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["cpu_model"] and isinstance(doc["cpu_flags"], list)
+
+
+def test_cpuinfo_is_only_imported_with_detail() -> None:
+    probe = (
+        "import sys\n"
+        "from oversub.cli import main\n"
+        "try:\n"
+        "    main(['cpus', '--format', 'json'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "sys.stderr.write(str('cpuinfo' in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.stderr.strip() == "False"
