@@ -41,6 +41,13 @@ class ProcessSample:
     """Native thread-pool libraries mapped (e.g. "libgomp", "openblas"); None = unknown."""
     thread_env: Mapping[str, str] | None
     """Thread-related environment variables only (OMP_*, MKL_*, ...); None = unknown."""
+    children_cpu_ns: int = 0
+    """CPU time of children this process has already reaped (stat cutime + cstime): work of
+    children that lived and died between two samples, which no sample saw."""
+    wait: str | None = None
+    """What a single-thread sleeping process with OpenMP mapped is blocked in (see
+    `oversub.probe.waits`): "futex-private" (a private futex wait without timeout: nothing
+    in a one-thread process can ever wake it), "futex", "read", "other"; None = not looked."""
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,9 @@ def run_session(
                 target_exited = True
                 break
             if should_stop is not None and should_stop():
-                target_exited = True
+                # The caller's reason (command exited, timeout): only a sample that finds the
+                # root gone says the target exited, so take one last look.
+                target_exited = _root_gone(sampler.sample())
                 break
             next_at += options.interval
             _sleep_until(next_at, clock, sleep, should_stop)

@@ -47,6 +47,8 @@ class FakeProcess:
     libraries: tuple[str, ...] = ()
     """Paths of mapped shared objects (each mapped twice, as the loader does)."""
     threads: list[FakeThread] = field(default_factory=list)
+    children_ticks: tuple[int, int] = (0, 0)
+    """cutime and cstime: CPU of children it has reaped."""
 
 
 def stat_line(
@@ -57,12 +59,14 @@ def stat_line(
     *,
     utime: int = 0,
     stime: int = 0,
+    children_ticks: tuple[int, int] = (0, 0),
     start_ticks: int = 1000,
 ) -> str:
     """A 52-field /proc stat line with the fields the probes read filled in."""
     fields = ["0"] * 52  # fields[k - 1] is field k
     fields[0], fields[1], fields[2], fields[3] = str(pid), f"({comm})", state, str(ppid)
     fields[13], fields[14], fields[21] = str(utime), str(stime), str(start_ticks)
+    fields[15], fields[16] = str(children_ticks[0]), str(children_ticks[1])
     fields[19] = "1"  # num_threads, never read but present in real files
     return " ".join(fields) + "\n"
 
@@ -117,6 +121,7 @@ class FakeProc:
                 proc.ppid,
                 utime=utime,
                 stime=stime,
+                children_ticks=proc.children_ticks,
                 start_ticks=proc.start_ticks,
             )
         )

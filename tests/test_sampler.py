@@ -459,3 +459,36 @@ def test_scan_ppids_is_read_ppids(tmp_path: Path) -> None:
     fake = FakeProc(tmp_path)
     fake.add_process(5, 1)
     assert proctree.scan_ppids(str(tmp_path)) == proctree.read_ppids(str(tmp_path)) == {5: 1}
+
+
+def test_zombie_keeps_what_was_seen_while_it_lived(tmp_path: Path) -> None:
+    # A zombie's cmdline, maps and environ read empty; the fork-hang rule compares command
+    # lines and the summary names pools, so what the live process showed must stay.
+    fake = _tree(tmp_path)
+    proc = fake.add_process(
+        400,
+        100,
+        cmdline=("python", "train.py"),
+        environ={"OMP_NUM_THREADS": "2"},
+        libraries=("/usr/lib/libgomp-a34b3233.so.1",),
+    )
+    sampler = TreeSampler(100, root=str(tmp_path))
+    alive = sampler.sample().processes[400]
+    proc.state, proc.cmdline, proc.environ, proc.libraries = "Z", (), {}, ()
+    proc.threads = []
+    fake.write(proc)
+    dead = sampler.sample().processes[400]
+    assert (dead.cmdline, dead.pools, dead.thread_env) == (
+        alive.cmdline,
+        alive.pools,
+        alive.thread_env,
+    )
+    assert alive.pools == ("libgomp",)
+
+
+def test_children_cpu_of_reaped_children_is_sampled(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, children_ticks=(30, 12))
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert sample.processes[400].children_cpu_ns == 42 * 1_000_000_000 // CLK_TCK
+    assert sample.processes[100].children_cpu_ns == 0

@@ -297,7 +297,10 @@ class RunSummary:
     def add(self, interval: Interval) -> None:
         """Fold in one interval (in time order)."""
         seconds = interval.seconds
-        self._intervals += 1
+        if interval.totals.processes > 0:
+            # An interval by whose end the whole tree had exited measured nothing: counting
+            # it would let `check` pass a command it never saw running.
+            self._intervals += 1
         if self._t0 is None:
             self._t0 = interval.t0
         self._t1 = interval.t1
@@ -331,7 +334,7 @@ class RunSummary:
         `samples` counts complete intervals; with none, the verdict is ok and a note says
         that nothing could be measured.
         """
-        if self._intervals == 0 or self._t0 is None or self._t1 is None:
+        if self._intervals == 0 or self._t0 is None or self._t1 is None:  # nothing measured
             if not any(n.startswith(NO_INTERVAL_NOTE) for n in notes):
                 notes = (*notes, NO_INTERVAL_NOTE)
             return Summary(

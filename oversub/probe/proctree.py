@@ -53,6 +53,8 @@ class ProcStat:
     """User CPU time in clock ticks (field 14)."""
     stime_ticks: int
     """System CPU time in clock ticks (field 15)."""
+    children_ticks: int
+    """CPU time of waited-for children, user + system (fields 16 and 17)."""
     start_ticks: int
     """Start time in clock ticks after boot (field 22)."""
 
@@ -82,6 +84,7 @@ def parse_stat(data: bytes) -> ProcStat:
         ppid=int(rest[1]),
         utime_ticks=int(rest[11]),
         stime_ticks=int(rest[12]),
+        children_ticks=int(rest[13]) + int(rest[14]),
         start_ticks=int(rest[19]),
     )
 

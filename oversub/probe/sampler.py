@@ -1,14 +1,14 @@
 """Sample a process tree's per-thread counters, cheaply enough to run every second.
 
 One sample = one scan of `/proc/*/stat` (tree membership and every process's stat line),
-then per process its task list and cmdline, and per thread two small files:
+then per process its task list, and per thread two small files:
 `task/TID/status` (state and both context-switch counters: `/proc/PID/status` covers the
 main thread only) and `task/TID/schedstat` (CPU time and run delay). `task/TID/stat` is read
 only when schedstat is missing. Per-thread files stay open between samples and are re-read
 with pread (`proctree.HeldFiles`): that halves the cost of a sample. The costly files are
 cached per process identity (pid, start_ticks): environ is read once (and again after an
-exec), maps when the thread count changes (libraries load on import and start their pools)
-or every few seconds.
+exec), cmdline and maps when the thread count or comm changes (libraries load on import and
+start their pools; an exec renames) or every few seconds.
 
 Without /proc (macOS, Windows) a small psutil fallback gives per-thread CPU only.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from oversub import errors
+from oversub import errors, pools
 from oversub.probe import native
 from oversub.probe.host import read_host
 from oversub.probe.proctree import (
@@ -36,6 +36,7 @@ from oversub.probe.proctree import (
     subtree,
     ticks_to_ns,
 )
+from oversub.probe.waits import read_wait
 from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class _Known:
     """What is cached about one process identity between samples."""
 
     cmdline: str
+    comm: str
+    """comm when cmdline was read: a change means an exec."""
     thread_env: dict[str, str] | None
     pools: tuple[str, ...] | None
     maps_read_at: float
@@ -209,20 +212,26 @@ class TreeSampler:
             threads = self._read_threads(pid, stat.start_ticks, task_fd, unavailable)
         finally:
             os.close(task_fd)
-        try:
-            cmdline = _cmdline(read_small(f"{base}/cmdline"))
-        except OSError:
-            return None
-        known = self._refresh_cache(pid, stat.start_ticks, cmdline, len(threads), now)
+        known = self._refresh_cache(pid, stat, len(threads), now)
+        wait = None
+        if (
+            len(threads) == 1
+            and threads[0].state == "S"
+            and known.pools
+            and pools.is_openmp(known.pools)
+        ):
+            wait = read_wait(pid, self.root)  # only candidates for the fork-after-OpenMP hang
         return ProcessSample(
             pid=pid,
             ppid=stat.ppid,
             name=stat.comm,
-            cmdline=cmdline,
+            cmdline=known.cmdline,
             start_ticks=stat.start_ticks,
             threads=threads,
             pools=known.pools,
             thread_env=known.thread_env,
+            children_cpu_ns=ticks_to_ns(stat.children_ticks),
+            wait=wait,
         )
 
     def _read_threads(
@@ -262,27 +271,47 @@ class TreeSampler:
                 continue
         return tuple(threads)
 
-    def _refresh_cache(
-        self, pid: int, start_ticks: int, cmdline: str, n_threads: int, now: float
-    ) -> _Known:
-        key = (pid, start_ticks)
+    def _refresh_cache(self, pid: int, stat: ProcStat, n_threads: int, now: float) -> _Known:
+        """Cached cmdline, environment and pools of a process identity, refreshed when due.
+
+        cmdline is read when the process is new, when its comm changed (an exec), and on the
+        maps schedule (an exec that kept the name); environ again after an exec. A zombie's
+        (or a process's exiting) files read empty: keep what was seen while it lived.
+        """
+        key = (pid, stat.start_ticks)
         known = self._known.get(key)
-        if known is None or known.cmdline != cmdline:
+        if stat.state in ("Z", "X"):
+            return known or _Known("", stat.comm, None, None, now, n_threads)
+        due = known is None or (
+            known.comm != stat.comm
+            or n_threads != known.maps_threads
+            or now - known.maps_read_at >= MAPS_REFRESH_S
+        )
+        if not due:
+            assert known is not None
+            return known
+        try:
+            cmdline = _cmdline(read_small(f"{self._proc}/{pid}/cmdline"))
+        except OSError:
+            cmdline = ""
+        if known is None or (cmdline and cmdline != known.cmdline):
             # New process, or it exec'd (new cmdline): environment and libraries changed.
             known = _Known(
                 cmdline=cmdline,
+                comm=stat.comm,
                 thread_env=native.read_thread_env(pid, self.root),
                 pools=native.read_pools(pid, self.root),
                 maps_read_at=now,
                 maps_threads=n_threads,
             )
             self._known[key] = known
-        elif n_threads != known.maps_threads or now - known.maps_read_at >= MAPS_REFRESH_S:
-            pools = native.read_pools(pid, self.root)
-            if pools is not None or known.pools is None:
-                known.pools = pools  # a zombie's empty maps must not erase what was seen
-            known.maps_read_at = now
-            known.maps_threads = n_threads
+            return known
+        pools_now = native.read_pools(pid, self.root)
+        if pools_now:  # an exiting process's empty maps must not erase what was seen
+            known.pools = pools_now
+        known.comm = stat.comm
+        known.maps_read_at = now
+        known.maps_threads = n_threads
         return known
 
     # ----------------------------------------------------------------------- psutil
