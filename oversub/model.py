@@ -157,3 +157,6 @@ class Thresholds:
     """CPUs used outside the tree above which other processes count as the cause."""
     idle_seconds: float = 3.0
     """A forked child idle this long with OpenMP mapped is reported as hung."""
+    min_wait: float = 0.05
+    """Threads 'wait' only when the tree also spends at least this many CPU-seconds per second
+    waiting: an idle tree's rare wake-ups can show a high delay ratio on almost nothing."""

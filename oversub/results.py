@@ -32,6 +32,8 @@ class ProcessRates:
     thread_env: Mapping[str, str] | None
     exited: bool = False
     """The process was gone by the end of the interval (its last counters were kept)."""
+    wait: str | None = None
+    """What it was blocked in at the end, for single-thread OpenMP processes (`samples`)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class Totals:
     voluntary_ctx_per_s: float | None
     involuntary_ctx_per_cpu_s: float | None
     """Involuntary switches per CPU-second used: the normalised contention signal."""
+    busy_processes: int = 0
+    """Processes that kept at least half a thread runnable (demand >= 0.5) at the same time:
+    the M among which N is shared (for a run: the number sustained for a quarter of it)."""
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,10 @@ class Proc:
     start_ticks: int = 1000
     schedstat: bool = True
     ctx: bool = True
+    wait: str | None = None
+    """What it is blocked in (probe.waits), e.g. "futex-private" for the fork hang."""
+    reaped_cpu: float = 0.0
+    """CPU-seconds of children it reaped during the interval (cutime + cstime)."""
 
 
 def thread(
@@ -100,6 +104,8 @@ def _sample(p: Proc, dt: float, after: bool) -> ProcessSample:
         threads=tuple(threads),
         pools=p.pools,
         thread_env=p.env,
+        children_cpu_ns=round(p.reaped_cpu * NS) if after else 0,
+        wait=p.wait,
     )
 
 

@@ -225,3 +225,17 @@ def test_unavailable_signals_are_carried() -> None:
     prev, curr = tree_pair(busy_workers(1, 1), unavailable=("psi",))
     iv = interval(prev, curr, 2, TH)
     assert iv.unavailable == ("psi",)
+
+
+def test_cpu_of_children_reaped_in_the_interval_is_not_outside_load() -> None:
+    # A child that lived and died between two samples shows only in its parent's cutime:
+    # 0.8 of the 1.0 CPU "outside" was the tree's own short-lived worker.
+    procs = [Proc(ROOT, (Load(cpu=0.5),), ppid=1, reaped_cpu=0.8)]
+    iv = analyse(procs, vcpus=2, host=Host(outside=1.0))
+    assert iv.host.outside_cpus == pytest.approx(0.2, abs=1e-6)
+
+
+def test_busy_processes_count_those_keeping_half_a_thread_runnable() -> None:
+    procs = [Proc(ROOT, (IDLE,), ppid=1), *busy_workers(3, 1, delay=0.0)]
+    procs.append(Proc(500, (Load(cpu=0.3, delay=0.1),)))  # 0.4 runnable: not busy
+    assert analyse(procs, vcpus=4).totals.busy_processes == 3

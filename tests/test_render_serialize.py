@@ -97,6 +97,7 @@ TOTALS_KEYS = [
     "processes",
     "threads",
     "active_threads",
+    "busy_processes",
     "cpu_percent",
     "demand",
     "run_delay_ratio",

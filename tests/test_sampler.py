@@ -492,3 +492,13 @@ def test_children_cpu_of_reaped_children_is_sampled(tmp_path: Path) -> None:
     sample = TreeSampler(100, root=str(tmp_path)).sample()
     assert sample.processes[400].children_cpu_ns == 42 * 1_000_000_000 // CLK_TCK
     assert sample.processes[100].children_cpu_ns == 0
+
+
+@pytest.mark.integration
+def test_oversub_does_not_sample_itself() -> None:
+    # `oversub watch $$` from a shell: the shell's tree holds oversub; its sampling is not
+    # the job's load. Here the test process plays oversub, its parent plays the shell.
+    parent = os.getppid()
+    sample = TreeSampler(parent).sample()
+    assert os.getpid() not in sample.processes
+    assert os.getpid() in TreeSampler(os.getpid()).sample().processes  # unless it is the target

@@ -245,3 +245,20 @@ def test_memory_is_bounded_by_processes_not_intervals() -> None:
     assert len(s.processes) == 3
     assert s.samples == 500
     assert s.duration_s == pytest.approx(50.0)
+
+
+def test_workers_that_come_and_go_are_not_counted_at_once() -> None:
+    # Ten rounds of two short-lived oversubscribing workers (a DataLoader per epoch) on 2
+    # CPUs: the fix must share N among the 2 workers busy at a time, not all 20 ever seen.
+    line = Timeline()
+    for round_ in range(10):
+        pids = (1000 + 2 * round_, 1001 + 2 * round_)
+        line.add([root(), *(Proc(p, (Load(cpu=0.5, delay=0.5),) * 4) for p in pids)])
+    s = line.result()
+    assert len(s.processes) == 21
+    assert s.totals.busy_processes == 2
+    f = s.findings[0]
+    assert f.rule == "oversubscribed-pools"
+    assert f.evidence["processes"] == 2  # not 20
+    assert "each of the 2 busy processes" in f.fix
+    assert "run at most" not in f.fix  # 2 processes fit 2 CPUs; 20 would not

@@ -263,9 +263,14 @@ def test_pool_without_a_variable_does_not_count() -> None:
     assert "pool-default" not in rules(judge(procs, vcpus=4))
 
 
-def _forked(child_loads: Sequence[Load], *, cmdline: str = "python train.py") -> list[Proc]:
+def _forked(
+    child_loads: Sequence[Load],
+    *,
+    cmdline: str = "python train.py",
+    wait: str | None = "futex-private",
+) -> list[Proc]:
     parent = Proc(ROOT, (Load(cpu=0.5), IDLE), ppid=1, cmdline="python train.py")
-    child = Proc(301, tuple(child_loads), cmdline=cmdline, pools=("libgomp",))
+    child = Proc(301, tuple(child_loads), cmdline=cmdline, pools=("libgomp",), wait=wait)
     return [parent, child]
 
 
@@ -278,6 +283,42 @@ def test_idle_forked_openmp_child_is_the_fork_hang() -> None:
     assert f.pids == (301,)
     assert "41197" in f.message
     assert "spawn" in f.fix
+
+
+@pytest.mark.parametrize(
+    ("wait", "severity"),
+    [
+        ("futex-private", Severity.CRITICAL),
+        (None, Severity.WARNING),
+        ("read", None),
+        ("futex", None),
+    ],
+)
+def test_fork_hang_needs_a_private_futex_wait(wait: str | None, severity: Severity | None) -> None:
+    # An idle fork-Pool worker waits for work in a pipe read or a shared semaphore: it looks
+    # like the hang (one thread, 0% CPU, libgomp mapped) except for what it waits in.
+    a = judge(_forked([IDLE], wait=wait), vcpus=2, dt=TH.idle_seconds)
+    hang = [f for f in a.findings if f.rule == "fork-hang"]
+    if severity is None:
+        assert not hang and rules(a) == ["fork-after-threads"]
+        assert a.verdict is Verdict.OK
+    else:
+        assert [f.severity for f in hang] == [severity]
+        assert a.verdict is Verdict.AT_RISK
+
+
+def test_idle_tree_with_a_high_delay_ratio_is_not_starved() -> None:
+    # 1 ms of CPU and 4 ms of waiting in a second: 80% of almost nothing is not starvation.
+    procs = [Proc(ROOT, (Load(cpu=0.001, delay=0.004),), ppid=1)]
+    a = judge(procs, vcpus=2, host=Host(outside=1.5))
+    assert a.verdict is Verdict.OK, rules(a)
+
+
+def test_demand_over_budget_without_waiting_is_reported() -> None:
+    # 4 busy single-thread processes "on 2 CPUs" that never wait run on other CPUs.
+    a = judge(busy_workers(4, 1, delay=0.0), vcpus=2)
+    assert rules(a) == ["demand-exceeds-budget"]
+    assert a.verdict is Verdict.AT_RISK
 
 
 @pytest.mark.parametrize(
@@ -372,6 +413,7 @@ def test_every_rule_is_reachable_and_documented() -> None:
         judge(_forked([IDLE], cmdline="python train.py"), vcpus=2, dt=1.0),
         judge([root(), Proc(401, (Load(cpu=0.5),), ppid=999)], vcpus=2),
         judge([Proc(ROOT, (IDLE,), ppid=1, schedstat=False)], vcpus=2),
+        judge(busy_workers(4, 1, delay=0.0), vcpus=2),
     ]
     fired = {f.rule for a in scenarios for f in a.findings}
     assert fired == set(RULES)

@@ -70,12 +70,14 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
     """fork-hang and fork-after-threads: children sharing the cmdline of a threaded parent.
 
     Plain fork keeps the parent's command line; spawn and forkserver children do not. A
-    forked child that maps OpenMP, runs one thread and uses < 1% CPU over at least
-    `th.idle_seconds` is the libgomp hang (pytorch issue 41197); other forked children are
-    reported as a hazard only.
+    forked child that maps OpenMP, runs one thread, uses < 1% CPU over at least
+    `th.idle_seconds` and waits in a private futex (`ProcessRates.wait`) is the libgomp hang
+    (pytorch issue 41197), critical; with its wait unreadable it is a warning; one waiting
+    in a read or a shared semaphore is an idle worker, reported as a hazard only.
     """
     by_pid = {p.pid: p for p in interval.processes}
     hung: list[ProcessRates] = []
+    suspect: list[ProcessRates] = []
     forked: list[ProcessRates] = []
     for child in interval.processes:
         parent = by_pid.get(child.ppid)
@@ -84,35 +86,48 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
             continue
         if child.cmdline != parent.cmdline:
             continue
-        if (
+        idle_openmp = (
             not child.exited
             and child.pools is not None
             and is_openmp(child.pools)
             and child.threads == 1
             and child.cpu_percent < IDLE_CPU_PERCENT
             and interval.seconds >= th.idle_seconds
-        ):
+        )
+        # An idle pool worker waits for work in a pipe read or a shared semaphore; the hang
+        # waits in a private futex that no other thread of its one-thread process can wake.
+        if idle_openmp and child.wait == "futex-private":
             hung.append(child)
+        elif idle_openmp and child.wait is None:
+            suspect.append(child)
         else:
             forked.append(child)
     found: list[Finding] = []
-    if hung:
-        pids = pids_of(hung)
+    for group, certain in ((hung, True), (suspect, False)):
+        if not group:
+            continue
+        pids = pids_of(group)
+        how = (
+            "and wait on a private futex nothing can wake"
+            if certain
+            else "(their wait could not be read, so this may also be an idle worker)"
+        )
         found.append(
             Finding(
                 rule="fork-hang",
-                severity=Severity.CRITICAL,
+                severity=Severity.CRITICAL if certain else Severity.WARNING,
                 verdict=Verdict.AT_RISK,
                 message=f"{who(pids)} forked from a multi-threaded parent "
                 f"{verb(len(pids), 'maps', 'map')} OpenMP and sat idle on one thread for "
-                f"{interval.seconds:.0f} s: the hang of forking after an OpenMP region "
+                f"{interval.seconds:.0f} s {how}: the hang of forking after an OpenMP region "
                 "(pytorch issue 41197).",
                 pids=pids,
                 evidence={
-                    "children": len(hung),
+                    "children": len(group),
                     "seconds": rounded(interval.seconds, 1),
-                    "cpu_percent_max": rounded(max(p.cpu_percent for p in hung), 2),
-                    "parent_threads": max(by_pid[p.ppid].threads for p in hung),
+                    "cpu_percent_max": rounded(max(p.cpu_percent for p in group), 2),
+                    "parent_threads": max(by_pid[p.ppid].threads for p in group),
+                    "wait": group[0].wait,
                 },
                 fix="Start workers with spawn or forkserver (torch.multiprocessing."
                 'set_start_method("spawn")), or keep the parent at one thread before forking '

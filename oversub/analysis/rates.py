@@ -134,6 +134,7 @@ def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> Pr
         pools=p.pools,
         thread_env=p.thread_env,
         exited=exited,
+        wait=p.wait,
     )
 
 
@@ -149,6 +150,10 @@ def _exited_delta(p: ProcessSample) -> _Delta:
     )
 
 
+BUSY_DEMAND = 0.5
+"""A process keeping at least half a thread runnable counts as busy (one of the M sharing N)."""
+
+
 def _change(prev: int | None, curr: int | None) -> int | None:
     """Δ of a host counter; None when unknown or when it went backwards (counter reset)."""
     if prev is None or curr is None or curr < prev:
@@ -159,7 +164,8 @@ def _change(prev: int | None, curr: int | None) -> int | None:
 def _host_rates(prev: HostSample, curr: HostSample, tree_cpu_ns: int, dt_s: float) -> HostRates:
     busy = _change(prev.busy_ns, curr.busy_ns)
     # Host busy time includes the tree's own CPU; what is left ran outside it. Clamp at 0:
-    # the two counters are read at slightly different instants.
+    # the two counters are read at slightly different instants. `tree_cpu_ns` includes the
+    # CPU of children reaped in the interval, so short-lived workers are not "outside".
     outside = None if busy is None else max(0.0, (busy - tree_cpu_ns) / _NS / dt_s)
     steal = _change(prev.steal_ns, curr.steal_ns)
     psi = _change(prev.psi_some_us, curr.psi_some_us)
@@ -179,15 +185,6 @@ def _host_rates(prev: HostSample, curr: HostSample, tree_cpu_ns: int, dt_s: floa
         throttled_ratio=throttled_ratio,
         throttled_s=throttled_s,
     )
-
-
-def _sum_rates(values: Iterable[float | None]) -> float | None:
-    total = 0.0
-    for value in values:
-        if value is None:
-            return None
-        total += value
-    return total
 
 
 def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float) -> Totals:
@@ -210,7 +207,23 @@ def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float) -> Totals:
         involuntary_ctx_per_cpu_s=(
             involuntary / cpu_s if involuntary is not None and cpu_s > 0 else None
         ),
+        busy_processes=sum(1 for r, _ in live if r.demand >= BUSY_DEMAND),
     )
+
+
+def _reaped_cpu_ns(prev: TreeSample, curr: TreeSample) -> int:
+    """CPU of children the tree's processes reaped during the interval (cutime + cstime).
+
+    A child that starts and exits between two samples is never seen; its parent's counter
+    is. It may also hold CPU an earlier interval already saw (a child observed, then
+    reaped), which only makes the outside estimate smaller: the safe side for blaming others.
+    """
+    total = 0
+    for pid, p in curr.processes.items():
+        before = prev.processes.get(pid)
+        if before is not None and before.start_ticks == p.start_ticks:
+            total += max(0, p.children_cpu_ns - before.children_cpu_ns)
+    return total
 
 
 def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresholds) -> Interval:
@@ -245,6 +258,7 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresho
     ]
 
     totals = _totals(live, dt_s)
+    tree_cpu = sum(d.cpu_ns for _, d in live)
     unavailable = list(dict.fromkeys((*prev.unavailable, *curr.unavailable)))
     no_delay = any(
         t.run_delay_ns is None
@@ -264,6 +278,6 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresho
         vcpus=vcpus,
         processes=tuple(processes),
         totals=totals,
-        host=_host_rates(prev.host, curr.host, sum(d.cpu_ns for _, d in live), dt_s),
+        host=_host_rates(prev.host, curr.host, tree_cpu + _reaped_cpu_ns(prev, curr), dt_s),
         unavailable=tuple(unavailable),
     )

@@ -141,6 +141,7 @@ class _ProcessAccumulator:
             pools=self.pools,
             thread_env=self.thread_env,
             exited=p.exited,
+            wait=p.wait,
         )
 
     def summary(self) -> ProcessSummary:
@@ -201,6 +202,8 @@ class _TreeAccumulator:
     processes_s: float = 0.0
     threads_s: float = 0.0
     active_seconds: dict[int, float] = field(default_factory=dict)
+    busy_seconds: dict[int, float] = field(default_factory=dict)
+    """Observed seconds per number of processes busy at once."""
     peak: dict[str, float | None] = field(default_factory=dict)
     host: dict[str, _MeanAccumulator] = field(default_factory=dict)
     throttled_s: float | None = None
@@ -223,6 +226,7 @@ class _TreeAccumulator:
         self.processes_s += t.processes * s
         self.threads_s += t.threads * s
         self.active_seconds[t.active_threads] = self.active_seconds.get(t.active_threads, 0.0) + s
+        self.busy_seconds[t.busy_processes] = self.busy_seconds.get(t.busy_processes, 0.0) + s
         for f in fields(Totals):
             self.peak[f.name] = _peak(self.peak.get(f.name), getattr(t, f.name))
 
@@ -245,6 +249,7 @@ class _TreeAccumulator:
                 if self.involuntary is not None and self.cpu_s > 0
                 else None
             ),
+            busy_processes=_sustained(self.busy_seconds, s),
         )
 
     def totals_peak(self) -> Totals:
@@ -259,6 +264,7 @@ class _TreeAccumulator:
             involuntary_ctx_per_s=p.get("involuntary_ctx_per_s"),
             voluntary_ctx_per_s=p.get("voluntary_ctx_per_s"),
             involuntary_ctx_per_cpu_s=p.get("involuntary_ctx_per_cpu_s"),
+            busy_processes=int(p.get("busy_processes") or 0),
         )
 
     def host_rates(self) -> HostRates:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
+from oversub.analysis.rates import BUSY_DEMAND
 from oversub.analysis.recommend import threads_for
 from oversub.analysis.wording import (
     count_processes,
@@ -39,6 +40,7 @@ __all__ = ["RULES", "assess"]
 RULES: Mapping[str, str] = {
     "oversubscribed-pools": "Demand exceeds the CPUs and processes run multi-thread native pools",
     "oversubscribed-processes": "More single-thread processes than CPUs keep demand above them",
+    "demand-exceeds-budget": "Demand exceeds the budget but threads do not wait",
     "starved-quota": "The cgroup CPU quota throttles the tree",
     "starved-outside": "Other processes or hypervisor steal take the CPUs the tree waits for",
     "starved-unattributed": "The tree's threads wait for CPUs and no cause is visible",
@@ -53,9 +55,6 @@ RULES: Mapping[str, str] = {
 
 _SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 _RULE_ORDER = {rule: i for i, rule in enumerate(RULES)}
-_CONTENDING_DEMAND = 0.5
-"""A process keeping at least half a thread runnable on average counts as one of the M
-processes that share the CPUs."""
 
 Evidence = dict[str, float | int | str | None]
 
@@ -76,13 +75,15 @@ def _base_evidence(interval: Interval) -> Evidence:
 def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
     n = interval.vcpus
     t = interval.totals
-    contending = [p for p in interval.processes if p.demand >= _CONTENDING_DEMAND]
+    contending = [p for p in interval.processes if p.demand >= BUSY_DEMAND]
     if not contending:  # many small processes: all of them share the CPUs
         contending = [p for p in interval.processes if p.demand > 0]
     multi = [p for p in contending if p.active_threads >= 2]
-    m = max(1, len(contending))
+    # M = processes busy *at the same time*: over a whole run, workers that came and went
+    # (a DataLoader per epoch, Pool(maxtasksperchild)) must not all count at once.
+    m = max(1, min(len(contending), t.busy_processes or len(contending)))
     evidence = _base_evidence(interval) | {
-        "processes": len(contending),
+        "processes": m,
         "multi_thread_processes": len(multi),
         "throttled_ratio": rounded(interval.host.throttled_ratio),
     }
@@ -117,7 +118,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         rule="oversubscribed-processes",
         severity=Severity.WARNING,
         verdict=Verdict.OVERSUBSCRIBED,
-        message=head + f"they are {len(contending)} single-thread processes sharing {n} CPUs, "
+        message=head + f"they are {m} single-thread processes sharing {n} CPUs, "
         "which costs little (1.0-1.2x measured).",
         pids=pids_of(contending),
         evidence=evidence,
@@ -221,6 +222,24 @@ def _busy_threads(interval: Interval) -> Finding:
     )
 
 
+def _over_unexplained(interval: Interval) -> Finding:
+    n = interval.vcpus
+    t = interval.totals
+    busy = sorted(interval.processes, key=lambda p: -p.demand)[:3]
+    return Finding(
+        rule="demand-exceeds-budget",
+        severity=Severity.WARNING,
+        verdict=Verdict.AT_RISK,
+        message=f"The tree keeps {t.demand:.1f} threads runnable on {n} CPUs, yet they "
+        f"hardly wait ({(t.run_delay_ratio or 0.0):.0%}): some of its processes run on CPUs "
+        "outside the root's budget (their own affinity, cpuset or cgroup).",
+        pids=pids_of(busy),
+        evidence=_base_evidence(interval),
+        fix="Compare `oversub cpus --pid PID` of the busiest processes with the root's: size "
+        "each process's threads to its own budget, or give the job one consistent budget.",
+    )
+
+
 def _no_schedstat() -> Finding:
     return Finding(
         rule="no-schedstat",
@@ -243,11 +262,14 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
 
     With N = interval.vcpus, D = totals.demand, r = totals.run_delay_ratio:
 
-    - over = D > N * (1 + thresholds.margin); waiting = r > thresholds.delay_ratio.
+    - over = D > N * (1 + thresholds.margin); waiting = r > thresholds.delay_ratio and
+      D * r (CPU-seconds waited per second) >= thresholds.min_wait.
     - oversubscribed-pools (critical): over and waiting, and a contending process (demand
       >= 0.5) ran >= 2 active threads (each >= thresholds.active_cpu of a CPU).
     - oversubscribed-processes (warning): over and waiting, every contending process ran
       at most one active thread.
+    - demand-exceeds-budget (warning, at-risk): over but not waiting: processes run beyond
+      the root's budget (their own affinity or cgroup).
     - starved-quota (warning): not over, host.throttled_ratio >= thresholds.throttle_ratio.
     - starved-outside (warning): waiting, not over, host.outside_cpus or host.steal_cpus
       >= thresholds.outside_cpu.
@@ -269,7 +291,14 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
     measured = "schedstat" not in interval.unavailable
     ratio = totals.run_delay_ratio
     over = measured and totals.demand > n * (1.0 + thresholds.margin)
-    waiting = measured and ratio is not None and ratio > thresholds.delay_ratio
+    # Waiting needs a share of the runnable time *and* some absolute waiting: an idle tree's
+    # few wake-ups can wait 80% of almost nothing.
+    waiting = (
+        measured
+        and ratio is not None
+        and ratio > thresholds.delay_ratio
+        and totals.demand * ratio >= thresholds.min_wait
+    )
 
     findings: list[Finding] = []
     skip_pids: frozenset[int] = frozenset()
@@ -278,6 +307,8 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
         findings.append(finding)
         if finding.rule == "oversubscribed-pools":
             skip_pids = frozenset(finding.pids)
+    elif over:
+        findings.append(_over_unexplained(interval))
     if not over:
         findings.extend(_starved(interval, thresholds, waiting))
         if not waiting and totals.active_threads > n:

@@ -118,6 +118,7 @@ class TreeSampler:
         self._clock = clock
         self._proc = os.path.join(root, "proc")
         self._use_psutil = root == "/" and not os.path.exists("/proc/self/stat")
+        self._self_pid = os.getpid() if root == "/" else -1
         self._tracked: dict[int, int] = {}
         """pid -> start_ticks of every process seen in the tree and not yet gone."""
         self._known: dict[tuple[int, int], _Known] = {}
@@ -159,6 +160,10 @@ class TreeSampler:
             if raw is not None and _start_of(raw) == start:
                 seeds.append(pid)
         tree = subtree(seeds, ppids_of(stats))
+        if self._self_pid != self.root_pid:
+            # `oversub watch $$` from a shell: oversub is in the tree, but must not judge its
+            # own sampling (only the process itself: anything it starts is the user's).
+            tree.discard(self._self_pid)
 
         unavailable: list[str] = []
         processes: dict[int, ProcessSample] = {}

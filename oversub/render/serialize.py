@@ -191,13 +191,14 @@ def finding_dict(f: Finding) -> dict[str, Any]:
 
 
 def _totals_dict(t: Totals) -> dict[str, Any]:
-    """Totals: `processes`, `threads`, `active_threads` (ints), `cpu_percent`, `demand`,
-    `run_delay_ratio`, `involuntary_ctx_per_s`, `voluntary_ctx_per_s`,
-    `involuntary_ctx_per_cpu_s` (floats or null)."""
+    """Totals: `processes`, `threads`, `active_threads`, `busy_processes` (ints),
+    `cpu_percent`, `demand`, `run_delay_ratio`, `involuntary_ctx_per_s`,
+    `voluntary_ctx_per_s`, `involuntary_ctx_per_cpu_s` (floats or null)."""
     return {
         "processes": t.processes,
         "threads": t.threads,
         "active_threads": t.active_threads,
+        "busy_processes": t.busy_processes,
         "cpu_percent": _num(t.cpu_percent),
         "demand": _num(t.demand),
         "run_delay_ratio": _num(t.run_delay_ratio),
