@@ -72,7 +72,7 @@ POOL_KINDS: tuple[PoolKind, ...] = (
         "openblas",
         "OpenBLAS",
         ("libopenblas", "libscipy_openblas"),
-        ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
+        ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"),
         False,
     ),
     PoolKind(

@@ -73,6 +73,7 @@ def test_unlimited_process_gets_the_host(tmp_path: Path) -> None:
     budget = read_budget(PID, root=host_tree(tmp_path).root)
     assert (budget.pid, budget.vcpus, budget.logical, budget.physical) == (PID, 8, 8, 4)
     assert budget.limited_by == "none"
+    assert budget.cpuset is None  # the root cpuset allows every online CPU: no limit
     assert budget.affinity == tuple(range(8))
     assert budget.quota is None
     assert budget.cores == ((0, 4), (1, 5), (2, 6), (3, 7))

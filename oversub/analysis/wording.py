@@ -129,6 +129,8 @@ def thread_fix(procs: Sequence[ProcessRates], threads: int) -> str:
 def join_and(items: Iterable[str]) -> str:
     """ "a", "a and b", "a, b and c"."""
     words = list(items)
+    if not words:
+        return ""
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 

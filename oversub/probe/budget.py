@@ -137,11 +137,14 @@ def _read_from_procfs(pid: int, root: str) -> Budget:
     if affinity is None:
         affinity = topology.online or tuple(range(logical))
         notes.append(f"assuming the process may run on CPUs {format_cpulist(affinity)}")
+    cpuset = limits.cpuset
+    if cpuset is not None and topology.online and set(topology.online) <= set(cpuset.cpus):
+        cpuset = None  # a cpuset that allows every online CPU limits nothing
     vcpus, limited_by = effective_vcpus(
         logical,
         len(affinity),
         limits.quota.cpus if limits.quota else None,
-        len(limits.cpuset.cpus) if limits.cpuset else None,
+        len(cpuset.cpus) if cpuset else None,
     )
     return Budget(
         pid=pid,
@@ -150,7 +153,7 @@ def _read_from_procfs(pid: int, root: str) -> Budget:
         physical=topology.physical,
         affinity=affinity,
         quota=limits.quota,
-        cpuset=limits.cpuset,
+        cpuset=cpuset,
         numa=dict(topology.numa),
         cores=topology.cores,
         limited_by=limited_by,

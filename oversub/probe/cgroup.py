@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Literal, NamedTuple
 
 from oversub.model import CpuQuota, CpusetLimit
-from oversub.probe.topology import describe_error, parse_cpulist, rooted
+from oversub.probe.topology import describe_error, parse_cpulist, read_text, rooted
 
 __all__ = [
     "CgroupEntry",
@@ -163,11 +163,6 @@ def parse_cfs_quota(quota_text: str, period_text: str) -> tuple[int, int] | None
     return quota, period
 
 
-def _read_text(path: str) -> str:
-    with open(path, encoding="ascii", errors="replace") as handle:
-        return handle.read()
-
-
 def _choose_mount(path: str, mounts: Iterable[CgroupMount]) -> CgroupMount | None:
     """The mount through which cgroup `path` is visible, with the most ancestors in view."""
     visible = [
@@ -211,9 +206,9 @@ def _read_quota_at(level: _Level, version: Literal[1, 2]) -> tuple[int, int] | N
     """Quota set at one cgroup; None when unlimited or the file is absent there."""
     try:
         if version == 2:
-            return parse_cpu_max(_read_text(os.path.join(level.directory, "cpu.max")))
-        quota_text = _read_text(os.path.join(level.directory, "cpu.cfs_quota_us"))
-        period_text = _read_text(os.path.join(level.directory, "cpu.cfs_period_us"))
+            return parse_cpu_max(read_text(os.path.join(level.directory, "cpu.max")))
+        quota_text = read_text(os.path.join(level.directory, "cpu.cfs_quota_us"))
+        period_text = read_text(os.path.join(level.directory, "cpu.cfs_period_us"))
     except FileNotFoundError:
         # v2 keeps cpu.max out of the root cgroup and out of cgroups without the cpu
         # controller; v1 kernels without CFS bandwidth have no quota files. Neither limits.
@@ -262,7 +257,7 @@ def _effective_cpuset(
         for name in names:
             path = os.path.join(level.directory, name)
             try:
-                cpus = parse_cpulist(_read_text(path))
+                cpus = parse_cpulist(read_text(path))
             except FileNotFoundError:
                 continue
             except (OSError, ValueError) as error:
@@ -316,7 +311,7 @@ def read_cgroup_limits(pid: int, root: str = "/") -> CgroupLimits:
     for name in ("cgroup", "mountinfo"):
         path = rooted(root, f"/proc/{pid}/{name}")
         try:
-            texts[name] = _read_text(path)
+            texts[name] = read_text(path)
         except OSError as error:
             notes.append(f"cannot read {path}: {describe_error(error)}; cgroup limits unknown")
             return CgroupLimits(quota=None, cpuset=None, notes=tuple(notes))

@@ -99,7 +99,8 @@ class Topology(NamedTuple):
     """Files that could not be read, and what that leaves unknown."""
 
 
-def _read_text(path: str) -> str:
+def read_text(path: str) -> str:
+    """A small sysfs/cgroup text file (ASCII; odd bytes replaced, never an error)."""
     with open(path, encoding="ascii", errors="replace") as handle:
         return handle.read()
 
@@ -118,7 +119,7 @@ def _numbered_entries(directory: str, prefix: str) -> list[int]:
 def _read_online(root: str, notes: list[str]) -> tuple[int, ...]:
     path = rooted(root, f"{_CPU_DIR}/online")
     try:
-        return parse_cpulist(_read_text(path))
+        return parse_cpulist(read_text(path))
     except (OSError, ValueError) as error:
         notes.append(f"cannot read online CPUs from {path}: {describe_error(error)}")
     # Without the online mask, every cpuN directory is the best guess (offline CPUs included).
@@ -137,7 +138,7 @@ def _read_cores(
     for cpu in online:
         for name in _SIBLING_FILES:
             try:
-                siblings = parse_cpulist(_read_text(rooted(root, f"{_CPU_DIR}/cpu{cpu}/{name}")))
+                siblings = parse_cpulist(read_text(rooted(root, f"{_CPU_DIR}/cpu{cpu}/{name}")))
             except (OSError, ValueError):
                 continue
             # A CPU always belongs to its own sibling group; a list without it is corrupt.
@@ -168,7 +169,7 @@ def _read_numa(root: str, notes: list[str]) -> dict[int, tuple[int, ...]]:
     for node in node_ids:
         path = f"{directory}/node{node}/cpulist"
         try:
-            numa[node] = parse_cpulist(_read_text(path))
+            numa[node] = parse_cpulist(read_text(path))
         except (OSError, ValueError) as error:
             notes.append(f"cannot read NUMA node {node} CPUs from {path}: {describe_error(error)}")
     return numa
