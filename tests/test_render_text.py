@@ -265,3 +265,10 @@ def test_summary_text_says_which_signals_are_unavailable() -> None:
     s = make_summary(unavailable=("schedstat", "psi"))
     assert "unavailable here: schedstat, psi" in summary_text(s)
     assert "unavailable here" not in summary_text(make_summary(unavailable=()))
+
+
+def test_preflight_report_has_no_run_line_or_totals() -> None:
+    s = make_summary(root_pid=0, samples=0, notes=("static preflight: nothing was sampled",))
+    text = summary_text(s)
+    assert "static preflight, nothing sampled" in text
+    assert "pid 0" not in text and "totals:" not in text

@@ -203,6 +203,8 @@ def _summary_table(s: Summary) -> Table:
 
 
 def _run_line(s: Summary, sep: str = " · ") -> str:
+    if s.samples == 0 and s.root_pid == 0:
+        return "static preflight, nothing sampled"
     exited = f"{sep}target exited" if s.target_exited else ""
     return f"pid {s.root_pid}{sep}{s.duration_s:.1f} s{sep}{s.samples} samples{exited}"
 
@@ -218,13 +220,16 @@ def summary_renderable(s: Summary) -> RenderableType:
         Text(budget_limit_line(s.budget)),
         _banner(s.verdict),
         _findings(s.findings),
-        _summary_table(s),
-        Text(
-            f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
-            f"peak demand {number(s.totals_peak.demand)}"
-        ),
-        Text(_host_line(s.host), style="dim"),
     ]
+    if s.samples:  # a preflight or an unmeasured run has no table, totals or host context
+        parts += [
+            _summary_table(s),
+            Text(
+                f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
+                f"peak demand {number(s.totals_peak.demand)}"
+            ),
+            Text(_host_line(s.host), style="dim"),
+        ]
     if s.unavailable:
         parts.append(Text(f"unavailable: {', '.join(s.unavailable)}", style="dim"))
     for note in s.notes:
@@ -249,13 +254,14 @@ def summary_text(s: Summary) -> str:
     for f in s.findings:
         lines.append(finding_line(f))
         lines.append(f"  fix: {f.fix}")
-    lines.append(
-        f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
-        f"peak demand {number(s.totals_peak.demand)}"
-    )
-    host = host_phrases(s.host)
-    if host:
-        lines.append("host: " + ", ".join(host))
+    if s.samples:
+        lines.append(
+            f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
+            f"peak demand {number(s.totals_peak.demand)}"
+        )
+        host = host_phrases(s.host)
+        if host:
+            lines.append("host: " + ", ".join(host))
     if s.unavailable:
         lines.append(f"unavailable here: {', '.join(s.unavailable)}")
     lines.extend(f"note: {note}" for note in s.notes)
