@@ -127,7 +127,14 @@ def test_plan_workers_eat_the_budget() -> None:
     assert plan.oversubscribed
     assert plan.leftover == 8 - 4 * 3
     assert any("alone fill the 8 vCPUs" in w and "1 thread" in w for w in plan.warnings)
-    assert any("at most 1 workers per process" in w for w in plan.warnings)
+    assert any("at most 1 worker per process" in w for w in plan.warnings)
+
+
+def test_plan_with_no_room_for_workers_says_so() -> None:
+    # 2 processes on 2 CPUs leave no CPU for any worker: "at most 0 workers" helps nobody.
+    plan = make_plan(synthetic_budget(2), 2, 1)
+    assert any("no workers" in w for w in plan.warnings)
+    assert not any("at most 0" in w for w in plan.warnings)
 
 
 def test_plan_workers_leave_less_than_a_cpu_per_process() -> None:

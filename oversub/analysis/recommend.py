@@ -212,6 +212,14 @@ def _ratio(needed: int, vcpus: int) -> str:
     return f"{needed / vcpus:.1f}x"
 
 
+def _fewer_workers(n: int, procs: int) -> str:
+    """Advice when workers overfill N: the most that still leaves one CPU per main process."""
+    most = n // procs - 1
+    if most < 1:
+        return "run the work in the main processes (no workers), or fewer processes"
+    return f"use at most {most} worker{'s' if most > 1 else ''} per process"
+
+
 def _plan_warnings(budget: Budget, procs: int, workers: int, threads: int) -> list[str]:
     """Plain-language warnings for a plan; the binding warning is added by the caller."""
     n = budget.vcpus
@@ -225,13 +233,13 @@ def _plan_warnings(budget: Budget, procs: int, workers: int, threads: int) -> li
         warnings.append(
             f"the {procs * workers} workers ({procs} x {workers}) alone fill the {n} vCPUs: "
             f"the main processes get 1 thread each and still oversubscribe; "
-            f"use at most {max(0, n // procs - 1)} workers per process"
+            + _fewer_workers(n, procs)
         )
     elif workers > 0 and procs <= n and procs * (threads + workers) > n:
         warnings.append(
             f"{procs} x (1 thread + {workers} workers) = {procs * (1 + workers)} threads on "
             f"{n} vCPUs: the workers leave less than one CPU per main process; "
-            f"use at most {max(0, n // procs - 1)} workers per process"
+            + _fewer_workers(n, procs)
         )
     if workers > 0:
         warnings.append(

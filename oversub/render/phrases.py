@@ -149,7 +149,8 @@ def totals_line(t: Totals, vcpus: int) -> str:
         else f", {t.involuntary_ctx_per_cpu_s:.0f} involuntary switches per CPU-second"
     )
     return (
-        f"{t.processes} processes, {t.threads} threads ({t.active_threads} active), "
+        f"{t.processes} process{'es' if t.processes != 1 else ''}, "
+        f"{t.threads} thread{'s' if t.threads != 1 else ''} ({t.active_threads} active), "
         f"CPU {t.cpu_percent:.0f}%, demand {t.demand:.2f} runnable threads on N = {vcpus}, "
         f"run delay {percent(t.run_delay_ratio)}{per_cpu}"
     )
