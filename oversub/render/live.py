@@ -91,7 +91,6 @@ def _interval_table(
     for name in ("PID", "Name", "Threads", "CPU%", "Demand", "Delay", "Invol/s"):
         table.add_column(name, justify="left" if name == "Name" else "right", no_wrap=True)
     table.add_column("Pools", overflow="fold")
-    table.add_column("Thread vars", overflow="fold", min_width=18)
     ordered = sorted(processes, key=lambda r: r.cpu_percent, reverse=True)
     for r in ordered[:max_processes]:
         table.add_row(
@@ -103,7 +102,6 @@ def _interval_table(
             percent(r.run_delay_ratio),
             rate(r.involuntary_ctx_per_s),
             pools_text(r.pools),
-            env_text(r.thread_env),
             style="dim" if r.exited else None,
         )
     hidden = len(ordered) - max_processes
@@ -119,9 +117,26 @@ def _interval_table(
         percent(totals.run_delay_ratio),
         rate(totals.involuntary_ctx_per_s),
         "",
-        "",
         style="bold",
     )
+    return table
+
+
+def _pools_and_vars(rows: list[tuple[int, str, str]]) -> Table | None:
+    """Pools and thread variables per process, below the numbers so that both stay readable
+    in an 80-column terminal; None when no process has either."""
+    from rich import box
+    from rich.table import Table
+
+    shown = [row for row in rows if row[1] != pools_text(()) or row[2] != env_text({})]
+    if not shown:
+        return None
+    table = Table(box=box.SIMPLE, header_style="bold")
+    table.add_column("PID", justify="right", no_wrap=True)
+    table.add_column("Pools", overflow="fold")
+    table.add_column("Thread vars", overflow="fold")
+    for pid, pools, env in shown:
+        table.add_row(str(pid), pools, env)
     return table
 
 
@@ -155,8 +170,14 @@ def watch_renderable(
     parts += [
         _banner(assessment.verdict),
         _interval_table(interval.processes, interval.totals, interval.vcpus, max_processes),
-        _findings(assessment.findings),
     ]
+    ordered = sorted(interval.processes, key=lambda r: r.cpu_percent, reverse=True)
+    extra = _pools_and_vars(
+        [(r.pid, pools_text(r.pools), env_text(r.thread_env)) for r in ordered[:max_processes]]
+    )
+    if extra is not None:
+        parts.append(extra)
+    parts.append(_findings(assessment.findings))
     return Group(*parts)
 
 
@@ -164,13 +185,11 @@ def _summary_table(s: Summary) -> Table:
     from rich import box
     from rich.table import Table
 
-    table = Table(box=box.SIMPLE, header_style="bold")
-    # Two-line headers keep the mean/peak columns narrow enough for pools and variables.
+    # One space between columns and two-line headers keep it inside 80 columns.
+    table = Table(box=box.SIMPLE, header_style="bold", padding=(0, 1, 0, 0), pad_edge=False)
     headers = ("PID", "Name", "Threads\npeak", "CPU%\nmean/peak", "Demand\nmean/peak")
-    for name in (*headers, "Delay\nmean/peak", "Invol/s\nmean/peak", "Seen"):
+    for name in (*headers, "Delay\nmean/peak", "Invol/s\nmean/peak"):
         table.add_column(name, justify="left" if name == "Name" else "right", no_wrap=True)
-    table.add_column("Pools", overflow="fold")
-    table.add_column("Thread vars", overflow="fold", min_width=18)
     for p in sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True):
         table.add_row(
             str(p.pid),
@@ -180,9 +199,6 @@ def _summary_table(s: Summary) -> Table:
             f"{p.demand:.2f}/{p.demand_peak:.2f}",
             f"{percent(p.run_delay_ratio)}/{percent(p.run_delay_ratio_peak)}",
             f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
-            f"{p.seconds:.1f} s",
-            pools_text(p.pools),
-            env_text(p.thread_env),
         )
     table.add_section()
     t, peak = s.totals, s.totals_peak
@@ -194,9 +210,6 @@ def _summary_table(s: Summary) -> Table:
         f"{t.demand:.2f}/{peak.demand:.2f}",
         f"{percent(t.run_delay_ratio)}/{percent(peak.run_delay_ratio)}",
         f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
-        f"{s.duration_s:.1f} s",
-        "",
-        "",
         style="bold",
     )
     return table
@@ -222,8 +235,13 @@ def summary_renderable(s: Summary) -> RenderableType:
         _findings(s.findings),
     ]
     if s.samples:  # a preflight or an unmeasured run has no table, totals or host context
+        ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
+        extra = _pools_and_vars(
+            [(p.pid, pools_text(p.pools), env_text(p.thread_env)) for p in ordered]
+        )
         parts += [
             _summary_table(s),
+            *([extra] if extra is not None else []),
             Text(
                 f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
                 f"peak demand {number(s.totals_peak.demand)}"
