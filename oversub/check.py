@@ -8,19 +8,28 @@ nothing. Reports go to files and stderr; the command's own stdout/stderr pass th
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from oversub.errors import ExitStatus
+from oversub.errors import ExitStatus, ReportError, UsageError
 from oversub.model import Budget, Verdict
-from oversub.results import Assessment, HostRates, Summary, Totals
-from oversub.session import SessionOptions, SessionResult, run_session
+from oversub.results import Assessment, HostRates, Interval, Summary, Totals
+from oversub.session import (
+    SessionOptions,
+    SessionResult,
+    run_session,
+    stop_signals_ignored,
+    stop_signals_interrupt,
+)
+
+if TYPE_CHECKING:
+    import subprocess
+
+    from oversub.runner import TreeReaper
 
 
 @dataclass(frozen=True)
@@ -67,47 +76,88 @@ def exit_status(outcome: _Outcome, fail_on: Verdict) -> ExitStatus:
     return ExitStatus.FOUND if fails(outcome.summary.verdict, fail_on) else ExitStatus.OK
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    # SIGTERM (a CI timeout) takes the same cleanup path as Ctrl-C.
-    raise KeyboardInterrupt
+def validate_report_paths(opts: CheckOptions) -> None:
+    """Refuse report paths that cannot be written, before anything is started or sampled.
+
+    A run of minutes must not end in "cannot write": the parent directory must exist and be
+    writable, and the path must not be a directory. Raises UsageError naming flag and path.
+    """
+    for flag, path in (
+        ("--json", opts.json_path),
+        ("--junit", opts.junit_path),
+        ("--markdown", opts.markdown_path),
+    ):
+        if path is None:
+            continue
+        parent = path.parent
+        if path.is_dir():
+            raise UsageError(f"{flag} {path}: is a directory")
+        if not parent.is_dir():
+            raise UsageError(f"{flag} {path}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{flag} {path}: directory {parent} is not writable")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UsageError(f"{flag} {path}: file is not writable")
+
+
+def report_command(argv: list[str]) -> list[str]:
+    """`argv` as text for reports: bytes that are not UTF-8 (surrogate escapes) become U+FFFD.
+
+    JSON and Markdown are UTF-8 files; an argument from a Latin-1 file name would otherwise
+    make writing the report fail.
+    """
+    return [os.fsencode(arg).decode("utf-8", "replace") for arg in argv]
 
 
 def check_command(
     argv: list[str], budget: Budget, opts: CheckOptions, *, err: TextIO | None = None
 ) -> ExitStatus:
-    """Start `argv`, sample its tree until it exits or times out, kill what is left, report."""
+    """Start `argv`, sample its tree until it exits or times out, kill what is left, report.
+
+    SIGINT, SIGTERM and SIGHUP end the run like Ctrl-C (exit 130); once the tree is being
+    stopped they are ignored until it is gone, so a second signal cannot leave it running.
+    """
     from oversub.probe.sampler import TreeSampler
     from oversub.runner import TreeReaper, start_command
 
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    proc = start_command(argv)
-    reaper = TreeReaper(proc)
-    started = time.monotonic()
+    validate_report_paths(opts)
+    proc: subprocess.Popen[bytes] | None = None
+    reaper: TreeReaper | None = None
+    result: SessionResult | None = None
     timed_out = False
+    late_interrupt = False
+    with stop_signals_interrupt():
+        try:
+            # Inside the try: a signal right after the start still stops the tree.
+            proc = start_command(argv)
+            reaper = TreeReaper(proc)
+            started = time.monotonic()
 
-    def should_stop() -> bool:
-        nonlocal timed_out
-        if proc.poll() is not None:
-            return True
-        if opts.timeout is not None and time.monotonic() - started >= opts.timeout:
-            timed_out = True
-            return True
-        return False
+            def should_stop() -> bool:
+                nonlocal timed_out
+                assert proc is not None
+                if proc.poll() is not None:
+                    return True
+                if opts.timeout is not None and time.monotonic() - started >= opts.timeout:
+                    timed_out = True
+                    return True
+                return False
 
-    def observe(iv: Any, _a: Assessment, _n: int, _e: float) -> None:
-        reaper.observe(p.pid for p in iv.processes)
+            def observe(iv: Interval, _a: Assessment, _n: int, _e: float) -> None:
+                assert reaper is not None
+                reaper.observe(p.pid for p in iv.processes)
 
-    try:
-        with TreeSampler(proc.pid, throttle_stat_path=_stat_path(budget)) as sampler:
-            result = run_session(
-                sampler, budget, opts.session, on_interval=observe, should_stop=should_stop
-            )
-    except KeyboardInterrupt:
-        result = None
-    finally:
-        reaper.terminate(opts.grace)
-        signal.signal(signal.SIGTERM, previous)
-    interrupted = result is None or result.interrupted
+            with TreeSampler(proc.pid, throttle_stat_path=_stat_path(budget)) as sampler:
+                result = run_session(
+                    sampler, budget, opts.session, on_interval=observe, should_stop=should_stop
+                )
+        except KeyboardInterrupt:
+            result = None
+        finally:
+            if proc is not None:
+                late_interrupt = _stop_tree(proc, reaper, opts.grace)
+    assert proc is not None  # start_command either returned or raised out of this function
+    interrupted = result is None or result.interrupted or late_interrupt
     if result is not None:
         summary = result.summary
     else:
@@ -115,12 +165,31 @@ def check_command(
         summary = _unsampled_summary(budget, proc.pid, nothing, "interrupted before a sample")
     outcome = _Outcome(
         summary=summary,
-        command=list(argv),
+        command=report_command(argv),
         command_status=proc.returncode,
         timed_out=timed_out,
         interrupted=interrupted,
     )
     return report(outcome, opts, err=err)
+
+
+def _stop_tree(proc: subprocess.Popen[bytes], reaper: TreeReaper | None, grace: float) -> bool:
+    """Stop the command's whole tree with stop signals ignored; True if one came just before.
+
+    Inside `stop_signals_interrupt` only the first stop signal raises, so when it lands
+    between the end of the run and the moment signals are ignored, the second attempt
+    cannot be interrupted and the tree is still stopped.
+    """
+    from oversub.runner import TreeReaper
+
+    try:
+        with stop_signals_ignored():
+            (reaper or TreeReaper(proc)).terminate(grace)
+    except KeyboardInterrupt:
+        with stop_signals_ignored():
+            (reaper or TreeReaper(proc)).terminate(grace)
+        return True
+    return False
 
 
 def check_pid(
@@ -129,12 +198,12 @@ def check_pid(
     """Attach to a running tree for `opts.session.duration` seconds (or until it exits)."""
     from oversub.probe.sampler import TreeSampler
 
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        with TreeSampler(pid, throttle_stat_path=_stat_path(budget)) as sampler:
-            result: SessionResult = run_session(sampler, budget, opts.session)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    validate_report_paths(opts)
+    with (
+        stop_signals_interrupt(),
+        TreeSampler(pid, throttle_stat_path=_stat_path(budget)) as sampler,
+    ):
+        result: SessionResult = run_session(sampler, budget, opts.session)
     outcome = _Outcome(summary=result.summary, interrupted=result.interrupted)
     return report(outcome, opts, err=err)
 
@@ -151,6 +220,7 @@ def check_static(
     """Would M processes x (T threads + W workers) oversubscribe the budget? Samples nothing."""
     from oversub.analysis.preflight import preflight
 
+    validate_report_paths(opts)
     assessment = preflight(budget, procs, threads, workers)
     summary = _unsampled_summary(budget, 0, assessment, "static preflight: nothing was sampled")
     return report(_Outcome(summary=summary, static=True), opts, err=err)
@@ -186,43 +256,17 @@ def report(
     err: TextIO | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> ExitStatus:
-    """Write every requested report, print the stderr report and annotations; return the code."""
+    """Print the stderr report and annotations, then write every requested report file.
+
+    The verdict is printed first, so a report that cannot be written (ReportError, exit 3)
+    never hides it. A GITHUB_STEP_SUMMARY that cannot be appended to is only a warning.
+    """
     from oversub.render.markdown import summary_markdown
-    from oversub.render.serialize import summary_dict, to_json
 
     err = err if err is not None else sys.stderr
     env = environ if environ is not None else os.environ
     status = exit_status(outcome, opts.fail_on)
     s = outcome.summary
-    if opts.json_path is not None:
-        doc: dict[str, Any] = summary_dict(s)
-        doc.update(
-            exit_status=int(status),
-            fail_on=opts.fail_on.value,
-            command=outcome.command,
-            command_status=outcome.command_status,
-            timed_out=outcome.timed_out,
-        )
-        _write(opts.json_path, to_json(doc, indent=2) + "\n")
-    if opts.junit_path is not None:
-        from oversub.render.junit import summary_junit
-
-        _write(opts.junit_path, summary_junit(s, fail_on=opts.fail_on))
-    markdown = None
-    if opts.markdown_path is not None or env.get("GITHUB_STEP_SUMMARY"):
-        markdown = summary_markdown(
-            s,
-            command=outcome.command,
-            exit_status=int(status),
-            command_status=outcome.command_status,
-            fail_on=opts.fail_on,
-        )
-    if opts.markdown_path is not None and markdown is not None:
-        _write(opts.markdown_path, markdown)
-    step_summary = env.get("GITHUB_STEP_SUMMARY")
-    if step_summary and markdown is not None:
-        with open(step_summary, "a", encoding="utf-8") as fh:
-            fh.write(markdown + "\n")
     _print_report(outcome, status, opts, err)
     if env.get("GITHUB_ACTIONS") == "true":
         from oversub.render.github import annotations
@@ -230,12 +274,54 @@ def report(
         for line in annotations(s, fail_on=opts.fail_on):
             err.write(line + "\n")
     err.flush()
+    if opts.json_path is not None:
+        _write("--json", opts.json_path, _json_report(outcome, status, opts))
+    if opts.junit_path is not None:
+        from oversub.render.junit import summary_junit
+
+        _write("--junit", opts.junit_path, summary_junit(s, fail_on=opts.fail_on))
+    step_summary = env.get("GITHUB_STEP_SUMMARY")
+    if opts.markdown_path is None and not step_summary:
+        return status
+    markdown = summary_markdown(
+        s,
+        command=outcome.command,
+        exit_status=int(status),
+        command_status=outcome.command_status,
+        fail_on=opts.fail_on,
+    )
+    if opts.markdown_path is not None:
+        _write("--markdown", opts.markdown_path, markdown)
+    if step_summary:
+        try:
+            with open(step_summary, "a", encoding="utf-8") as fh:
+                fh.write(markdown + "\n")
+        except OSError as exc:
+            # The job summary is a courtesy of the CI page; the gate's answer stands.
+            err.write(f"oversub check: warning: cannot append to GITHUB_STEP_SUMMARY: {exc}\n")
+            err.flush()
     return status
+
+
+def _json_report(outcome: _Outcome, status: ExitStatus, opts: CheckOptions) -> str:
+    from oversub.render.serialize import summary_dict, to_json
+
+    doc: dict[str, Any] = summary_dict(outcome.summary)
+    doc.update(
+        exit_status=int(status),
+        fail_on=opts.fail_on.value,
+        command=outcome.command,
+        command_status=outcome.command_status,
+        timed_out=outcome.timed_out,
+    )
+    return to_json(doc, indent=2) + "\n"
 
 
 def _print_report(outcome: _Outcome, status: ExitStatus, opts: CheckOptions, err: TextIO) -> None:
     s = outcome.summary
-    if err.isatty():
+    if outcome.static:
+        err.write(_preflight_text(s) + "\n")
+    elif err.isatty():
         from oversub.render.live import summary_renderable
         from oversub.views import make_console
 
@@ -247,23 +333,48 @@ def _print_report(outcome: _Outcome, status: ExitStatus, opts: CheckOptions, err
     if outcome.command is not None:
         how = "ended by --timeout" if outcome.timed_out else f"exit status {outcome.command_status}"
         err.write(f"oversub check: command {how}\n")
-    if outcome.command is not None and s.samples == 0 and not outcome.interrupted:
-        err.write(
-            "oversub check: the command exited before a full interval was sampled after the "
-            "warm-up; nothing was measured (run it longer than --warmup + --interval)\n"
-        )
-    verdict_word = {
-        ExitStatus.OK: "pass",
-        ExitStatus.FOUND: "FAIL",
-        ExitStatus.UNOBSERVABLE: "error",
-        ExitStatus.INTERRUPTED: "interrupted",
-    }.get(status, "error")
-    err.write(
-        f"oversub check: {verdict_word}: verdict {s.verdict.value} "
-        f"(--fail-on {opts.fail_on.value}), exit {int(status)}\n"
-    )
+    err.write(f"oversub check: {_verdict_line(outcome, status, opts)}, exit {int(status)}\n")
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+def _verdict_line(outcome: _Outcome, status: ExitStatus, opts: CheckOptions) -> str:
+    """The last line of the report: pass/FAIL and the verdict, or why there is none."""
+    s = outcome.summary
+    judged = f"verdict {s.verdict.value} (--fail-on {opts.fail_on.value})"
+    if status is ExitStatus.INTERRUPTED:
+        return f"interrupted: {judged}" if s.samples else "interrupted before anything was measured"
+    if status is ExitStatus.UNOBSERVABLE:
+        code = outcome.command_status
+        if code not in (None, 0) and not outcome.timed_out:
+            assert code is not None
+            why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+            return f"error: the command failed ({why}); its run is not judged"
+        if outcome.command is not None:
+            return (
+                "error: nothing was measured (the command exited before a full interval was "
+                "sampled after the warm-up; run it longer than --warmup + --interval)"
+            )
+        return "error: nothing was measured (the target exited before a full interval)"
+    word = "FAIL" if status is ExitStatus.FOUND else "pass"
+    return f"{word}: {judged}"
+
+
+def _preflight_text(s: Summary) -> str:
+    """The static preflight's report: verdict, budget, findings; no run line (nothing ran)."""
+    from oversub.render.phrases import VERDICT_MEANING, budget_limit_line, finding_line
+
+    lines = [
+        f"oversub: {s.verdict.value} ({VERDICT_MEANING[s.verdict]}), static preflight",
+        budget_limit_line(s.budget),
+    ]
+    for f in s.findings:
+        lines.append(finding_line(f))
+        lines.append(f"  fix: {f.fix}")
+    return "\n".join(lines)
+
+
+def _write(flag: str, path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ReportError(f"cannot write the {flag} report {path}: {reason}") from exc

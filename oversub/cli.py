@@ -7,6 +7,7 @@ imported inside the commands that need them. Errors become exit codes in `main` 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from oversub import __version__
-from oversub.errors import ExitStatus, OversubError, UsageError
+from oversub.errors import ExitStatus, OutputClosed, OversubError, UsageError
 from oversub.model import Budget, Thresholds, Verdict
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,19 +40,39 @@ def _procs(ctx: click.Context, param: click.Parameter, value: str | None) -> int
     return n
 
 
+class Seconds(click.FloatRange):
+    """A finite number of seconds in a range: NaN and infinity are refused, not slept on."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
+
 POSITIVE = click.IntRange(min=1)
-PID = click.IntRange(min=1)
-SECONDS = click.FloatRange(min=0.0, min_open=True)
+PID = click.IntRange(1, 2**31 - 1)
+"""A pid fits the kernel's pid_t (a signed 32-bit int); larger numbers are typos."""
+SECONDS = Seconds(min=0.0, min_open=True)
+WARMUP = Seconds(min=0.0)
+INTERVAL = Seconds(min=0.1)
+"""At least 0.1 s: sampling a large tree more often makes oversub itself a CPU hog."""
 
 
 def _emit(output: Any) -> None:
     """Strings (JSON, env lines) go to stdout as they are; rich renderables via a Console."""
-    if isinstance(output, str):
-        click.echo(output, nl=False)
-    else:
-        from oversub.views import make_console
+    try:
+        if isinstance(output, str):
+            click.echo(output, nl=False)
+            sys.stdout.flush()
+        else:
+            from oversub.views import make_console
 
-        make_console().print(output)
+            make_console().print(output)
+    except BrokenPipeError:
+        raise OutputClosed("stdout was closed by its reader") from None
 
 
 def _budget(pid: int | None, cpus: int | None = None, *, detail: bool = False) -> Budget:
@@ -64,8 +85,15 @@ def _budget(pid: int | None, cpus: int | None = None, *, detail: bool = False) -
     return read_budget(pid, detail=detail)
 
 
+def _config_float(config: dict[str, object], key: str, default: float) -> float:
+    """A numeric `[tool.oversub]` value (load_config validated it) or `default`."""
+    value = config.get(key, default)
+    assert isinstance(value, float | int)
+    return float(value)
+
+
 def threshold_options(f: F) -> F:
-    """The verdict thresholds (defaults in README); `check` also reads pyproject."""
+    """The verdict thresholds (defaults in README); also read from pyproject."""
     d = Thresholds()
     opts = [
         click.option(
@@ -104,6 +132,12 @@ def threshold_options(f: F) -> F:
             default=None,
             help=f"Idle time after which a forked OpenMP child is called hung [{d.idle_seconds}].",
         ),
+        click.option(
+            "--min-wait",
+            type=click.FloatRange(min=0),
+            default=None,
+            help=f"CPU-seconds per second the tree must wait before threads 'wait' [{d.min_wait}].",
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -117,6 +151,7 @@ _THRESHOLD_KEYS = (
     "throttle_ratio",
     "outside_cpu",
     "idle_seconds",
+    "min_wait",
 )
 
 
@@ -221,9 +256,7 @@ def recommend(procs: int | str, workers: int, pid: int | None, ncpus: int | None
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("pid", type=PID)
-@click.option(
-    "--interval", type=SECONDS, default=1.0, show_default=True, help="Seconds per sample."
-)
+@click.option("--interval", type=INTERVAL, default=None, help="Seconds per sample [1.0].")
 @click.option("--duration", type=SECONDS, default=None, help="Stop after this many seconds.")
 @click.option("--once", is_flag=True, help="One interval, one report, then exit.")
 @click.option(
@@ -235,11 +268,18 @@ def recommend(procs: int | str, workers: int, pid: int | None, ncpus: int | None
 )
 @threshold_options
 def watch(
-    pid: int, interval: float, duration: float | None, once: bool, fmt: str | None, **kwargs: Any
+    pid: int,
+    interval: float | None,
+    duration: float | None,
+    once: bool,
+    fmt: str | None,
+    **kwargs: Any,
 ) -> None:
     """Watch a process tree: CPU, threads, run-queue delay, switches, pools; verdict and fix.
 
-    Observes only: exits 0 whatever the verdict (use `oversub check` to gate).
+    Observes only: exits 0 whatever the verdict (use `oversub check` to gate). Ctrl-C,
+    SIGTERM and SIGHUP end it with the summary (exit 130). Thresholds and interval also
+    come from [tool.oversub] in ./pyproject.toml; flags win.
 
     \b
     Examples:
@@ -247,27 +287,33 @@ def watch(
       oversub watch 1234 --duration 30 --format json > report.json
       oversub watch 1234 --once --format ndjson
     """
-    from oversub.config import thresholds_from
+    from oversub.config import load_config, thresholds_from
     from oversub.probe.sampler import TreeSampler
     from oversub.render import WatchFormat
-    from oversub.session import SessionOptions, run_session
+    from oversub.runner import pid_gone
+    from oversub.session import SessionOptions, run_session, stop_signals_interrupt
     from oversub.views import WatchView, default_watch_format
 
-    thresholds = thresholds_from({}, _pop_thresholds(kwargs))
+    config = load_config(Path.cwd())
+    thresholds = thresholds_from(config, _pop_thresholds(kwargs))
     budget = _budget(pid)
     chosen = WatchFormat(fmt) if fmt else default_watch_format(sys.stdout)
     stat_path = budget.quota.stat_path if budget.quota is not None else None
     options = SessionOptions(
-        interval=interval,
+        interval=interval if interval is not None else _config_float(config, "interval", 1.0),
         duration=duration,
         thresholds=thresholds,
         max_intervals=1 if once else None,
     )
     with (
+        stop_signals_interrupt(),
         TreeSampler(pid, throttle_stat_path=stat_path) as sampler,
         WatchView(chosen, budget) as view,
     ):
-        result = run_session(sampler, budget, options, on_interval=view.interval)
+        # A target that exits mid-interval ends the run now, not at the end of the interval.
+        result = run_session(
+            sampler, budget, options, on_interval=view.interval, should_stop=lambda: pid_gone(pid)
+        )
     view.summary(result.summary)
     if result.interrupted:
         raise KeyboardInterrupt
@@ -285,23 +331,22 @@ def watch(
     "--workers",
     "-W",
     type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Static preflight: single-thread workers per process.",
+    default=None,
+    help="Static preflight: single-thread workers per process [0].",
 )
 @click.option("--cpus", "ncpus", type=POSITIVE, default=None, help="Static preflight: N CPUs.")
-@click.option("--interval", type=SECONDS, default=None, help="Seconds per sample [1.0].")
+@click.option("--interval", type=INTERVAL, default=None, help="Seconds per sample [1.0].")
 @click.option(
     "--warmup",
-    type=click.FloatRange(min=0),
+    type=WARMUP,
     default=None,
-    help="Seconds ignored at start (imports, pool start-up) [1.0].",
+    help="With a command: seconds ignored at start (imports, pool start-up) [1.0].",
 )
 @click.option(
     "--timeout",
     type=SECONDS,
     default=None,
-    help="End the command after this many seconds (TERM, then KILL); not a failure.",
+    help="With a command: end it after this many seconds (TERM, then KILL); not a failure.",
 )
 @click.option(
     "--fail-on",
@@ -337,7 +382,7 @@ def check(
     duration: float | None,
     procs: int | None,
     threads: int | None,
-    workers: int,
+    workers: int | None,
     ncpus: int | None,
     interval: float | None,
     warmup: float | None,
@@ -375,8 +420,17 @@ def check(
         )
     if static and (procs is None or threads is None):
         raise UsageError("static preflight needs both --procs and --threads")
-    if ncpus is not None and not static:
-        raise UsageError("--cpus only applies to the static preflight (--procs/--threads)")
+    _refuse_flags_of_other_modes(
+        "command" if command else "static" if static else "pid",
+        {
+            "--duration": duration,
+            "--timeout": timeout,
+            "--warmup": warmup,
+            "--interval": interval,
+            "--workers": workers,
+            "--cpus": ncpus,
+        },
+    )
     if ncpus is not None and pid is not None:
         raise UsageError("--pid and --cpus exclude each other")
     config = load_config(Path.cwd())
@@ -400,7 +454,7 @@ def check(
     )
     if static:
         assert procs is not None and threads is not None
-        status = check_static(_budget(pid, ncpus), procs, threads, workers, opts)
+        status = check_static(_budget(pid, ncpus), procs, threads, workers or 0, opts)
     elif command:
         # CMD inherits our affinity and cgroup, so our own budget is its budget (and reading
         # it before CMD starts cannot race with a command that exits at once).
@@ -409,6 +463,30 @@ def check(
         assert pid is not None
         status = check_pid(pid, _budget(pid), opts)
     sys.exit(int(status))
+
+
+# check's modes -> the mode-specific flags each accepts, and what to say to someone who
+# gives a flag to the wrong mode (a silently ignored flag makes a gate lie).
+_MODE_FLAGS: dict[str, tuple[str, ...]] = {
+    "command": ("--timeout", "--warmup", "--interval"),
+    "pid": ("--duration", "--interval"),
+    "static": ("--workers", "--cpus"),
+}
+_WRONG_MODE_HINT: dict[str, str] = {
+    "--duration": "--duration only applies with --pid (use --timeout with a command)",
+    "--timeout": "--timeout only applies with a command (-- CMD ARGS...)",
+    "--warmup": "--warmup only applies with a command (-- CMD ARGS...)",
+    "--interval": "--interval does not apply to the static preflight: it samples nothing",
+    "--workers": "--workers only applies to the static preflight (--procs/--threads)",
+    "--cpus": "--cpus only applies to the static preflight (--procs/--threads)",
+}
+
+
+def _refuse_flags_of_other_modes(mode: str, given: dict[str, object]) -> None:
+    """UsageError for the first flag given that `check` in `mode` would ignore."""
+    for flag, value in given.items():
+        if value is not None and flag not in _MODE_FLAGS[mode]:
+            raise UsageError(_WRONG_MODE_HINT[flag])
 
 
 @cli.command(context_settings=CONTEXT)
@@ -457,8 +535,30 @@ def _error(message: str) -> None:
     click.echo(f"oversub: error: {message}", err=True)
 
 
+def _stdout_to_devnull() -> None:
+    """Point fd 1 at /dev/null: the reader left, and the interpreter's final flush of
+    buffered output must not fail again (see "Note on SIGPIPE" in Python's signal docs)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, ValueError, OSError):
+        pass  # stdout is not a real file (tests) or is gone already
+    finally:
+        os.close(devnull)
+
+
+def _reopen_missing_streams() -> None:
+    """Started with fd 1 or 2 closed, Python sets sys.stdout/stderr to None: write to
+    /dev/null instead of failing on the first report line."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives until exit
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives until exit
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: the one place where exceptions become exit codes."""
+    _reopen_missing_streams()
     try:
         cli.main(args=argv, prog_name="oversub", standalone_mode=False)
     except NO_ARGS_IS_HELP as exc:
@@ -477,13 +577,20 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         _error("interrupted")
         sys.exit(ExitStatus.INTERRUPTED)
+    except (OutputClosed, BrokenPipeError):
+        # `oversub ... | head`: the reader left; say nothing more.
+        _stdout_to_devnull()
+        sys.exit(ExitStatus.OK)
     except OversubError as exc:
         _error(str(exc))
         sys.exit(exc.status)
-    except BrokenPipeError:
-        # `oversub ... | head`: the reader left; say nothing more.
-        sys.stderr.close()
-        sys.exit(ExitStatus.OK)
     except click.ClickException as exc:
         _error(exc.format_message())
         sys.exit(ExitStatus.USAGE)
+    except Exception as exc:
+        # A bug of ours must not read as "found" (exit 1) in CI, nor drown the log.
+        if os.environ.get("OVERSUB_DEBUG") == "1":
+            raise
+        message = " ".join(str(exc).split())
+        _error(f"internal error: {type(exc).__name__}: {message}")
+        sys.exit(ExitStatus.UNOBSERVABLE)

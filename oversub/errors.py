@@ -58,3 +58,18 @@ class CommandError(OversubError):
     """`check -- CMD`: the command could not be started, or it failed."""
 
     status = ExitStatus.UNOBSERVABLE
+
+
+class ReportError(OversubError):
+    """`check`: a requested report file could not be written (the verdict was printed)."""
+
+    status = ExitStatus.UNOBSERVABLE
+
+
+class OutputClosed(OversubError):
+    """The reader of stdout went away (`oversub watch PID | head`): stop quietly.
+
+    Not a failure: the reader got what it wanted, so the exit status is 0.
+    """
+
+    status = ExitStatus.OK

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from oversub.errors import CommandError, UsageError
 from oversub.probe.proctree import descendants, read_ppids, read_small, scan_stats, subtree
 
-__all__ = ["TreeReaper", "descendants_now", "start_command"]
+__all__ = ["TreeReaper", "descendants_now", "pid_gone", "start_command"]
 
 _POLL_S = 0.05
 """How often terminate() looks whether the tree has exited."""
@@ -103,6 +103,15 @@ def _scan(root: str) -> dict[int, _Stat]:
         return {}
     table = {pid: _parse(pid, data) for pid, data in raw.items()}
     return {pid: stat for pid, stat in table.items() if stat is not None}
+
+
+def pid_gone(pid: int, root: str = "/") -> bool:
+    """True when `pid` no longer runs: missing from /proc, or a zombie (dead, not yet reaped).
+
+    One small read, cheap enough to ask ten times a second while `watch` waits.
+    """
+    stat = _read_stat(root, pid)
+    return stat is None or not stat.alive
 
 
 def descendants_now(pid: int, root: str = "/") -> set[int]:

@@ -6,9 +6,12 @@ each pair to the pure analysis and hands the result to a callback.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import FrameType
 
 from oversub.analysis.rates import interval as interval_between
 from oversub.analysis.summary import RunSummary
@@ -17,6 +20,10 @@ from oversub.model import Budget, Thresholds
 from oversub.probe.sampler import TreeSampler
 from oversub.results import Assessment, Interval, Summary
 from oversub.samples import TreeSample
+
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Signals that end a run the way Ctrl-C does: a CI timeout sends SIGTERM, a closed
+terminal or ssh session SIGHUP; each must still print the summary and clean up."""
 
 OnInterval = Callable[[Interval, Assessment, int, float], None]
 """Called after each interval with (interval, assessment, samples so far, elapsed seconds)."""
@@ -131,3 +138,47 @@ def _sleep_until(
         if should_stop is not None and should_stop():
             return
         sleep(min(left, 0.1))
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """While inside, the first SIGINT, SIGTERM or SIGHUP raises KeyboardInterrupt; later ones
+    are ignored (they would otherwise interrupt the clean-up the first one started).
+
+    The previous handlers are restored on exit. Outside the main thread (where handlers
+    cannot be set) this does nothing.
+    """
+    raised = False
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise KeyboardInterrupt
+
+    with _handlers(handler):
+        yield
+
+
+@contextlib.contextmanager
+def stop_signals_ignored() -> Iterator[None]:
+    """While inside, SIGINT, SIGTERM and SIGHUP are ignored: for clean-up that must finish
+    (stopping a command's tree). The previous handlers are restored on exit."""
+    with _handlers(signal.SIG_IGN):
+        yield
+
+
+@contextlib.contextmanager
+def _handlers(
+    handler: Callable[[int, FrameType | None], None] | signal.Handlers,
+) -> Iterator[None]:
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

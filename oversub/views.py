@@ -8,8 +8,11 @@ Console is made per invocation (never at import) so colour follows the real stdo
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
+from oversub.errors import OutputClosed
 from oversub.model import Budget
 from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
 from oversub.results import Assessment, Interval, Summary
@@ -54,26 +57,39 @@ class WatchView:
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
-            self._live.stop()
-            self._live = None
+            live, self._live = self._live, None
+            with _reader_may_leave():
+                live.stop()
 
     def interval(self, iv: Interval, assessment: Assessment, samples: int, elapsed: float) -> None:
         frame = render_watch_interval(
             iv, assessment, self.budget, self.fmt, elapsed=elapsed, samples=samples
         )
         if self._live is not None and frame is not None:
-            self._live.update(frame, refresh=True)
+            with _reader_may_leave():
+                self._live.update(frame, refresh=True)
         elif isinstance(frame, str):
-            self.out.write(frame)
-            self.out.flush()
+            with _reader_may_leave():
+                self.out.write(frame)
+                self.out.flush()
 
     def summary(self, summary: Summary) -> None:
         report = render_watch_summary(summary, self.fmt)
-        if isinstance(report, str):
-            self.out.write(report)
-        else:
-            (self._console or make_console()).print(report)
-        self.out.flush()
+        with _reader_may_leave():
+            if isinstance(report, str):
+                self.out.write(report)
+            else:
+                (self._console or make_console()).print(report)
+            self.out.flush()
+
+
+@contextmanager
+def _reader_may_leave() -> Iterator[None]:
+    """A closed pipe (`oversub watch PID | head`) becomes OutputClosed: stop, exit 0."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise OutputClosed("stdout was closed by its reader") from None
 
 
 def default_watch_format(out: TextIO) -> WatchFormat:

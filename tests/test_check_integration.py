@@ -167,6 +167,39 @@ def test_command_failure_is_exit_3_with_status_in_report(tmp_path: Path) -> None
     )
     assert result.returncode == ExitStatus.UNOBSERVABLE, result.stderr
     assert json.loads((tmp_path / "r.json").read_text())["command_status"] == 7
+    assert result.stderr.splitlines()[-1] == (
+        "oversub check: error: the command failed (exit status 7); its run is not judged, exit 3"
+    )
+
+
+def test_command_arguments_that_are_not_utf8_get_reports(tmp_path: Path) -> None:
+    # A Latin-1 file name on the command line: Python hands it over with surrogate escapes.
+    result = subprocess.run(
+        [
+            *OVERSUB,
+            "check",
+            "--interval",
+            "0.2",
+            "--warmup",
+            "0",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--markdown",
+            str(tmp_path / "r.md"),
+            "--",
+            sys.executable,
+            "-c",
+            "import time; time.sleep(1.5)",
+            b"caf\xe9",
+        ],
+        capture_output=True,
+        timeout=90,
+        preexec_fn=_pin,
+    )
+    assert result.returncode == ExitStatus.OK, result.stderr.decode()
+    doc = json.loads((tmp_path / "r.json").read_text("utf-8"))
+    assert doc["command"][-1] == "caf\ufffd"
+    assert "caf\ufffd" in (tmp_path / "r.md").read_text("utf-8")
 
 
 def test_command_not_found_is_exit_3() -> None:

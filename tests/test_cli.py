@@ -6,12 +6,18 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from oversub import __version__
 from oversub.cli import main
 from oversub.errors import ExitStatus
+from oversub.session import SessionOptions
+
+OVERSUB = [sys.executable, "-m", "oversub"]
+SHELL = ["sh", "-c"]
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -132,6 +138,41 @@ LAUNCHER_VARS = (
         (["check", "--fail-on", "ok", "--", "true"], "--fail-on"),
         (["stress", "--procs", "0", "--threads", "1"], "--procs"),
         (["nosuchcommand"], "No such command"),
+        # pids beyond pid_t are typos, not a traceback
+        (["cpus", "--pid", "99999999999999999999"], "--pid"),
+        (["watch", "99999999999999999999"], "PID"),
+        (["check", "--pid", "4294967296", "--duration", "1"], "--pid"),
+        (["recommend", "--procs", "2", "--pid", "2147483648"], "--pid"),
+        # every seconds-valued flag refuses NaN and infinity
+        (["watch", "1", "--interval", "nan"], "--interval"),
+        (["watch", "1", "--interval", "inf"], "--interval"),
+        (["watch", "1", "--duration", "nan"], "--duration"),
+        (["watch", "1", "--duration", "inf"], "--duration"),
+        (["watch", "1", "--idle-seconds", "nan"], "--idle-seconds"),
+        (["watch", "1", "--idle-seconds", "inf"], "--idle-seconds"),
+        (["check", "--pid", "1", "--duration", "inf"], "--duration"),
+        (["check", "--interval", "nan", "--", "true"], "--interval"),
+        (["check", "--warmup", "nan", "--", "true"], "--warmup"),
+        (["check", "--warmup", "inf", "--", "true"], "--warmup"),
+        (["check", "--timeout", "inf", "--", "true"], "--timeout"),
+        (["check", "--timeout", "nan", "--", "true"], "--timeout"),
+        (["stress", "-M", "1", "-T", "1", "--seconds", "nan"], "--seconds"),
+        (["stress", "-M", "1", "-T", "1", "--seconds", "inf"], "--seconds"),
+        # a tiny interval makes oversub itself the CPU hog
+        (["watch", "1", "--interval", "0.05"], "--interval"),
+        (["check", "--interval", "0.01", "--", "true"], "--interval"),
+        (["watch", "1", "--min-wait", "-1"], "--min-wait"),
+        # flags of another check mode are refused, not ignored
+        (["check", "--duration", "5", "--", "true"], "use --timeout with a command"),
+        (["check", "--timeout", "5", "--pid", "1"], "--timeout only applies with a command"),
+        (["check", "--warmup", "1", "--pid", "1"], "--warmup only applies with a command"),
+        (["check", "-M", "2", "-T", "2", "--interval", "1"], "static preflight"),
+        (["check", "-M", "2", "-T", "2", "--duration", "1"], "--duration only applies"),
+        (["check", "-M", "2", "-T", "2", "--timeout", "1"], "--timeout only applies"),
+        (["check", "-M", "2", "-T", "2", "--warmup", "1"], "--warmup only applies"),
+        (["check", "--workers", "1", "--", "true"], "--workers only applies"),
+        (["check", "--workers", "0", "--pid", "1"], "--workers only applies"),
+        (["check", "--cpus", "2", "--pid", "1"], "--cpus only applies"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(
@@ -202,19 +243,121 @@ def test_pyproject_unknown_key_is_usage_error(
 
 
 def test_pyproject_fail_on_applies(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: object
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from pathlib import Path
-
-    assert isinstance(tmp_path, Path)
-    # 2 x 1 thread on 4 CPUs leaves CPUs idle: ok, so even at-risk passes...
     (tmp_path / "pyproject.toml").write_text("[tool.oversub]\nfail-on = 'at-risk'\n")
     monkeypatch.chdir(tmp_path)
-    code, _, _ = run(["check", "--procs", "2", "--threads", "1", "--cpus", "4"], capsys)
-    assert code == ExitStatus.OK
-    # ...while 3 x 2 threads on 4 CPUs fails under the pyproject setting and the default alike.
-    code, _, _ = run(["check", "--procs", "3", "--threads", "2", "--cpus", "4"], capsys)
+    code, _, err = run(["check", "--procs", "2", "--threads", "1", "--cpus", "4"], capsys)
+    assert code == ExitStatus.OK, err
+    assert "(--fail-on at-risk)" in err  # the file was read: the default is oversubscribed
+    # A flag beats the file.
+    argv = ["check", "--procs", "2", "--threads", "1", "--cpus", "4", "--fail-on", "starved"]
+    code, _, err = run(argv, capsys)
+    assert code == ExitStatus.OK, err
+    assert "(--fail-on starved)" in err and "at-risk" not in err
+
+
+def test_watch_reads_pyproject_and_flags_win(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import oversub.session
+
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.oversub]\ninterval = 0.25\nmargin = 0.5\nmin-wait = 0.3\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    seen: list[SessionOptions] = []
+
+    def fake_run_session(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[2])
+        raise KeyboardInterrupt  # enough: the options are what this test is about
+
+    monkeypatch.setattr(oversub.session, "run_session", fake_run_session)
+    pid = str(os.getpid())
+    code, _, _ = run(["watch", pid, "--format", "json"], capsys)
+    assert code == ExitStatus.INTERRUPTED
+    assert seen[-1].interval == 0.25
+    assert seen[-1].thresholds.margin == 0.5 and seen[-1].thresholds.min_wait == 0.3
+    argv = ["watch", pid, "--format", "json", "--interval", "0.5", "--margin", "0.1"]
+    run([*argv, "--min-wait", "0"], capsys)
+    assert seen[-1].interval == 0.5
+    assert seen[-1].thresholds.margin == 0.1 and seen[-1].thresholds.min_wait == 0.0
+
+
+def test_watch_refuses_a_bad_pyproject(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.oversub]\ninterval = 0.01\n")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(["watch", str(os.getpid()), "--once"], capsys)
+    assert code == ExitStatus.USAGE and "interval" in err
+
+
+def test_internal_error_is_one_line_exit_3(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import oversub.cli
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(oversub.cli, "_budget", broken)
+    monkeypatch.delenv("OVERSUB_DEBUG", raising=False)
+    code, _, err = run(["cpus"], capsys)
+    assert code == ExitStatus.UNOBSERVABLE  # never 1, which means "found" for check
+    assert err.splitlines() == ["oversub: error: internal error: RuntimeError: boom second line"]
+    monkeypatch.setenv("OVERSUB_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["cpus"])
+
+
+@pytest.mark.parametrize("flag", ["--json", "--junit", "--markdown"])
+def test_report_path_is_checked_before_the_command_starts(
+    flag: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    command = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    missing = tmp_path / "no-such-dir" / "r.out"
+    code, _, err = run(["check", flag, str(missing), *command], capsys)
+    assert code == ExitStatus.USAGE, err
+    assert flag in err and str(missing) in err and "does not exist" in err
+    assert not marker.exists()
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    code, _, err = run(["check", flag, str(a_file / "r.out"), *command], capsys)
+    assert code == ExitStatus.USAGE and flag in err
+    code, _, err = run(["check", flag, str(tmp_path), *command], capsys)
+    assert code == ExitStatus.USAGE and flag in err
+    assert not marker.exists()
+
+
+def test_static_preflight_report_has_no_run_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["check", "-M", "4", "-T", "4", "--cpus", "8"], capsys)
     assert code == ExitStatus.FOUND
+    assert "static preflight" in err.splitlines()[0]
+    assert "samples" not in err and "pid 0" not in err
+
+
+def test_closed_stdout_and_stderr_do_not_crash() -> None:
+    # Started with fd 1 and 2 closed, Python has sys.stdout = sys.stderr = None.
+    probe = [*OVERSUB, "check", "-M", "4", "-T", "4", "--cpus", "8"]
+    done = subprocess.run(
+        [*SHELL, '"$@" >&- 2>&-; echo "exit $?"', "sh", *probe], capture_output=True, text=True
+    )
+    assert done.stdout.strip() == f"exit {int(ExitStatus.FOUND)}", done
+
+
+def test_stdout_closed_by_reader_exits_0() -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before oversub writes: EPIPE on the first write
+    try:
+        done = subprocess.run(
+            [*OVERSUB, "cpus", "--format", "json"], stdout=write_end, stderr=subprocess.PIPE
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == ExitStatus.OK, done.stderr
+    assert b"Traceback" not in done.stderr and b"Exception ignored" not in done.stderr
 
 
 @pytest.mark.integration

@@ -1,0 +1,75 @@
+"""`check` reporting without running anything: order, wording, file errors, odd commands."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from oversub.analysis.recommend import synthetic_budget
+from oversub.check import CheckOptions, _Outcome, _unsampled_summary, report, report_command
+from oversub.errors import ExitStatus, ReportError
+from oversub.model import Verdict
+from oversub.results import Assessment
+
+NOTHING = Assessment(Verdict.OK, ())
+
+
+def outcome(**kwargs: object) -> _Outcome:
+    summary = _unsampled_summary(synthetic_budget(4), 42, NOTHING, "test")
+    return _Outcome(summary=summary, **kwargs)  # type: ignore[arg-type]
+
+
+def test_unwritable_report_is_exit_3_after_the_verdict_was_printed(tmp_path: Path) -> None:
+    err = io.StringIO()
+    opts = CheckOptions(json_path=tmp_path / "gone" / "r.json")
+    with pytest.raises(ReportError) as caught:
+        report(outcome(static=True), opts, err=err, environ={})
+    assert caught.value.status is ExitStatus.UNOBSERVABLE
+    assert "--json" in str(caught.value) and "r.json" in str(caught.value)
+    assert "oversub check: pass" in err.getvalue()  # printed before the file was tried
+
+
+def test_failing_step_summary_is_a_warning(tmp_path: Path) -> None:
+    err = io.StringIO()
+    environ = {"GITHUB_STEP_SUMMARY": str(tmp_path / "gone" / "step.md")}
+    status = report(outcome(static=True), CheckOptions(), err=err, environ=environ)
+    assert status is ExitStatus.OK
+    warnings = [x for x in err.getvalue().splitlines() if "warning" in x]
+    assert len(warnings) == 1 and "GITHUB_STEP_SUMMARY" in warnings[0]
+
+
+def test_command_that_is_not_utf8_still_gets_reports(tmp_path: Path) -> None:
+    argv = ["prog", "caf\udce9"]  # b"caf\xe9" (Latin-1) as os.fsdecode gives it
+    opts = CheckOptions(json_path=tmp_path / "r.json", markdown_path=tmp_path / "r.md")
+    command = report_command(argv)
+    assert command == ["prog", "caf\ufffd"]
+    report(outcome(command=command, command_status=0), opts, err=io.StringIO(), environ={})
+    assert json.loads((tmp_path / "r.json").read_text("utf-8"))["command"] == command
+    assert "caf\ufffd" in (tmp_path / "r.md").read_text("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "last_line"),
+    [
+        (
+            {"command": ["x"], "command_status": 7},
+            "oversub check: error: the command failed (exit status 7); its run is not judged,"
+            " exit 3",
+        ),
+        (
+            {"command": ["x"], "command_status": -9},
+            "oversub check: error: the command failed (killed by signal 9); its run is not"
+            " judged, exit 3",
+        ),
+        ({"command": ["x"], "command_status": 0}, "oversub check: error: nothing was measured"),
+        ({}, "oversub check: error: nothing was measured (the target exited"),
+        ({"interrupted": True}, "oversub check: interrupted before anything was measured"),
+    ],
+)
+def test_last_line_says_why_there_is_no_verdict(kwargs: dict[str, object], last_line: str) -> None:
+    err = io.StringIO()
+    report(outcome(**kwargs), CheckOptions(), err=err, environ={})
+    assert err.getvalue().splitlines()[-1].startswith(last_line), err.getvalue()
