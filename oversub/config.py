@@ -11,8 +11,10 @@ the same numbers. Flags override the file; the file overrides the built-in defau
     throttle-ratio = 0.10  # 0..1: share of cgroup periods throttled above which a quota bites
     outside-cpu = 0.50     # float >= 0: CPUs used outside the tree that count as the cause
     idle-seconds = 3.0     # > 0: idle time after which a forked OpenMP child counts as hung
+    min-wait = 0.05        # float >= 0: CPU-seconds per second the tree must wait before its
+                           # threads count as waiting (an idle tree's rare wake-ups do not)
     fail-on = "oversubscribed"  # "oversubscribed", "starved" or "at-risk": check fails at this
-    interval = 1.0         # > 0: seconds between samples
+    interval = 1.0         # >= 0.1: seconds between samples (faster makes oversub a CPU hog)
     warmup = 2.0           # >= 0: seconds ignored at the start of a run (imports, start-up)
     timeout = 60.0         # > 0: seconds after which `check` stops the command and decides
 
@@ -52,8 +54,9 @@ KEYS: Mapping[str, str] = MappingProxyType(
         "throttle-ratio": "0..1: share of cgroup periods throttled above which a quota bites",
         "outside-cpu": "float >= 0: CPUs used outside the tree above which others are the cause",
         "idle-seconds": "> 0: a forked child idle this long with OpenMP mapped counts as hung",
+        "min-wait": "float >= 0: CPU-seconds per second the tree must wait before threads wait",
         "fail-on": "one of " + ", ".join(FAIL_ON_CHOICES) + ": verdict at which check fails",
-        "interval": "> 0: seconds between samples",
+        "interval": ">= 0.1: seconds between samples",
         "warmup": ">= 0: seconds ignored at the start of a run",
         "timeout": "> 0: seconds after which check stops the command and decides",
     }
@@ -93,7 +96,8 @@ _RANGES: Mapping[str, _Range] = MappingProxyType(
         "throttle-ratio": _Range(0.0, low_open=False, high=1.0),
         "outside-cpu": _Range(0.0, low_open=False),
         "idle-seconds": _Range(0.0, low_open=True),
-        "interval": _Range(0.0, low_open=True),
+        "min-wait": _Range(0.0, low_open=False),
+        "interval": _Range(0.1, low_open=False),
         "warmup": _Range(0.0, low_open=False),
         "timeout": _Range(0.0, low_open=True),
     }

@@ -25,8 +25,10 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "throttle-ratio": (["0", "0.1", "1"], ["1.1", "-0.5", "false"]),
     "outside-cpu": (["0", "0.5", "16"], ["-0.5", "-inf", '"half"']),
     "idle-seconds": (["0.5", "3", "600"], ["0", "-3", "{ a = 1 }"]),
+    "min-wait": (["0", "0.05", "2"], ["-0.01", "nan", "inf", "true"]),
     "fail-on": (['"oversubscribed"', '"starved"', '"at-risk"'], ['"ok"', '"AT-RISK"', "1"]),
-    "interval": (["0.1", "1", "2.5"], ["0", "-1", '"1s"']),
+    # Below 0.1 s oversub's own sampling becomes a CPU hog on a large tree.
+    "interval": (["0.1", "1", "2.5"], ["0", "-1", '"1s"', "0.05", "0.099", "nan", "inf"]),
     "warmup": (["0", "2", "0.5"], ["-0.1", "true"]),
     "timeout": (["1", "0.5", "3600"], ["0", "-10", "nan"]),
 }
@@ -113,6 +115,7 @@ active-cpu = 0.4
 throttle-ratio = 0.05
 outside-cpu = 1
 idle-seconds = 5
+min-wait = 0.2
 fail-on = "starved"
 interval = 0.5
 warmup = 1
@@ -126,6 +129,7 @@ timeout = 30
         "throttle-ratio": 0.05,
         "outside-cpu": 1.0,
         "idle-seconds": 5.0,
+        "min-wait": 0.2,
         "fail-on": "starved",
         "interval": 0.5,
         "warmup": 1.0,
@@ -145,6 +149,21 @@ def test_thresholds_config_over_defaults_flags_over_config() -> None:
     assert result.outside_cpu == 2.0  # flag beats default
     assert result.active_cpu == Thresholds().active_cpu  # neither: default
     assert result.idle_seconds == Thresholds().idle_seconds
+
+
+def test_min_wait_from_config_and_flag() -> None:
+    assert thresholds_from({"min-wait": 0.3}, {}).min_wait == 0.3
+    assert thresholds_from({"min-wait": 0.3}, {"min_wait": 0.0}).min_wait == 0.0
+    with pytest.raises(UsageError, match="--min-wait must be >= 0"):
+        thresholds_from({}, {"min_wait": -1.0})
+
+
+def test_docstring_documents_every_key() -> None:
+    import oversub.config
+
+    doc = oversub.config.__doc__ or ""
+    for key in KEYS:
+        assert f"\n    {key} = " in doc, key
 
 
 def test_thresholds_flag_out_of_range_names_flag() -> None:
