@@ -57,18 +57,33 @@ def recommend(
     os.environ and raises oversub.errors.UsageError when none is set. The budget N is
     measured for `pid` (default: this process) unless `cpus` gives it.
     """
+    _require_count("workers", workers)
+    if cpus is not None:
+        _require_count("cpus", cpus)
+    if pid is not None:
+        _require_count("pid", pid)
+    if not isinstance(procs, str):
+        _require_count("procs", procs)
+    elif procs != "auto":
+        if not procs.strip().isdigit():
+            raise ValueError(f"procs must be a positive integer or 'auto', got {procs!r}")
+        procs = int(procs)
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
     budget = _budget(cpus, pid)
     if procs == "auto":
         return plan_for_launcher(budget, procs_from_env(os.environ), workers)
-    if isinstance(procs, str):
-        if not procs.strip().isdigit():
-            raise ValueError(f"procs must be a positive integer or 'auto', got {procs!r}")
-        procs = int(procs)
+    assert isinstance(procs, int)
     if procs < 1:
         raise ValueError(f"procs must be >= 1, got {procs}")
     return make_plan(budget, procs, workers)
+
+
+def _require_count(name: str, value: object) -> None:
+    """TypeError unless `value` is an int: True is not 1 process, 2.5 is not a count."""
+    # bool is an int subclass, so it must be refused by name.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
 
 
 def _apply_threads(threads: int, env: Mapping[str, str]) -> None:

@@ -80,6 +80,33 @@ def test_recommend_rejects_bad_procs(procs: int | str) -> None:
         oversub.recommend(procs, cpus=4)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"procs": True}, TypeError),
+        ({"procs": False}, TypeError),
+        ({"procs": 2.5}, TypeError),
+        ({"procs": 2.0}, TypeError),
+        ({"procs": "x"}, ValueError),
+        ({"procs": None}, TypeError),
+        ({"procs": 2, "workers": True}, TypeError),
+        ({"procs": 2, "workers": 1.0}, TypeError),
+        ({"procs": 2, "workers": "1"}, TypeError),
+    ],
+)
+def test_recommend_refuses_values_that_are_not_counts(
+    kwargs: dict[str, object], error: type[Exception]
+) -> None:
+    # bool is an int subclass: without the check, procs=True would plan for 1 process.
+    with pytest.raises(error):
+        oversub.recommend(**kwargs, cpus=4)  # type: ignore[arg-type]
+
+
+def test_recommend_refuses_bool_cpus() -> None:
+    with pytest.raises(TypeError):
+        oversub.recommend(2, cpus=True)
+
+
 def test_recommend_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError):
         oversub.recommend(2, -1, cpus=4)
