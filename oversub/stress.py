@@ -142,9 +142,9 @@ def run_stress(
     """Run `procs` worker processes x `threads` busy threads (+ `idle` idle) for `seconds`.
 
     Returns the exit status: 0 when every worker finished, 3 when one failed (the
-    message is on `stderr`), 143
-    (128 + SIGTERM) when the root was sent SIGTERM. KeyboardInterrupt propagates. In every
-    case the workers are stopped and reaped before this returns or raises.
+    message is on `stderr`), 130 (ExitStatus.INTERRUPTED, as for Ctrl-C) when the root was
+    sent SIGTERM. KeyboardInterrupt propagates. In every case the workers are stopped and
+    reaped before this returns or raises.
     """
     _validate(procs, threads, idle, seconds)
     out = stderr if stderr is not None else sys.stderr
@@ -173,7 +173,7 @@ def run_stress(
             for worker in workers:
                 worker.join(max(0.0, deadline - time.monotonic()) + _LATE_S)
         except _Terminated:
-            return 128 + signal.SIGTERM
+            return int(ExitStatus.INTERRUPTED)
         finally:
             _stop_workers(workers)
     failed = [w for w in workers if w.exitcode != 0]
