@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 REAL   := .venv-real
+# Extra package index for torch's CPU wheel, e.g. https://download.pytorch.org/whl/cpu on a
+# machine without the local wheel (empty: pip's own configuration decides).
+TORCH_INDEX ?=
 
 .PHONY: demo test lint typecheck unit bench test-real clean
 
@@ -32,11 +35,13 @@ bench: $(VENV)/.stamp
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/sampling.py
 
-# torch's CPU wheel: on this kind of machine pip takes it from a local file (see README).
+# torch's CPU wheel: on this kind of machine pip takes it from a local file (see README);
+# elsewhere: make test-real TORCH_INDEX=https://download.pytorch.org/whl/cpu
 $(REAL)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(REAL)
 	$(REAL)/bin/python -m pip install --quiet --upgrade pip
-	$(REAL)/bin/python -m pip install --quiet -e '.[dev]' 'torch==2.13.0' numpy threadpoolctl
+	$(REAL)/bin/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
+		-e '.[dev]' 'torch==2.13.0' numpy threadpoolctl
 	touch $@
 
 test-real: $(REAL)/.stamp
