@@ -319,9 +319,7 @@ def _json_report(outcome: _Outcome, status: ExitStatus, opts: CheckOptions) -> s
 
 def _print_report(outcome: _Outcome, status: ExitStatus, opts: CheckOptions, err: TextIO) -> None:
     s = outcome.summary
-    if outcome.static:
-        err.write(_preflight_text(s) + "\n")
-    elif err.isatty():
+    if err.isatty():
         from oversub.render.live import summary_renderable
         from oversub.views import make_console
 
@@ -356,20 +354,6 @@ def _verdict_line(outcome: _Outcome, status: ExitStatus, opts: CheckOptions) -> 
         return "error: nothing was measured (the target exited before a full interval)"
     word = "FAIL" if status is ExitStatus.FOUND else "pass"
     return f"{word}: {judged}"
-
-
-def _preflight_text(s: Summary) -> str:
-    """The static preflight's report: verdict, budget, findings; no run line (nothing ran)."""
-    from oversub.render.phrases import VERDICT_MEANING, budget_limit_line, finding_line
-
-    lines = [
-        f"oversub: {s.verdict.value} ({VERDICT_MEANING[s.verdict]}), static preflight",
-        budget_limit_line(s.budget),
-    ]
-    for f in s.findings:
-        lines.append(finding_line(f))
-        lines.append(f"  fix: {f.fix}")
-    return "\n".join(lines)
 
 
 def _write(flag: str, path: Path, text: str) -> None:
