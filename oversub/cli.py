@@ -7,58 +7,29 @@ imported inside the commands that need them. Errors become exit codes in `main` 
 
 from __future__ import annotations
 
-import math
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from oversub import __version__
+from oversub.cli_options import (
+    CONTEXT,
+    INTERVAL,
+    PID,
+    POSITIVE,
+    SECONDS,
+    WARMUP,
+    config_float,
+    parse_procs,
+    pop_thresholds,
+    refuse_flags_of_other_modes,
+    threshold_options,
+)
 from oversub.errors import ExitStatus, OutputClosed, OversubError, UsageError
-from oversub.model import Budget, Thresholds, Verdict
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def _procs(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
-    """A process count >= 1, or `auto` (from the launcher's environment)."""
-    if value is None or value == "auto":
-        return value
-    try:
-        n = int(value, 10)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is not a whole number of processes or 'auto'"
-        ) from None
-    if n < 1:
-        raise click.BadParameter(f"{n} processes: need at least 1")
-    return n
-
-
-class Seconds(click.FloatRange):
-    """A finite number of seconds in a range: NaN and infinity are refused, not slept on."""
-
-    name = "seconds"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
-        return number
-
-
-POSITIVE = click.IntRange(min=1)
-PID = click.IntRange(1, 2**31 - 1)
-"""A pid fits the kernel's pid_t (a signed 32-bit int); larger numbers are typos."""
-SECONDS = Seconds(min=0.0, min_open=True)
-WARMUP = Seconds(min=0.0)
-INTERVAL = Seconds(min=0.1)
-"""At least 0.1 s: sampling a large tree more often makes oversub itself a CPU hog."""
+from oversub.model import Budget, Verdict
 
 
 def _emit(output: Any) -> None:
@@ -83,80 +54,6 @@ def _budget(pid: int | None, cpus: int | None = None, *, detail: bool = False) -
     from oversub.probe.budget import read_budget
 
     return read_budget(pid, detail=detail)
-
-
-def _config_float(config: dict[str, object], key: str, default: float) -> float:
-    """A numeric `[tool.oversub]` value (load_config validated it) or `default`."""
-    value = config.get(key, default)
-    assert isinstance(value, float | int)
-    return float(value)
-
-
-def threshold_options(f: F) -> F:
-    """The verdict thresholds (defaults in README); also read from pyproject."""
-    d = Thresholds()
-    opts = [
-        click.option(
-            "--margin",
-            type=click.FloatRange(min=0),
-            default=None,
-            help=f"Demand may exceed N by this fraction before it counts [{d.margin}].",
-        ),
-        click.option(
-            "--delay-ratio",
-            type=click.FloatRange(0, 1),
-            default=None,
-            help=f"Waiting share of runnable time that counts as waiting [{d.delay_ratio}].",
-        ),
-        click.option(
-            "--active-cpu",
-            type=click.FloatRange(0, 1, min_open=True),
-            default=None,
-            help=f"CPU share that makes a thread active [{d.active_cpu}].",
-        ),
-        click.option(
-            "--throttle-ratio",
-            type=click.FloatRange(0, 1),
-            default=None,
-            help=f"Throttled share of quota periods that counts [{d.throttle_ratio}].",
-        ),
-        click.option(
-            "--outside-cpu",
-            type=click.FloatRange(min=0),
-            default=None,
-            help=f"CPUs used outside the tree that count as the cause [{d.outside_cpu}].",
-        ),
-        click.option(
-            "--idle-seconds",
-            type=SECONDS,
-            default=None,
-            help=f"Idle time after which a forked OpenMP child is called hung [{d.idle_seconds}].",
-        ),
-        click.option(
-            "--min-wait",
-            type=click.FloatRange(min=0),
-            default=None,
-            help=f"CPU-seconds per second the tree must wait before threads 'wait' [{d.min_wait}].",
-        ),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
-_THRESHOLD_KEYS = (
-    "margin",
-    "delay_ratio",
-    "active_cpu",
-    "throttle_ratio",
-    "outside_cpu",
-    "idle_seconds",
-    "min_wait",
-)
-
-
-def _pop_thresholds(kwargs: dict[str, Any]) -> dict[str, float | None]:
-    return {k: kwargs.pop(k) for k in _THRESHOLD_KEYS}
 
 
 @click.group(context_settings=CONTEXT)
@@ -204,7 +101,7 @@ def cpus(pid: int | None, fmt: str, detail: bool) -> None:
     "procs",
     type=str,
     metavar="M|auto",
-    callback=_procs,
+    callback=parse_procs,
     required=True,
     help="Processes sharing the CPUs, or 'auto' (torchrun, SLURM, MPI variables).",
 )
@@ -295,12 +192,12 @@ def watch(
     from oversub.views import WatchView, default_watch_format
 
     config = load_config(Path.cwd())
-    thresholds = thresholds_from(config, _pop_thresholds(kwargs))
+    thresholds = thresholds_from(config, pop_thresholds(kwargs))
     budget = _budget(pid)
     chosen = WatchFormat(fmt) if fmt else default_watch_format(sys.stdout)
     stat_path = budget.quota.stat_path if budget.quota is not None else None
     options = SessionOptions(
-        interval=interval if interval is not None else _config_float(config, "interval", 1.0),
+        interval=interval if interval is not None else config_float(config, "interval", 1.0),
         duration=duration,
         thresholds=thresholds,
         max_intervals=1 if once else None,
@@ -420,7 +317,7 @@ def check(
         )
     if static and (procs is None or threads is None):
         raise UsageError("static preflight needs both --procs and --threads")
-    _refuse_flags_of_other_modes(
+    refuse_flags_of_other_modes(
         "command" if command else "static" if static else "pid",
         {
             "--duration": duration,
@@ -434,7 +331,7 @@ def check(
     if ncpus is not None and pid is not None:
         raise UsageError("--pid and --cpus exclude each other")
     config = load_config(Path.cwd())
-    thresholds = thresholds_from(config, _pop_thresholds(kwargs))
+    thresholds = thresholds_from(config, pop_thresholds(kwargs))
 
     def setting(flag: Any, key: str, default: Any) -> Any:
         return flag if flag is not None else config.get(key, default)
@@ -463,30 +360,6 @@ def check(
         assert pid is not None
         status = check_pid(pid, _budget(pid), opts)
     sys.exit(int(status))
-
-
-# check's modes -> the mode-specific flags each accepts, and what to say to someone who
-# gives a flag to the wrong mode (a silently ignored flag makes a gate lie).
-_MODE_FLAGS: dict[str, tuple[str, ...]] = {
-    "command": ("--timeout", "--warmup", "--interval"),
-    "pid": ("--duration", "--interval"),
-    "static": ("--workers", "--cpus"),
-}
-_WRONG_MODE_HINT: dict[str, str] = {
-    "--duration": "--duration only applies with --pid (use --timeout with a command)",
-    "--timeout": "--timeout only applies with a command (-- CMD ARGS...)",
-    "--warmup": "--warmup only applies with a command (-- CMD ARGS...)",
-    "--interval": "--interval does not apply to the static preflight: it samples nothing",
-    "--workers": "--workers only applies to the static preflight (--procs/--threads)",
-    "--cpus": "--cpus only applies to the static preflight (--procs/--threads)",
-}
-
-
-def _refuse_flags_of_other_modes(mode: str, given: dict[str, object]) -> None:
-    """UsageError for the first flag given that `check` in `mode` would ignore."""
-    for flag, value in given.items():
-        if value is not None and flag not in _MODE_FLAGS[mode]:
-            raise UsageError(_WRONG_MODE_HINT[flag])
 
 
 @cli.command(context_settings=CONTEXT)
