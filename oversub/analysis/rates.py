@@ -106,15 +106,17 @@ def _process_delta(
     )
 
 
-def _delay_ratio(delay_ns: int | None, cpu_ns: int) -> float | None:
-    """Share of runnable time spent waiting; None when unknown or nothing was runnable."""
-    if delay_ns is None or delay_ns + cpu_ns <= 0:
+def delay_ratio(delay: float | None, cpu: float) -> float | None:
+    """Share of runnable time spent waiting (any one unit for both); None when unknown or
+    nothing was runnable. Shared with the run summary, which sums seconds instead of ns."""
+    if delay is None or delay + cpu <= 0:
         return None
-    return delay_ns / (delay_ns + cpu_ns)
+    return delay / (delay + cpu)
 
 
-def _per_s(count: int | None, dt_s: float) -> float | None:
-    return None if count is None else count / dt_s
+def per_s(count: float | None, seconds: float) -> float | None:
+    """A count per second; None when the count is unknown or no time passed."""
+    return None if count is None or seconds <= 0 else count / seconds
 
 
 def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> ProcessRates:
@@ -128,9 +130,9 @@ def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> Pr
         active_threads=d.active_threads,
         cpu_percent=d.cpu_ns / _NS / dt_s * 100.0,
         demand=runnable_ns / _NS / dt_s,
-        run_delay_ratio=_delay_ratio(d.run_delay_ns, d.cpu_ns),
-        involuntary_ctx_per_s=_per_s(d.involuntary, dt_s),
-        voluntary_ctx_per_s=_per_s(d.voluntary, dt_s),
+        run_delay_ratio=delay_ratio(d.run_delay_ns, d.cpu_ns),
+        involuntary_ctx_per_s=per_s(d.involuntary, dt_s),
+        voluntary_ctx_per_s=per_s(d.voluntary, dt_s),
         pools=p.pools,
         thread_env=p.thread_env,
         exited=exited,
@@ -201,9 +203,9 @@ def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float) -> Totals:
         active_threads=sum(d.active_threads for d in deltas),
         cpu_percent=cpu_s / dt_s * 100.0,
         demand=(cpu_ns + (delay_ns or 0)) / _NS / dt_s,
-        run_delay_ratio=_delay_ratio(delay_ns, cpu_ns),
-        involuntary_ctx_per_s=_per_s(involuntary, dt_s),
-        voluntary_ctx_per_s=_per_s(voluntary, dt_s),
+        run_delay_ratio=delay_ratio(delay_ns, cpu_ns),
+        involuntary_ctx_per_s=per_s(involuntary, dt_s),
+        voluntary_ctx_per_s=per_s(voluntary, dt_s),
         involuntary_ctx_per_cpu_s=(
             involuntary / cpu_s if involuntary is not None and cpu_s > 0 else None
         ),

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
+from oversub.analysis.rates import delay_ratio, per_s
 from oversub.analysis.verdict import assess
 from oversub.model import Budget, Thresholds, Verdict
 from oversub.results import HostRates, Interval, ProcessRates, ProcessSummary, Summary, Totals
@@ -64,16 +65,6 @@ def _delay_s(rates: ProcessRates | Totals, seconds: float) -> float | None:
     if rates.run_delay_ratio is None and delay_s + cpu_s > 0:
         return None
     return delay_s
-
-
-def _ratio(delay_s: float | None, cpu_s: float) -> float | None:
-    if delay_s is None or delay_s + cpu_s <= 0:
-        return None
-    return delay_s / (delay_s + cpu_s)
-
-
-def _per_s(total: float | None, seconds: float) -> float | None:
-    return None if total is None or seconds <= 0 else total / seconds
 
 
 @dataclass
@@ -135,9 +126,9 @@ class _ProcessAccumulator:
             active_threads=_sustained(self.active_seconds, s),
             cpu_percent=self.cpu_s / s * 100.0 if s > 0 else 0.0,
             demand=(self.cpu_s + (self.delay_s or 0.0)) / s if s > 0 else 0.0,
-            run_delay_ratio=_ratio(self.delay_s, self.cpu_s),
-            involuntary_ctx_per_s=_per_s(self.involuntary, s),
-            voluntary_ctx_per_s=_per_s(self.voluntary, s),
+            run_delay_ratio=delay_ratio(self.delay_s, self.cpu_s),
+            involuntary_ctx_per_s=per_s(self.involuntary, s),
+            voluntary_ctx_per_s=per_s(self.voluntary, s),
             pools=self.pools,
             thread_env=self.thread_env,
             exited=p.exited,
@@ -241,9 +232,9 @@ class _TreeAccumulator:
             active_threads=_sustained(self.active_seconds, s),
             cpu_percent=self.cpu_s / s * 100.0,
             demand=(self.cpu_s + (self.delay_s or 0.0)) / s,
-            run_delay_ratio=_ratio(self.delay_s, self.cpu_s),
-            involuntary_ctx_per_s=_per_s(self.involuntary, s),
-            voluntary_ctx_per_s=_per_s(self.voluntary, s),
+            run_delay_ratio=delay_ratio(self.delay_s, self.cpu_s),
+            involuntary_ctx_per_s=per_s(self.involuntary, s),
+            voluntary_ctx_per_s=per_s(self.voluntary, s),
             involuntary_ctx_per_cpu_s=(
                 self.involuntary / self.cpu_s
                 if self.involuntary is not None and self.cpu_s > 0
