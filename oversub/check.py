@@ -147,7 +147,7 @@ def check_command(
                 assert reaper is not None
                 reaper.observe(p.pid for p in iv.processes)
 
-            with TreeSampler(proc.pid, throttle_stat_path=_stat_path(budget)) as sampler:
+            with TreeSampler.for_budget(proc.pid, budget) as sampler:
                 result = run_session(
                     sampler, budget, opts.session, on_interval=observe, should_stop=should_stop
                 )
@@ -201,7 +201,7 @@ def check_pid(
     validate_report_paths(opts)
     with (
         stop_signals_interrupt(),
-        TreeSampler(pid, throttle_stat_path=_stat_path(budget)) as sampler,
+        TreeSampler.for_budget(pid, budget) as sampler,
     ):
         result: SessionResult = run_session(sampler, budget, opts.session)
     outcome = _Outcome(summary=result.summary, interrupted=result.interrupted)
@@ -224,10 +224,6 @@ def check_static(
     assessment = preflight(budget, procs, threads, workers)
     summary = _unsampled_summary(budget, 0, assessment, "static preflight: nothing was sampled")
     return report(_Outcome(summary=summary, static=True), opts, err=err)
-
-
-def _stat_path(budget: Budget) -> str | None:
-    return budget.quota.stat_path if budget.quota is not None else None
 
 
 def _unsampled_summary(budget: Budget, root_pid: int, assessment: Assessment, note: str) -> Summary:

@@ -195,7 +195,6 @@ def watch(
     thresholds = thresholds_from(config, pop_thresholds(kwargs))
     budget = _budget(pid)
     chosen = WatchFormat(fmt) if fmt else default_watch_format(sys.stdout)
-    stat_path = budget.quota.stat_path if budget.quota is not None else None
     options = SessionOptions(
         interval=interval if interval is not None else config_float(config, "interval", 1.0),
         duration=duration,
@@ -204,7 +203,7 @@ def watch(
     )
     with (
         stop_signals_interrupt(),
-        TreeSampler(pid, throttle_stat_path=stat_path) as sampler,
+        TreeSampler.for_budget(pid, budget) as sampler,
         WatchView(chosen, budget) as view,
     ):
         # A target that exits mid-interval ends the run now, not at the end of the interval.

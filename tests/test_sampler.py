@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -502,3 +503,14 @@ def test_oversub_does_not_sample_itself() -> None:
     sample = TreeSampler(parent).sample()
     assert os.getpid() not in sample.processes
     assert os.getpid() in TreeSampler(os.getpid()).sample().processes  # unless it is the target
+
+
+def test_sampler_for_a_budget_reads_the_quota_cgroup_throttling() -> None:
+    from oversub.analysis.recommend import synthetic_budget
+    from oversub.model import CpuQuota
+
+    budget = synthetic_budget(2)
+    assert TreeSampler.for_budget(1, budget).throttle_stat_path is None
+    quota = CpuQuota(0.5, 50_000, 100_000, "/job", 2, "/sys/fs/cgroup/job/cpu.stat")
+    limited = dataclasses.replace(budget, quota=quota)
+    assert TreeSampler.for_budget(1, limited).throttle_stat_path == quota.stat_path

@@ -42,6 +42,8 @@ from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
 if TYPE_CHECKING:
     import psutil
 
+    from oversub.model import Budget
+
 __all__ = ["CMDLINE_MAX", "MAPS_REFRESH_S", "PSUTIL_UNAVAILABLE", "TreeSampler"]
 
 CMDLINE_MAX = 200
@@ -125,6 +127,13 @@ class TreeSampler:
         self._sampled = False
         self._psutil_tracked: dict[int, psutil.Process] = {}
         self._held = HeldFiles()
+
+    @classmethod
+    def for_budget(cls, root_pid: int, budget: Budget) -> TreeSampler:
+        """A sampler of `root_pid` that also reads throttling of the cgroup holding the
+        budget's quota (the cgroup that throttles; none without a quota)."""
+        stat_path = budget.quota.stat_path if budget.quota is not None else None
+        return cls(root_pid, throttle_stat_path=stat_path)
 
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""
