@@ -78,8 +78,7 @@ def run_session(
     th = options.thresholds
     target_exited = False
     interrupted = False
-    notes: list[str] = []
-    samples = 0
+    intervals = 0
     prev = sampler.sample()
     started = clock()
     try:
@@ -88,7 +87,6 @@ def run_session(
             prev = sampler.sample()
         measure_start = clock()
         next_at = measure_start
-        intervals = 0
         while True:
             if _root_gone(prev):
                 target_exited = True
@@ -105,10 +103,9 @@ def run_session(
                 continue
             iv = interval_between(prev, curr, budget.vcpus, th)
             run.add(iv)
-            samples += 1
             intervals += 1
             if on_interval is not None:
-                on_interval(iv, assess(iv, th), samples, clock() - measure_start)
+                on_interval(iv, assess(iv, th), intervals, clock() - measure_start)
             prev = curr
             if options.max_intervals is not None and intervals >= options.max_intervals:
                 break
@@ -118,9 +115,8 @@ def run_session(
                 next_at = clock()
     except KeyboardInterrupt:
         interrupted = True
-    if samples == 0:
-        notes.append("no complete interval was sampled after the warm-up")
-    summary = run.result(budget, th, target_exited=target_exited, notes=tuple(notes))
+    # The summary itself notes a run in which nothing was measured.
+    summary = run.result(budget, th, target_exited=target_exited)
     return SessionResult(summary=summary, interrupted=interrupted)
 
 
