@@ -73,9 +73,9 @@ def _alive(pid: int) -> bool:
 
 
 def _descendants(pid: int) -> set[int]:
-    from oversub.probe.proctree import descendants, scan_ppids
+    from oversub.probe.proctree import descendants, read_ppids
 
-    return set(descendants(pid, scan_ppids("/")))
+    return set(descendants(pid, read_ppids("/")))
 
 
 @pytest.fixture

@@ -456,10 +456,10 @@ def test_real_thread_churn_and_no_fd_leak() -> None:
     assert open_fds() == before
 
 
-def test_scan_ppids_is_read_ppids(tmp_path: Path) -> None:
+def test_read_ppids(tmp_path: Path) -> None:
     fake = FakeProc(tmp_path)
     fake.add_process(5, 1)
-    assert proctree.scan_ppids(str(tmp_path)) == proctree.read_ppids(str(tmp_path)) == {5: 1}
+    assert proctree.read_ppids(str(tmp_path)) == {5: 1}
 
 
 def test_zombie_keeps_what_was_seen_while_it_lived(tmp_path: Path) -> None:

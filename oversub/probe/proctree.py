@@ -23,7 +23,6 @@ __all__ = [
     "ppids_of",
     "read_ppids",
     "read_small",
-    "scan_ppids",
     "scan_stats",
     "subtree",
     "ticks_to_ns",
@@ -159,10 +158,6 @@ def ppids_of(stats: Mapping[int, bytes]) -> dict[int, int]:
 def read_ppids(root: str = "/") -> dict[int, int]:
     """pid -> ppid for every process on the system, from one scan of `/proc/*/stat`."""
     return ppids_of(scan_stats(root))
-
-
-scan_ppids = read_ppids
-"""Alias of `read_ppids` (both names are used by callers)."""
 
 
 def _walk(seeds: Iterable[int], ppids: Mapping[int, int]) -> set[int]:
