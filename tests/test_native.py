@@ -93,7 +93,9 @@ def test_unreadable_environ_is_unknown_not_an_error(
         return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "open", guarded_open)
-    assert native.read_thread_env(10, root=str(tmp_path)) is None
+    # Refused is raised (the sampler says why pools are unknown); gone is just unknown.
+    with pytest.raises(PermissionError):
+        native.read_thread_env(10, root=str(tmp_path))
     assert native.read_thread_env(11, root=str(tmp_path)) is None  # no such process
 
 

@@ -12,7 +12,7 @@ from rich.console import Console, RenderableType
 from oversub.model import Budget, Severity, Verdict
 from oversub.render.budget_text import budget_renderable
 from oversub.render.live import summary_renderable, summary_text, watch_renderable
-from oversub.render.phrases import budget_limit_line
+from oversub.render.phrases import budget_limit_line, unavailable_text
 from oversub.render.plan_text import plan_renderable
 from tests.model_fixtures import (
     make_assessment,
@@ -164,7 +164,7 @@ def test_watch_frame_has_header_verdict_table_and_fix() -> None:
     assert "N = 2 usable vCPUs (limited by affinity: 2 CPUs)" in out
     assert "outside the tree 0.05 CPUs" in out and "PSI some 30%" in out
     assert "throttled 25% of periods (0.50 s)" in out
-    assert "unavailable: schedstat" in out
+    assert "unavailable: run delay (no schedstat in this kernel)" in out
     assert "OVERSUBSCRIBED" in out
     row = line_with(out, "2001")
     for cell in ("python", "2/3", "100", "2.00", "50%", "260", "libgomp, torch"):
@@ -265,7 +265,9 @@ def test_summary_text_without_findings_or_host() -> None:
 
 def test_summary_text_says_which_signals_are_unavailable() -> None:
     s = make_summary(unavailable=("schedstat", "psi"))
-    assert "unavailable here: schedstat, psi" in summary_text(s)
+    assert "unavailable here: run delay (no schedstat in this kernel), CPU pressure (no PSI" in (
+        summary_text(s)
+    )
     assert "unavailable here" not in summary_text(make_summary(unavailable=()))
 
 
@@ -286,3 +288,11 @@ def test_reports_fit_an_80_column_terminal_without_cutting_numbers() -> None:
     for out in (frame, report):
         rows = [line for line in out.splitlines() if "2001" in line or "total" in line]
         assert rows and not any("…" in line for line in rows), out
+
+
+def test_unavailable_says_why_and_how_to_see_pools() -> None:
+    text = unavailable_text(("schedstat", "pools", "thread_env"))
+    assert text.startswith("run delay (no schedstat in this kernel), ")
+    assert "pools and thread variables (another user's process: run as that user or root)" in text
+    assert unavailable_text(("psi",)) == "CPU pressure (no PSI in this kernel)"
+    assert unavailable_text(("something-new",)) == "something-new"  # unknown names pass through

@@ -17,7 +17,7 @@ import pytest
 from oversub import errors
 from oversub.probe import proctree, sampler
 from oversub.probe.proctree import CLK_TCK
-from oversub.probe.sampler import TreeSampler
+from oversub.probe.sampler import DENIED_UNAVAILABLE, TreeSampler
 from tests.fake_proc import FakeProc, FakeThread, stat_line
 
 # --------------------------------------------------------------------------- proctree
@@ -159,9 +159,22 @@ def test_unreadable_environ_is_unknown(tmp_path: Path, monkeypatch: pytest.Monke
         return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "open", guarded_open)
+    sampler = TreeSampler(100, root=str(tmp_path))
+    sample = sampler.sample()
+    assert sample.processes[200].thread_env is None
+    assert sample.processes[200].pools is None  # one refusal: both unknown, never "none"
+    assert sample.processes[100].thread_env == {}
+    assert set(DENIED_UNAVAILABLE) <= set(sample.unavailable)
+    # Cached: later samples keep saying why, without asking the kernel again.
+    assert set(DENIED_UNAVAILABLE) <= set(sampler.sample().unavailable)
+
+
+def test_a_vanished_environ_is_not_called_refused(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    (tmp_path / "proc" / "200" / "environ").unlink()
     sample = TreeSampler(100, root=str(tmp_path)).sample()
     assert sample.processes[200].thread_env is None
-    assert sample.processes[100].thread_env == {}
+    assert not set(DENIED_UNAVAILABLE) & set(sample.unavailable)
 
 
 def test_pools_cached_until_thread_count_changes_or_refresh(tmp_path: Path) -> None:

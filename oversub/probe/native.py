@@ -5,8 +5,9 @@
 keys, passwords), so only names accepted by `pools.is_thread_var` are ever decoded, kept or
 returned: the filter runs on the raw bytes, before anything is put in a structure.
 
-Both return None when the file cannot be read (another user's process, a process that is
-gone): that is "unknown", not an error.
+Both return None when the process is gone (or the file is otherwise unreadable): that is
+"unknown", not an error. They raise PermissionError for another user's process, so that the
+caller can say *why* pools are unknown (run as that user or root) instead of showing "none".
 """
 
 from __future__ import annotations
@@ -47,9 +48,14 @@ def pools_from_maps(maps: bytes) -> tuple[str, ...]:
 
 
 def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
-    """Thread-pool libraries mapped by `pid`; None when its maps cannot be read."""
+    """Thread-pool libraries mapped by `pid`; None when its maps cannot be read.
+
+    Raises PermissionError when `pid` belongs to another user (see the module docstring).
+    """
     try:
         maps = read_all(os.path.join(root, "proc", str(pid), "maps"))
+    except PermissionError:
+        raise
     except OSError:
         return None
     return pools_from_maps(maps)
@@ -68,10 +74,13 @@ def thread_env_from_bytes(environ: bytes) -> dict[str, str]:
 def read_thread_env(pid: int, root: str = "/") -> dict[str, str] | None:
     """Thread-related environment variables of `pid` (initial environment, as exec'd).
 
-    None when environ cannot be read (another user's process, or gone).
+    None when environ cannot be read (the process is gone); PermissionError when it belongs
+    to another user.
     """
     try:
         environ = read_all(os.path.join(root, "proc", str(pid), "environ"))
+    except PermissionError:
+        raise
     except OSError:
         return None
     return thread_env_from_bytes(environ)

@@ -44,9 +44,18 @@ if TYPE_CHECKING:
 
     from oversub.model import Budget
 
-__all__ = ["CMDLINE_MAX", "MAPS_REFRESH_S", "PSUTIL_UNAVAILABLE", "TreeSampler"]
+__all__ = [
+    "CMDLINE_MAX",
+    "DENIED_UNAVAILABLE",
+    "MAPS_REFRESH_S",
+    "PSUTIL_UNAVAILABLE",
+    "TreeSampler",
+]
 
 CMDLINE_MAX = 200
+
+# What `unavailable` names when a process's maps or environ is refused (another user's).
+DENIED_UNAVAILABLE = ("pools", "thread_env")
 """Characters of a command line kept in a sample."""
 
 MAPS_REFRESH_S = 5.0
@@ -71,6 +80,8 @@ class _Known:
     maps_read_at: float
     maps_threads: int
     """Thread count when maps was last read."""
+    denied: bool = False
+    """maps or environ refused (another user's process): pools and thread_env unknown."""
 
 
 def _status_int(status: bytes, key: bytes) -> int | None:
@@ -227,6 +238,8 @@ class TreeSampler:
         finally:
             os.close(task_fd)
         known = self._refresh_cache(pid, stat, len(threads), now)
+        if known.denied:
+            unavailable.extend(k for k in DENIED_UNAVAILABLE if k not in unavailable)
         wait = None
         if (
             len(threads) == 1
@@ -310,17 +323,18 @@ class TreeSampler:
             cmdline = ""
         if known is None or (cmdline and cmdline != known.cmdline):
             # New process, or it exec'd (new cmdline): environment and libraries changed.
-            known = _Known(
-                cmdline=cmdline,
-                comm=stat.comm,
-                thread_env=native.read_thread_env(pid, self.root),
-                pools=native.read_pools(pid, self.root),
-                maps_read_at=now,
-                maps_threads=n_threads,
-            )
+            known = _Known(cmdline, stat.comm, None, None, now, n_threads)
+            try:
+                known.thread_env = native.read_thread_env(pid, self.root)
+                known.pools = native.read_pools(pid, self.root)
+            except PermissionError:
+                known.denied = True
             self._known[key] = known
             return known
-        pools_now = native.read_pools(pid, self.root)
+        try:
+            pools_now = native.read_pools(pid, self.root)
+        except PermissionError:
+            pools_now, known.denied = None, True
         if pools_now:  # an exiting process's empty maps must not erase what was seen
             known.pools = pools_now
         known.comm = stat.comm

@@ -24,6 +24,7 @@ from oversub.render.phrases import (
     pools_text,
     rate,
     totals_line,
+    unavailable_text,
 )
 from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates, Summary, Totals
 
@@ -166,7 +167,7 @@ def watch_renderable(
         Text(_host_line(interval.host), style="dim"),
     ]
     if interval.unavailable:
-        parts.append(Text(f"unavailable: {', '.join(interval.unavailable)}", style="dim"))
+        parts.append(Text(f"unavailable: {unavailable_text(interval.unavailable)}", style="dim"))
     parts += [
         _banner(assessment.verdict),
         _interval_table(interval.processes, interval.totals, interval.vcpus, max_processes),
@@ -249,7 +250,7 @@ def summary_renderable(s: Summary) -> RenderableType:
             Text(_host_line(s.host), style="dim"),
         ]
     if s.unavailable:
-        parts.append(Text(f"unavailable: {', '.join(s.unavailable)}", style="dim"))
+        parts.append(Text(f"unavailable: {unavailable_text(s.unavailable)}", style="dim"))
     for note in s.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     return Group(*parts)
@@ -281,6 +282,6 @@ def summary_text(s: Summary) -> str:
         if host:
             lines.append("host: " + ", ".join(host))
     if s.unavailable:
-        lines.append(f"unavailable here: {', '.join(s.unavailable)}")
+        lines.append(f"unavailable here: {unavailable_text(s.unavailable)}")
     lines.extend(f"note: {note}" for note in s.notes)
     return "\n".join(lines)

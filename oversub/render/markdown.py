@@ -22,6 +22,7 @@ from oversub.render.phrases import (
     pools_text,
     rate,
     totals_line,
+    unavailable_text,
 )
 from oversub.results import Finding, Summary
 
@@ -167,6 +168,6 @@ def summary_markdown(
     if host:
         lines.append(f"- Host: {', '.join(host)}")
     if s.unavailable:
-        lines.append(f"- Unavailable here: {', '.join(s.unavailable)}")
+        lines.append(f"- Unavailable here: {unavailable_text(s.unavailable)}")
     lines.extend(f"- Note: {note}" for note in s.notes)
     return "\n".join(lines) + "\n"

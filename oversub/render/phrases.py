@@ -120,6 +120,28 @@ def env_text(env: Mapping[str, str] | None) -> str:
     return " ".join(f"{name}={env[name]}" for name in names)
 
 
+# Why a signal is missing, for the names `unavailable` carries (see serialize's schema).
+_UNAVAILABLE_WHY = {
+    "schedstat": "run delay (no schedstat in this kernel)",
+    "psi": "CPU pressure (no PSI in this kernel)",
+    "thread-state": "thread states",
+    "context-switches": "context switches",
+    "pools": "pools",
+    "thread_env": "thread variables",
+}
+_DENIED = ("pools", "thread_env")
+
+
+def unavailable_text(names: tuple[str, ...]) -> str:
+    """ "run delay (no schedstat in this kernel), pools (another user's process: run as
+    that user or root)": what is missing and why, so "?" in a table is not a mystery."""
+    parts = [_UNAVAILABLE_WHY.get(n, n) for n in names if n not in _DENIED]
+    denied = [_UNAVAILABLE_WHY[n] for n in names if n in _DENIED]
+    if denied:
+        parts.append(" and ".join(denied) + " (another user's process: run as that user or root)")
+    return ", ".join(parts)
+
+
 def finding_line(f: Finding) -> str:
     """ "[critical] oversubscribed-pools: message" (one line, no fix)."""
     return f"[{f.severity.value}] {f.rule}: {f.message}"

@@ -251,7 +251,8 @@ def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:
         `voluntary_ctx_per_s`, `involuntary_ctx_per_cpu_s`.
       - `host` (object): `outside_cpus`, `steal_cpus`, `psi_some`, `throttled_ratio`,
         `throttled_s` (null when unknown).
-      - `unavailable` (list[str]): signals this platform does not provide.
+      - `unavailable` (list[str]): signals not measured here: `schedstat`, `psi` (kernel
+        lacks them), `pools`, `thread_env` (another user's process: permission denied).
     All measured floats are rounded to 3 decimals.
     """
     return {
@@ -310,7 +311,8 @@ def summary_dict(s: Summary) -> dict[str, Any]:
       - `host` (object): host context over the run (keys as in `interval_dict`).
       - `samples` (int): samples taken; `duration_s` (float): seconds watched.
       - `target_exited` (bool): the root process ended during the run.
-      - `unavailable` (list[str]): signals this platform does not provide.
+      - `unavailable` (list[str]): signals not measured here: `schedstat`, `psi` (kernel
+        lacks them), `pools`, `thread_env` (another user's process: permission denied).
       - `notes` (list[str]): degradations worth knowing.
     """
     return {
