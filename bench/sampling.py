@@ -1,19 +1,33 @@
-"""Cost of one `TreeSampler.sample()` on a ~1,000-thread tree, against reading /proc by hand.
+"""Cost of one full sample of a process tree: oversub's sampler against four other ways.
 
-Starts a tree of 50 processes x 20 threads (idle threads: the cost of sampling depends on
-how many threads there are, not on what they do, and busy threads would only add noise on a
-small shared machine), waits until every thread is up, then times, interleaved in the same
-run so machine noise hits both alike:
+On a synthetic tree (bench/trees.py: idle threads), after one warm-up sample, each round
+times these once, in a rotated order so machine noise and drift hit all alike:
 
-  (a) TreeSampler.sample()
-  (b) a tight loop of plain os.open/os.read over the files a sampler would naively read:
-      the ppid scan of /proc/*/stat, then per process stat and status, per thread
-      task/TID/{stat,status,schedstat}.
+  oversub   `TreeSampler(root_pid).sample()` (steady state: files held open, re-read
+            with pread; cmdline and maps are re-read only every 5 s, which lands in a few
+            rounds and the median leaves out; `watch_cost.py` pays it).
+  floor     plain os.open/os.read/os.close (os.listdir for directories) of exactly the
+            files the sampler reads in a steady-state tick, with just enough parsing to find
+            the tree:
+              - list /proc, read /proc/PID/stat of every process (the ppid scan, which
+                also gives each tree process's stat line),
+              - per tree process: list /proc/PID/task,
+              - per thread: /proc/PID/task/TID/status and /proc/PID/task/TID/schedstat,
+              - host: /proc/stat and /proc/pressure/cpu (no cgroup cpu.stat: the sampler
+                is built without a quota, as `TreeSampler(root_pid)`).
+  psutil    a naive psutil sampler: `Process(root).children(recursive=True)`, the thread
+            ids of each process from `threads()`, then per thread `psutil.Process(tid)`
+            and, inside one `oneshot()`, cpu_times(), num_ctx_switches() and status();
+            plus psutil.cpu_times() for the host.
+  ps        `ps -L -o pid,tid,stat,time,pcpu,comm -p PIDS` (wall time of the subprocess,
+            output read through a pipe).
+  pidstat   `pidstat -u -w -t -p PIDS`: one report (since boot) of CPU and context
+            switches per thread; "not installed" without sysstat.
 
-Goals: (a)/(b) <= 1.3 (median wall time), and the CPU cost of `watch` at a 1 s interval
-(CPU time of one sample / 1 s) < 3% of one CPU.
+Each figure is the median wall time; each ratio is the median of the per-round ratios to
+the floor of the same round. Goal: oversub <= 1.15 x the floor.
 
-    python bench/sampling.py [--procs 50] [--threads 20] [--runs 25]
+    python bench/sampling.py [--trees 50x20,250x20] [--rounds 15]
 """
 
 from __future__ import annotations
@@ -21,83 +35,49 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
+import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+from trees import INTERRUPTED, Tree, stop_signals_raise, tree
 
 from oversub.probe.sampler import TreeSampler
 
-# Each process starts its idle threads, then says so by creating a marker file.
-MEMBER = """
-import os, sys, threading
-ready, threads = sys.argv[1], int(sys.argv[2])
-stop = threading.Event()
-for _ in range(threads - 1):
-    threading.Thread(target=stop.wait, daemon=True).start()
-open(os.path.join(ready, str(os.getpid())), "w").close()
-"""
+GOAL = 1.15
+"""oversub's sample / the floor, at most."""
 
-# The root: a member that also starts the others and reaps them on SIGTERM.
-ROOT = (
-    MEMBER
-    + """
-import signal, subprocess
-kids = [subprocess.Popen([sys.executable, "-c", sys.argv[4], ready, str(threads)])
-        for _ in range(int(sys.argv[3]) - 1)]
-def finish(*_):
-    for k in kids:
-        k.kill()
-    for k in kids:
-        k.wait()
-    sys.exit(0)
-signal.signal(signal.SIGTERM, finish)
-stop.wait()
-"""
-)
-MEMBER += "stop.wait()\n"
-
-
-def start_tree(ready: Path, procs: int, threads: int) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-c", ROOT, str(ready), str(threads), str(procs), MEMBER]
-    return subprocess.Popen(argv, start_new_session=True)
-
-
-def wait_ready(ready: Path, procs: int, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while len(os.listdir(ready)) < procs:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"only {len(os.listdir(ready))} of {procs} processes started")
-        time.sleep(0.05)
-
-
-def stop_tree(root: subprocess.Popen[bytes]) -> None:
-    """Let the root kill and reap its children; SIGKILL the whole session if it does not."""
-    try:
-        root.terminate()
-        root.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(root.pid, signal.SIGKILL)
-        root.wait()
+PS_FIELDS = "pid,tid,stat,time,pcpu,comm"
 
 
 def _read(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
-        return os.read(fd, 8192)
+        return os.read(fd, 16384)
     finally:
         os.close(fd)
 
 
-def baseline_read(root_pid: int) -> int:
-    """The hand-written loop: ppid scan, then stat+status per process and
-    stat+status+schedstat per thread. Returns the number of threads read."""
+def _read_to_end(path: str) -> bytes:
+    # /proc/stat and /proc/pressure/cpu are seq_files: read until end of file, as the
+    # sampler does (a short read does not mean the end).
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def floor_read(root_pid: int) -> int:
+    """The files the sampler reads in a steady-state tick, read plainly. Returns the
+    number of threads read."""
     ppids: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -105,94 +85,202 @@ def baseline_read(root_pid: int) -> int:
                 data = _read(f"/proc/{name}/stat")
             except OSError:
                 continue
-            ppids[int(name)] = int(data[data.rfind(b")") + 2 :].split()[1])
+            ppids[int(name)] = int(data[data.rfind(b")") + 2 :].split(None, 2)[1])
     children: dict[int, list[int]] = {}
     for pid, ppid in ppids.items():
         children.setdefault(ppid, []).append(pid)
-    tree, todo = [], [root_pid]
+    tree_pids, todo = [], [root_pid]
     while todo:
         pid = todo.pop()
-        tree.append(pid)
+        tree_pids.append(pid)
         todo.extend(children.get(pid, ()))
     n = 0
-    for pid in tree:
+    for pid in tree_pids:
+        task = f"/proc/{pid}/task"
         try:
-            _read(f"/proc/{pid}/stat")
-            _read(f"/proc/{pid}/status")
-            tids = os.listdir(f"/proc/{pid}/task")
+            tids = os.listdir(task)
         except OSError:
             continue
         for tid in tids:
             try:
-                for leaf in ("stat", "status", "schedstat"):
-                    _read(f"/proc/{pid}/task/{tid}/{leaf}")
+                _read(f"{task}/{tid}/status")
+                _read(f"{task}/{tid}/schedstat")
             except OSError:
                 continue
             n += 1
+    _read_to_end("/proc/stat")
+    with contextlib.suppress(OSError):  # no PSI on this kernel
+        _read_to_end("/proc/pressure/cpu")
     return n
 
 
-def measure(root_pid: int, runs: int) -> dict[str, float]:
-    sampler = TreeSampler(root_pid)
-    sample = sampler.sample()  # first sample reads environ and maps of every process
-    threads = sum(len(p.threads) for p in sample.processes.values())
-    base_threads = baseline_read(root_pid)
-    sampler_s: list[float] = []
-    base_s: list[float] = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        sampler.sample()
-        sampler_s.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        baseline_read(root_pid)
-        base_s.append(time.perf_counter() - t0)
+def psutil_naive(root_pid: int) -> int:
+    """A per-thread psutil sampler as one would first write it. Returns threads read."""
+    root = psutil.Process(root_pid)
+    n = 0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            tids = [t.id for t in proc.threads()]
+        except psutil.Error:
+            continue
+        for tid in tids:
+            try:
+                thread = psutil.Process(tid)
+                with thread.oneshot():
+                    thread.cpu_times()
+                    thread.num_ctx_switches()
+                    thread.status()
+            except psutil.Error:
+                continue
+            n += 1
+    psutil.cpu_times()
+    return n
 
-    # CPU time (user + system of this process) over a few samples, as `watch` would spend it.
-    cpu_samples = 10
-    c0 = time.process_time()
-    for _ in range(cpu_samples):
-        sampler.sample()
-    cpu_per_sample = (time.process_time() - c0) / cpu_samples
-    return {
-        "processes": len(sample.processes),
-        "threads": threads,
-        "baseline_threads": base_threads,
-        "sampler_ms": statistics.median(sampler_s) * 1000,
-        "baseline_ms": statistics.median(base_s) * 1000,
-        "cpu_ms": cpu_per_sample * 1000,
-    }
+
+def _command(argv: list[str]) -> Callable[[], int]:
+    def run() -> int:
+        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True)
+        return out.stdout.count(b"\n")
+
+    return run
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    what: str
+    run: Callable[[], object] | None
+    """None: not available on this machine (`what` says why)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    what: str
+    median_ms: float | None
+    ratio: float | None
+    """Median of per-round ratios to the floor."""
+
+
+@dataclass(frozen=True)
+class TreeResult:
+    procs: int
+    threads: int
+    sampled_threads: int
+    """Threads in oversub's warm-up sample (should equal `threads`)."""
+    rounds: int
+    rows: tuple[Row, ...]
+
+    @property
+    def oversub_ratio(self) -> float:
+        ratio = self.rows[0].ratio
+        assert ratio is not None
+        return ratio
+
+
+def methods(t: Tree, sampler: TreeSampler) -> list[Method]:
+    pids = ",".join(map(str, t.pids))
+    ps = ["ps", "-L", "-o", PS_FIELDS, "-p", pids]
+    pidstat = ["pidstat", "-u", "-w", "-t", "-p", pids]
+    has_pidstat = shutil.which("pidstat") is not None
+    return [
+        Method("oversub", "`TreeSampler(root).sample()`", sampler.sample),
+        Method(
+            "floor", "os.open/os.read/os.close of the same files", lambda: floor_read(t.root_pid)
+        ),
+        Method(
+            "psutil",
+            "naive: `Process(tid)` per thread, cpu_times + num_ctx_switches + status",
+            lambda: psutil_naive(t.root_pid),
+        ),
+        Method("ps", f"`ps -L -o {PS_FIELDS} -p PIDS`", _command(ps)),
+        Method(
+            "pidstat",
+            "`pidstat -u -w -t -p PIDS`" + ("" if has_pidstat else ": not installed"),
+            _command(pidstat) if has_pidstat else None,
+        ),
+    ]
+
+
+def measure_tree(t: Tree, rounds: int) -> TreeResult:
+    with TreeSampler(t.root_pid) as sampler:
+        first = sampler.sample()  # reads environ, cmdline and maps of every process
+        sampled = sum(len(p.threads) for p in first.processes.values())
+        ms = methods(t, sampler)
+        live = [m for m in ms if m.run is not None]
+        for m in live:  # warm every path (page cache, imports, psutil's caches) once
+            assert m.run is not None
+            m.run()
+        times: dict[str, list[float]] = {m.name: [] for m in live}
+        ratios: dict[str, list[float]] = {m.name: [] for m in live}
+        for i in range(rounds):
+            k = i % len(live)
+            this_round: dict[str, float] = {}
+            for m in live[k:] + live[:k]:
+                assert m.run is not None
+                t0 = time.perf_counter()
+                m.run()
+                this_round[m.name] = time.perf_counter() - t0
+            for name, seconds in this_round.items():
+                times[name].append(seconds)
+                ratios[name].append(seconds / this_round["floor"])
+    rows = tuple(
+        Row(
+            m.name,
+            m.what,
+            statistics.median(times[m.name]) * 1000 if m.run else None,
+            statistics.median(ratios[m.name]) if m.run else None,
+        )
+        for m in ms
+    )
+    return TreeResult(t.procs, t.threads, sampled, rounds, rows)
+
+
+def run(shapes: list[tuple[int, int]], rounds: list[int]) -> list[TreeResult]:
+    results = []
+    for (procs, threads), n in zip(shapes, rounds, strict=True):
+        with tree(procs, threads) as t:
+            results.append(measure_tree(t, n))
+    return results
+
+
+def format_text(r: TreeResult) -> str:
+    lines = [
+        f"one sample of {r.procs} processes, {r.threads} threads "
+        f"(median of {r.rounds} interleaved rounds)"
+    ]
+    for row in r.rows:
+        if row.median_ms is None or row.ratio is None:
+            lines.append(f"  {row.name:<8} {'-':>10}  {row.what}")
+            continue
+        goal = ""
+        if row.name == "oversub":
+            goal = f"  goal <= {GOAL:.2f}: {'PASS' if row.ratio <= GOAL else 'MISS'}"
+        lines.append(f"  {row.name:<8} {row.median_ms:8.2f} ms  x{row.ratio:6.2f}{goal}")
+    return "\n".join(lines)
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    shapes = []
+    for part in text.split(","):
+        procs, threads = part.lower().split("x")
+        shapes.append((int(procs), int(threads)))
+    return shapes
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--procs", type=int, default=50)
-    parser.add_argument("--threads", type=int, default=20)
-    parser.add_argument("--runs", type=int, default=25)
+    parser.add_argument("--trees", default="50x20,250x20", help="PROCSxTHREADS,...")
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
-
-    with tempfile.TemporaryDirectory(prefix="oversub-bench-") as ready_dir:
-        root = start_tree(Path(ready_dir), args.procs, args.threads)
-        try:
-            wait_ready(Path(ready_dir), args.procs)
-            figures = measure(root.pid, max(args.runs, 20))
-        finally:
-            stop_tree(root)
-
-    ratio = figures["sampler_ms"] / figures["baseline_ms"]
-    watch_pct = figures["cpu_ms"] / 1000 * 100  # CPU seconds per 1 s interval, in %
-    print(
-        f"sampling a tree of {figures['processes']:.0f} processes, "
-        f"{figures['threads']:.0f} threads (median of {max(args.runs, 20)} interleaved runs)"
-    )
-    rows = [
-        ("TreeSampler.sample()", f"{figures['sampler_ms']:7.2f} ms", ""),
-        ("os.open/os.read loop (baseline)", f"{figures['baseline_ms']:7.2f} ms", ""),
-        ("ratio sampler / baseline", f"{ratio:7.2f}", "goal <= 1.3"),
-        ("CPU per sample (process_time)", f"{figures['cpu_ms']:7.2f} ms", ""),
-        ("watch CPU at 1 s interval", f"{watch_pct:6.2f} %", "goal < 3%"),
-    ]
-    for label, value, goal in rows:
-        print(f"  {label:<34} {value:>10}  {goal}")
+    shapes = parse_shapes(args.trees)
+    try:
+        with stop_signals_raise():
+            for result in run(shapes, [args.rounds] * len(shapes)):
+                print(format_text(result))
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
     return 0
 
 
