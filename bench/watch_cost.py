@@ -1,0 +1,208 @@
+"""CPU and memory cost of `oversub watch` at its default 1 s interval, on synthetic trees.
+
+Runs the real command, `oversub watch ROOT --format ndjson --duration D`, as a subprocess
+with stdout to a file, against a tree from bench/trees.py (idle threads), and reaps it with
+os.wait4, whose rusage gives its user + system CPU time. While it runs, this script reads
+its /proc/PID/stat and /proc/PID/status every 0.25 s.
+
+  whole run     (ru_utime + ru_stime) / wall time from start to exit, in % of one CPU:
+                what the command costs, start-up and first sample (environ and maps of
+                every process) included.
+  steady state  utime + stime from /proc/PID/stat, read by this script every 0.25 s, between
+                the first reading at least 3 s after the start and the last one before the
+                exit, over the wall time between them: what each further second costs.
+  peak RSS      VmHWM of /proc/PID/status, the last reading before the exit. Not wait4's
+                ru_maxrss: on Linux that also counts the high-water mark of the memory the
+                child was forked (vforked) from, this benchmark's own.
+
+Goals at 1,000 threads: whole run < 3% of one CPU, peak RSS < 60 MiB. The 5,000-thread
+figures are reported without a goal.
+
+    python bench/watch_cost.py [--trees 50x20,250x20] [--duration 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from trees import INTERRUPTED, stop_signals_raise, tree
+
+CPU_GOAL_PCT = 3.0
+RSS_GOAL_MIB = 60.0
+GOAL_THREADS = 1000
+"""The goals apply to the tree of this many threads."""
+STEADY_AFTER_S = 3.0
+POLL_S = 0.25
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+_SCRIPT = Path(sys.executable).with_name("oversub")
+LAUNCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "oversub"]
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    procs: int
+    threads: int
+    duration_s: float
+    """--duration given."""
+    wall_s: float
+    cpu_s: float
+    """ru_utime + ru_stime."""
+    steady_pct: float | None
+    """None when the run was too short to have a steady-state window."""
+    peak_rss_mib: float
+    lines: int
+    """ndjson lines written (one per interval plus the summary)."""
+
+    @property
+    def whole_pct(self) -> float:
+        return self.cpu_s / self.wall_s * 100
+
+    @property
+    def has_goals(self) -> bool:
+        return self.threads <= GOAL_THREADS * 1.05
+
+    @property
+    def cpu_pass(self) -> bool:
+        return self.whole_pct < CPU_GOAL_PCT
+
+    @property
+    def rss_pass(self) -> bool:
+        return self.peak_rss_mib < RSS_GOAL_MIB
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """utime + stime of a live process, in clock ticks; None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
+def _hwm_kib(pid: int) -> int | None:
+    """VmHWM of a live process in KiB; None once it has exited (a zombie has no memory)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class _Run:
+    wall_s: float
+    cpu_s: float
+    steady_pct: float | None
+    hwm_kib: int
+    lines: int
+
+
+def watch_once(root_pid: int, duration_s: float) -> _Run:
+    """Run `oversub watch` once on `root_pid` and measure it."""
+    argv = [*LAUNCH, "watch", str(root_pid), "--format", "ndjson", "--duration", str(duration_s)]
+    first: tuple[float, int] | None = None
+    last: tuple[float, int] | None = None
+    hwm = 0
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err)
+        try:
+            # Not proc.poll(): it reaps the child and loses its rusage. Look without reaping.
+            while not os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                ticks, kib, now = _cpu_ticks(proc.pid), _hwm_kib(proc.pid), time.monotonic()
+                if kib is not None:
+                    hwm = max(hwm, kib)
+                if ticks is not None:
+                    if first is None and now - t0 >= STEADY_AFTER_S:
+                        first = (now, ticks)
+                    last = (now, ticks)
+                time.sleep(POLL_S)
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.monotonic() - t0
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait()
+        if proc.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {err.read()!r}")
+        out.seek(0)
+        lines = out.read().count(b"\n")
+    steady = None
+    if first is not None and last is not None and last[0] - first[0] >= 2.0:
+        steady = (last[1] - first[1]) / CLK_TCK / (last[0] - first[0]) * 100
+    return _Run(wall, usage.ru_utime + usage.ru_stime, steady, hwm, lines)
+
+
+def run(shapes: list[tuple[int, int]], duration_s: float) -> list[WatchResult]:
+    results = []
+    for procs, threads in shapes:
+        with tree(procs, threads) as t:
+            r = watch_once(t.root_pid, duration_s)
+        results.append(
+            WatchResult(
+                procs=t.procs,
+                threads=t.threads,
+                duration_s=duration_s,
+                wall_s=r.wall_s,
+                cpu_s=r.cpu_s,
+                steady_pct=r.steady_pct,
+                peak_rss_mib=r.hwm_kib / 1024,
+                lines=r.lines,
+            )
+        )
+    return results
+
+
+def format_text(r: WatchResult) -> str:
+    steady = "-" if r.steady_pct is None else f"{r.steady_pct:.2f} %"
+    text = (
+        f"watch, {r.procs} processes, {r.threads} threads, --duration {r.duration_s:g}: "
+        f"{r.cpu_s * 1000:.0f} ms CPU in {r.wall_s:.1f} s = {r.whole_pct:.2f} % of one CPU "
+        f"(steady state {steady}), peak RSS {r.peak_rss_mib:.1f} MiB, {r.lines} lines"
+    )
+    if r.has_goals:
+        text += (
+            f"\n  goals: CPU < {CPU_GOAL_PCT:g} %: {'PASS' if r.cpu_pass else 'MISS'}, "
+            f"RSS < {RSS_GOAL_MIB:g} MiB: {'PASS' if r.rss_pass else 'MISS'}"
+        )
+    return text
+
+
+def main() -> int:
+    from sampling import parse_shapes
+
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--trees", default="50x20,250x20", help="PROCSxTHREADS,...")
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds per watch run")
+    args = parser.parse_args()
+    try:
+        with stop_signals_raise():
+            for result in run(parse_shapes(args.trees), args.duration):
+                print(format_text(result))
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
