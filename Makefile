@@ -32,8 +32,7 @@ unit: $(VENV)/.stamp
 test: lint typecheck unit
 
 bench: $(VENV)/.stamp
-	$(BIN)/python bench/startup.py
-	$(BIN)/python bench/sampling.py
+	$(BIN)/python bench/run.py
 
 # torch's CPU wheel: on this kind of machine pip takes it from a local file (see README);
 # elsewhere: make test-real TORCH_INDEX=https://download.pytorch.org/whl/cpu

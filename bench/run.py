@@ -1,0 +1,213 @@
+"""The benchmark suite behind `make bench`: runs every measurement, writes bench/RESULTS.md.
+
+  1. start-up of short commands (startup.py)
+  2. one full sample of synthetic trees, oversub against a plain-read floor, psutil, ps and
+     pidstat (sampling.py)
+  3. CPU and peak RSS of `oversub watch` at the default 1 s interval (watch_cost.py)
+
+Each script also runs alone and prints its figures. The trees are 50 processes x 20 idle
+threads (~1,000 threads) and 250 x 20 (~5,000); every process they start is killed on exit,
+Ctrl-C and SIGTERM included.
+
+    python bench/run.py [--quick] [--output bench/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sampling
+import startup
+import watch_cost
+from trees import INTERRUPTED, stop_signals_raise
+
+TREES = [(50, 20), (250, 20)]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _pidstat_version() -> str:
+    if shutil.which("pidstat") is None:
+        return "not installed"
+    out = subprocess.run(["pidstat", "-V"], capture_output=True, text=True, check=False)
+    return (out.stdout + out.stderr).splitlines()[0].strip()
+
+
+def _loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _host_processes() -> int:
+    return sum(name.isdigit() for name in os.listdir("/proc"))
+
+
+def _command() -> str:
+    here = Path.cwd()
+    exe = Path(sys.executable)
+    with_venv = exe.relative_to(here) if exe.is_relative_to(here) else exe
+    argv = shlex.join([str(with_venv), *sys.argv])
+    return f"`make bench` (`{argv}`)" if "MAKELEVEL" in os.environ else f"`{argv}`"
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _verdict(passed: bool) -> str:
+    return "PASS" if passed else "**MISS**"
+
+
+def startup_table(r: startup.StartupResult) -> list[str]:
+    lines = [
+        f"## Start-up (median of {r.rounds} interleaved rounds, modules byte-compiled)",
+        "",
+        "| command | median | ratio to floor | goal | result | heavy modules imported |",
+        "|---|---:|---:|---|---|---|",
+    ]
+    for row in r.rows:
+        if row.ratio is None:
+            lines.append(f"| `{row.label}` (floor) | {row.median_ms:.1f} ms | 1.00 | | | |")
+        else:
+            lines.append(
+                f"| `{row.label}` | {row.median_ms:.1f} ms | {row.ratio:.2f} | "
+                f"<= {startup.GOAL} | {_verdict(row.passed)} | {', '.join(row.heavy) or 'none'} |"
+            )
+    return lines
+
+
+def sampling_table(r: sampling.TreeResult) -> list[str]:
+    lines = [
+        f"### {_n(r.procs)} processes, {_n(r.threads)} threads "
+        f"(median of {r.rounds} interleaved rounds; oversub's warm-up sample saw "
+        f"{_n(r.sampled_threads)} threads)",
+        "",
+        "| method | median | ratio to floor | goal | result |",
+        "|---|---:|---:|---|---|",
+    ]
+    for row in r.rows:
+        if row.median_ms is None or row.ratio is None:
+            lines.append(f"| {row.name}: {row.what} | - | - | | |")
+            continue
+        goal = result = ""
+        if row.name == "oversub":
+            goal, result = f"<= {sampling.GOAL}", _verdict(row.ratio <= sampling.GOAL)
+        figures = f"{row.median_ms:.2f} ms | {row.ratio:.2f}"
+        lines.append(f"| {row.name}: {row.what} | {figures} | {goal} | {result} |")
+    return lines
+
+
+def watch_table(results: list[watch_cost.WatchResult]) -> list[str]:
+    lines = [
+        "| tree | CPU (user+sys) / wall | whole run, % of one CPU | steady state | "
+        "peak RSS | goals | result |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    for r in results:
+        steady = "-" if r.steady_pct is None else f"{r.steady_pct:.2f} %"
+        if r.has_goals:
+            goals = f"CPU < {watch_cost.CPU_GOAL_PCT:g} %; RSS < {watch_cost.RSS_GOAL_MIB:g} MiB"
+            result = f"CPU {_verdict(r.cpu_pass)}; RSS {_verdict(r.rss_pass)}"
+        else:
+            goals = result = "none"
+        lines.append(
+            f"| {_n(r.procs)} processes, {_n(r.threads)} threads | "
+            f"{r.cpu_s * 1000:.0f} ms / {r.wall_s:.1f} s | {r.whole_pct:.2f} % | {steady} | "
+            f"{r.peak_rss_mib:.1f} MiB | {goals} | {result} |"
+        )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few rounds, short watch runs")
+    parser.add_argument("--output", default=str(Path(__file__).with_name("RESULTS.md")))
+    args = parser.parse_args()
+    startup_rounds = 7 if args.quick else 21
+    sample_rounds = [5, 3] if args.quick else [21, 11]
+    watch_s = 5.0 if args.quick else 20.0
+
+    t0 = time.monotonic()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load_before, host_procs = _loadavg(), _host_processes()
+    try:
+        with stop_signals_raise():
+            print("start-up ...", flush=True)
+            st = startup.run(startup_rounds)
+            print(startup.format_text(st), flush=True)
+            print("sampling ...", flush=True)
+            samples = sampling.run(TREES, sample_rounds)
+            for s in samples:
+                print(sampling.format_text(s), flush=True)
+            print(f"watch, {watch_s:g} s per tree ...", flush=True)
+            watches = watch_cost.run(TREES, watch_s)
+            for w in watches:
+                print(watch_cost.format_text(w), flush=True)
+    except KeyboardInterrupt:
+        print(f"{INTERRUPTED}; {args.output} not written", file=sys.stderr)
+        return 130
+    took = time.monotonic() - t0
+
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"- Machine: {_cpu_model()}, {os.cpu_count()} vCPUs, kernel {platform.release()}, "
+        f"{platform.python_implementation()} {platform.python_version()}",
+        f"- Date: {started:%Y-%m-%d %H:%M} UTC; took {took:.0f} s",
+        f"- Command: {_command()}",
+        f"- Host: {host_procs} processes before the trees started; load average "
+        f"{load_before} before, {_loadavg()} after (other jobs may share the machine); "
+        f"RLIMIT_NOFILE {nofile}; pidstat: {_pidstat_version()}",
+        "- Figures are medians of rounds that run every method once in a rotated order; a "
+        "ratio is the median of the per-round ratios to the floor of the same round.",
+        "",
+        *startup_table(st),
+        "",
+        "## One full sample of a tree (after a warm-up sample)",
+        "",
+        "The floor reads exactly the files oversub's sampler reads in a steady-state tick "
+        "(/proc/*/stat, each tree process's task directory, each thread's status and "
+        "schedstat, /proc/stat, /proc/pressure/cpu) with plain os.open/os.read/os.close; "
+        "see bench/sampling.py.",
+        "",
+    ]
+    for s in samples:
+        lines += [*sampling_table(s), ""]
+    lines += [
+        f"## `oversub watch ROOT --format ndjson --duration {watch_s:g}` at the default 1 s "
+        "interval",
+        "",
+        "Whole run: (ru_utime + ru_stime) from wait4 over the wall time from start to exit, "
+        "start-up and first sample included; steady state: utime + stime from /proc/PID/stat "
+        f"from {watch_cost.STEADY_AFTER_S:g} s after the start to the exit. Peak RSS: "
+        "ru_maxrss (VmHWM). The goals apply to the whole-run figure at ~1,000 threads.",
+        "",
+        *watch_table(watches),
+        "",
+    ]
+    Path(args.output).write_text("\n".join(lines))
+    print(f"wrote {args.output} ({took:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
