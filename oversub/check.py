@@ -315,19 +315,27 @@ def _json_report(outcome: _Outcome, status: ExitStatus, opts: CheckOptions) -> s
 
 def _print_report(outcome: _Outcome, status: ExitStatus, opts: CheckOptions, err: TextIO) -> None:
     s = outcome.summary
+    tail = []
+    if outcome.command is not None:
+        how = "ended by --timeout" if outcome.timed_out else f"exit status {outcome.command_status}"
+        tail.append(f"oversub check: command {how}")
+    tail.append(f"oversub check: {_verdict_line(outcome, status, opts)}, exit {int(status)}")
     if err.isatty():
+        from rich.text import Text
+
         from oversub.render.live import summary_renderable
         from oversub.views import make_console
 
-        make_console(stderr=True).print(summary_renderable(s))
+        # Through the console, so the closing lines wrap to the terminal like the report.
+        console = make_console(stderr=True)
+        console.print(summary_renderable(s))
+        for line in tail:
+            console.print(Text(line))
     else:
         from oversub.render.live import summary_text
 
-        err.write(summary_text(s) + "\n")
-    if outcome.command is not None:
-        how = "ended by --timeout" if outcome.timed_out else f"exit status {outcome.command_status}"
-        err.write(f"oversub check: command {how}\n")
-    err.write(f"oversub check: {_verdict_line(outcome, status, opts)}, exit {int(status)}\n")
+        # CI logs: one unwrapped line each, so `grep 'oversub check:'` finds the outcome.
+        err.write("\n".join([summary_text(s), *tail]) + "\n")
 
 
 def _verdict_line(outcome: _Outcome, status: ExitStatus, opts: CheckOptions) -> str:

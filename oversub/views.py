@@ -26,7 +26,14 @@ def make_console(*, stderr: bool = False) -> Console:
     """A Console for this invocation; rich itself honours NO_COLOR and non-terminals."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's default raises SystemExit(1), which in `check` reads as "found" and
+            # elsewhere as a failure; a reader that left (`| head`) is exit 0 (cli.main).
+            self.quiet = True
+            raise OutputClosed("stdout was closed by its reader")
+
+    return _Console(stderr=stderr, highlight=False)
 
 
 class WatchView:

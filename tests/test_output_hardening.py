@@ -193,13 +193,6 @@ def _to_closed_pipe(args: list[str]) -> tuple[int, str]:
     return proc.returncode, err
 
 
-_RICH_EXITS_1 = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: rich's Console.on_broken_pipe raises SystemExit(1) on EPIPE, which passes "
-    "through cli.main: a text report to a reader that left exits 1, README says 0",
-)
-
-
 @pytest.mark.parametrize(
     "args",
     [
@@ -207,12 +200,11 @@ _RICH_EXITS_1 = pytest.mark.xfail(
         # (the JSON case is test_cli.py::test_stdout_closed_by_reader_exits_0).
         pytest.param(["watch", "{pid}", "--interval", "0.2"], id="watch-ndjson"),
         # Text formats are written by a rich Console.
-        pytest.param(["cpus"], id="cpus-text", marks=_RICH_EXITS_1),
-        pytest.param(["recommend", "--procs", "4"], id="recommend-text", marks=_RICH_EXITS_1),
+        pytest.param(["cpus"], id="cpus-text"),
+        pytest.param(["recommend", "--procs", "4"], id="recommend-text"),
         pytest.param(
             ["watch", "{pid}", "--format", "live", "--duration", "1", "--interval", "0.5"],
             id="watch-live",
-            marks=_RICH_EXITS_1,
         ),
     ],
 )
@@ -405,12 +397,6 @@ def test_narrow_check_static_keeps_its_facts() -> None:
     assert "exit 1" in text, run.raw
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: check's last line ('oversub check: FAIL: verdict oversubscribed "
-    "(--fail-on oversubscribed), exit 1', 78 columns) is written raw to a terminal, "
-    "not wrapped to its width like the rich report above it",
-)
 def test_narrow_check_static_fits_40_columns() -> None:
     run = _narrow(["check", "--procs", "4", "--threads", "4", "--cpus", "2"])
     assert run.code == ExitStatus.FOUND, run.raw

@@ -296,3 +296,21 @@ def test_unavailable_says_why_and_how_to_see_pools() -> None:
     assert "pools and thread variables (another user's process: run as that user or root)" in text
     assert unavailable_text(("psi",)) == "CPU pressure (no PSI in this kernel)"
     assert unavailable_text(("something-new",)) == "something-new"  # unknown names pass through
+
+
+@pytest.mark.parametrize("width", [40, 50])
+def test_narrow_terminal_lists_rows_instead_of_cutting_cells(width: int) -> None:
+    budget = make_budget(vcpus=2, affinity=(0, 1), limited_by="affinity")
+    frame = render(
+        watch_renderable(make_interval(), make_assessment(), budget, elapsed=1.0, samples=1),
+        width=width,
+    )
+    report = render(summary_renderable(make_summary()), width=width)
+    for out in (frame, report):
+        assert max(len(line.rstrip()) for line in out.splitlines()) <= width, out
+        # The pid and the evidence survive whole: no cell cut to "2…" or dropped.
+        assert "pid 2001 python" in out, out
+        assert "delay 50%" in out, out
+        assert not any(line.strip().endswith("…") for line in out.splitlines()), out
+    # Wide enough for the table: the table, not the list.
+    assert "pid 2001 python" not in render(summary_renderable(make_summary()), width=80)

@@ -9,7 +9,7 @@ the frame, the app refreshes it). rich is imported inside the rich functions onl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from oversub.model import Budget, Severity, Verdict
@@ -29,7 +29,7 @@ from oversub.render.phrases import (
 from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates, Summary, Totals
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.table import Table
     from rich.text import Text
 
@@ -53,6 +53,39 @@ _SEVERITY_STYLE: Mapping[Severity, str] = {
     Severity.WARNING: "yellow",
     Severity.INFO: "cyan",
 }
+
+
+class _FitOrList:
+    """A table where it fits, else one wrapped paragraph per row (a 40-column terminal).
+
+    rich would squeeze a too-wide table into "1…" cells or drop columns; a pid or a delay
+    cut to an ellipsis is worse than a longer report. Decided at render time, when the
+    width is known, so the frame builders stay pure.
+    """
+
+    def __init__(self, table: Table, needs: int, rows: list[str]) -> None:
+        self.table = table
+        self.needs = needs
+        self.rows = rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.text import Text
+
+        if self.needs <= options.max_width:
+            yield self.table
+            return
+        for row in self.rows:
+            yield Text(row)
+
+
+def _width_of(cells: Sequence[tuple[str, ...]], gap: int) -> int:
+    """Columns needed by unwrapped cells (multi-line headers count their longest line) with
+    `gap` columns of padding each: what the table needs before rich starts cutting cells."""
+    widest = [
+        max(len(line) for cell in column for line in cell.split("\n"))
+        for column in zip(*cells, strict=True)
+    ]
+    return sum(widest) + gap * len(widest)
 
 
 def _host_line(h: HostRates) -> str:
@@ -84,17 +117,19 @@ def _findings(findings: tuple[Finding, ...]) -> RenderableType:
 
 def _interval_table(
     processes: tuple[ProcessRates, ...], totals: Totals, vcpus: int, max_processes: int
-) -> Table:
+) -> _FitOrList:
     from rich import box
     from rich.table import Table
 
     table = Table(box=box.SIMPLE, header_style="bold", show_footer=False)
-    for name in ("PID", "Name", "Threads", "CPU%", "Demand", "Delay", "Invol/s"):
+    headers = ("PID", "Name", "Threads", "CPU%", "Demand", "Delay", "Invol/s")
+    for name in headers:
         table.add_column(name, justify="left" if name == "Name" else "right", no_wrap=True)
     table.add_column("Pools", overflow="fold")
     ordered = sorted(processes, key=lambda r: r.cpu_percent, reverse=True)
+    cells = [headers]
     for r in ordered[:max_processes]:
-        table.add_row(
+        cell = (
             str(r.pid),
             r.name,
             f"{r.active_threads}/{r.threads}",
@@ -102,14 +137,14 @@ def _interval_table(
             f"{r.demand:.2f}",
             percent(r.run_delay_ratio),
             rate(r.involuntary_ctx_per_s),
-            pools_text(r.pools),
-            style="dim" if r.exited else None,
         )
+        cells.append(cell)
+        table.add_row(*cell, pools_text(r.pools), style="dim" if r.exited else None)
     hidden = len(ordered) - max_processes
     if hidden > 0:
         table.add_row("", f"… {hidden} more", style="dim")
     table.add_section()
-    table.add_row(
+    total = (
         "total",
         f"{totals.processes} procs",
         f"{totals.active_threads}/{totals.threads}",
@@ -117,10 +152,26 @@ def _interval_table(
         f"{totals.demand:.2f} / {vcpus}",
         percent(totals.run_delay_ratio),
         rate(totals.involuntary_ctx_per_s),
-        "",
-        style="bold",
     )
-    return table
+    cells.append(total)
+    table.add_row(*total, "", style="bold")
+    # Pools fold, so they need only a short word's width ("libgomp") beside the numbers.
+    needs = _width_of(cells, gap=2) + len("libgomp") + 2
+    rows = [
+        f"pid {r.pid} {r.name}: threads {r.active_threads}/{r.threads}, "
+        f"CPU {r.cpu_percent:.0f}%, demand {r.demand:.2f}, delay {percent(r.run_delay_ratio)}, "
+        f"invol/s {rate(r.involuntary_ctx_per_s)}, pools {pools_text(r.pools)}"
+        for r in ordered[:max_processes]
+    ]
+    if hidden > 0:
+        rows.append(f"… {hidden} more")
+    rows.append(
+        f"total {totals.processes} procs: threads {totals.active_threads}/{totals.threads}, "
+        f"CPU {totals.cpu_percent:.0f}%, demand {totals.demand:.2f} / {vcpus}, "
+        f"delay {percent(totals.run_delay_ratio)}, "
+        f"invol/s {rate(totals.involuntary_ctx_per_s)}"
+    )
+    return _FitOrList(table, needs, rows)
 
 
 def _pools_and_vars(rows: list[tuple[int, str, str]]) -> Table | None:
@@ -182,38 +233,68 @@ def watch_renderable(
     return Group(*parts)
 
 
-def _summary_table(s: Summary) -> Table:
+def _summary_table(s: Summary) -> _FitOrList:
     from rich import box
     from rich.table import Table
 
     # One space between columns and two-line headers keep it inside 80 columns.
     table = Table(box=box.SIMPLE, header_style="bold", padding=(0, 1, 0, 0), pad_edge=False)
-    headers = ("PID", "Name", "Threads\npeak", "CPU%\nmean/peak", "Demand\nmean/peak")
-    for name in (*headers, "Delay\nmean/peak", "Invol/s\nmean/peak"):
+    headers = (
+        "PID",
+        "Name",
+        "Threads\npeak",
+        "CPU%\nmean/peak",
+        "Demand\nmean/peak",
+        "Delay\nmean/peak",
+        "Invol/s\nmean/peak",
+    )
+    for name in headers:
         table.add_column(name, justify="left" if name == "Name" else "right", no_wrap=True)
-    for p in sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True):
-        table.add_row(
-            str(p.pid),
-            p.name + (" (exited)" if p.exited else ""),
-            f"{p.active_threads_peak}/{p.threads}",
-            f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}",
-            f"{p.demand:.2f}/{p.demand_peak:.2f}",
-            f"{percent(p.run_delay_ratio)}/{percent(p.run_delay_ratio_peak)}",
-            f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
+    ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
+    cells = [headers]
+    for p in ordered:
+        cells.append(
+            (
+                str(p.pid),
+                p.name + (" (exited)" if p.exited else ""),
+                f"{p.active_threads_peak}/{p.threads}",
+                f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}",
+                f"{p.demand:.2f}/{p.demand_peak:.2f}",
+                f"{percent(p.run_delay_ratio)}/{percent(p.run_delay_ratio_peak)}",
+                f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
+            )
         )
+        table.add_row(*cells[-1])
     table.add_section()
     t, peak = s.totals, s.totals_peak
-    table.add_row(
-        "total",
-        f"{t.processes} procs",
-        f"{peak.active_threads}/{peak.threads}",
-        f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
-        f"{t.demand:.2f}/{peak.demand:.2f}",
-        f"{percent(t.run_delay_ratio)}/{percent(peak.run_delay_ratio)}",
-        f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
-        style="bold",
+    cells.append(
+        (
+            "total",
+            f"{t.processes} procs",
+            f"{peak.active_threads}/{peak.threads}",
+            f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
+            f"{t.demand:.2f}/{peak.demand:.2f}",
+            f"{percent(t.run_delay_ratio)}/{percent(peak.run_delay_ratio)}",
+            f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
+        )
     )
-    return table
+    table.add_row(*cells[-1], style="bold")
+    needs = _width_of(cells, gap=1)
+    rows = [
+        f"pid {p.pid} {p.name}{' (exited)' if p.exited else ''}: peak threads "
+        f"{p.active_threads_peak}/{p.threads}, mean/peak CPU "
+        f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}%, "
+        f"demand {p.demand:.2f}/{p.demand_peak:.2f}, "
+        f"delay {percent(p.run_delay_ratio)}/{percent(p.run_delay_ratio_peak)}"
+        for p in ordered
+    ]
+    rows.append(
+        f"total {t.processes} procs: peak threads {peak.active_threads}/{peak.threads}, "
+        f"mean/peak CPU {t.cpu_percent:.0f}/{peak.cpu_percent:.0f}%, "
+        f"demand {t.demand:.2f}/{peak.demand:.2f}, "
+        f"delay {percent(t.run_delay_ratio)}/{percent(peak.run_delay_ratio)}"
+    )
+    return _FitOrList(table, needs, rows)
 
 
 def _run_line(s: Summary, sep: str = " · ") -> str:
