@@ -117,12 +117,13 @@ def sampling_table(r: sampling.TreeResult) -> list[str]:
 
 def watch_table(results: list[watch_cost.WatchResult]) -> list[str]:
     lines = [
-        "| tree | CPU (user+sys) / wall | whole run, % of one CPU | steady state | "
+        "| tree | CPU (user+sys) / wall | whole run, % of one CPU | steady state | one-off | "
         "peak RSS | goals | result |",
-        "|---|---:|---:|---:|---:|---|---|",
+        "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in results:
         steady = "-" if r.steady_pct is None else f"{r.steady_pct:.2f} %"
+        one_off = "-" if r.one_off_ms is None else f"{r.one_off_ms:.0f} ms"
         if r.has_goals:
             goals = f"CPU < {watch_cost.CPU_GOAL_PCT:g} %; RSS < {watch_cost.RSS_GOAL_MIB:g} MiB"
             result = f"CPU {_verdict(r.cpu_pass)}; RSS {_verdict(r.rss_pass)}"
@@ -131,7 +132,7 @@ def watch_table(results: list[watch_cost.WatchResult]) -> list[str]:
         lines.append(
             f"| {_n(r.procs)} processes, {_n(r.threads)} threads | "
             f"{r.cpu_s * 1000:.0f} ms / {r.wall_s:.1f} s | {r.whole_pct:.2f} % | {steady} | "
-            f"{r.peak_rss_mib:.1f} MiB | {goals} | {result} |"
+            f"{one_off} | {r.peak_rss_mib:.1f} MiB | {goals} | {result} |"
         )
     return lines
 
@@ -198,7 +199,8 @@ def main() -> int:
         "",
         "Whole run: (ru_utime + ru_stime) from wait4 over the wall time from start to exit, "
         "start-up and first sample included; steady state: utime + stime from /proc/PID/stat "
-        f"from {watch_cost.STEADY_AFTER_S:g} s after the start to the exit. Peak RSS: "
+        f"from {watch_cost.STEADY_AFTER_S:g} s after the start to the exit; one-off: the rest "
+        "(start-up, first sample, summary), so whole run = steady + one-off / wall. Peak RSS: "
         "ru_maxrss (VmHWM). The goals apply to the whole-run figure at ~1,000 threads.",
         "",
         *watch_table(watches),
