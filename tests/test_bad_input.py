@@ -1,0 +1,524 @@
+"""Hostile command lines for every command and option, generated from the real click group.
+
+Property: whatever argv a user types, `oversub` exits with a documented status (README's
+table), never prints a traceback or an internal error, and a usage error is one line
+starting `oversub: error:`. The options come from introspecting `oversub.cli.cli`, so a new
+option is fuzzed without editing this file (and a new option *type* fails
+`test_every_option_has_a_value_strategy` until it gets one).
+
+Bounds, so that no example runs long or observes a real process:
+- every pid that converts is above the kernel's PID_MAX_LIMIT, so no such process exists;
+- `stress` gets at most 1 process x 1 thread for at most 0.05 s;
+- `check -- CMD` runs only `true`, `python -c pass`, or words that are no executable;
+- `--cpus` stays small or is far too big to allocate (see the xfail tests at the end);
+- values never contain "/" except in a fixed list, and each example runs in an empty
+  temporary directory, so report files land there;
+- an alarm turns a hang into a test failure that names the argv.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import click
+import pytest
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+
+from oversub.cli import cli
+from oversub.cli_options import PID, Seconds, parse_procs
+from oversub.errors import ExitStatus
+from tests.test_check_integration import OVERSUB
+from tests.test_cli import LAUNCHER_VARS, run
+
+DOCUMENTED = {int(s) for s in ExitStatus}
+PID_MAX_LIMIT = 4 * 1024 * 1024
+"""The kernel's ceiling for pid_max on 64-bit: no process can have a larger pid."""
+ALARM_S = 20.0
+"""Hang guard per example (a normal one takes milliseconds); a bound, not a measured time."""
+PYTHON_PASS = [sys.executable, "-c", "pass"]
+
+COMMANDS: dict[str, click.Command] = dict(cli.commands)
+
+# Values that break parsers: empty, blank, signs, NaN/infinity, overflow, other digits,
+# long strings, control characters, shell and format syntax. Each option also gets values
+# valid for its type and free text; every value passes `_bounded` first.
+HOSTILE = (
+    "",
+    " ",
+    "\t",
+    "\n",
+    "-",
+    "--",
+    "-0",
+    "-1",
+    "0",
+    "1.5",
+    "1e3",
+    "0x10",
+    "1_000",
+    " 2",
+    "nan",
+    "-nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "Infinity",
+    "1e309",
+    "-1e309",
+    "1e-320",
+    "5e-324",
+    "1e300",
+    "abc",
+    "auto",
+    "\u0661",  # ARABIC-INDIC DIGIT ONE: int() and float() accept it
+    "\u0664\u0661\u0669\u0664\u0663\u0660\u0665",  # 4194305 in the same digits
+    "9223372036854775807",
+    "99999999999999999999",
+    "9" * 5000,  # beyond int()'s default digit limit
+    "é🙂",
+    "\udce9",  # a Latin-1 byte of a real argv, as Python decodes it
+    "x" * 300,  # longer than NAME_MAX
+    "a b",
+    "'\"",
+    "$HOME",
+    "%s{}",
+    "\x1b[31m",
+)
+PATHS = ("r.json", "report.xml", "out.md", "-", "é🙂.md", "\udce9.json")
+BAD_PATHS = (
+    ".",
+    "..",
+    "/",
+    "missing-dir/r.json",
+    "/nonexistent/oversub/r.json",
+    "/dev/null",
+    "/dev/full",
+    "no\nsuch/r.json",
+)
+COMMANDS_TO_RUN = (
+    ["true"],
+    PYTHON_PASS,
+    ["/nonexistent/oversub-no-such-command"],
+    [""],
+    ["/"],
+)
+SKELETONS = {
+    "recommend": (["--procs", "2"], ["--procs", "3", "--cpus", "8"]),
+    "watch": (["--duration", "0.2", "--interval", "0.1"],),
+    "check": (
+        ["--procs", "2", "--threads", "2"],
+        ["--procs", "4", "--threads", "1", "--workers", "1", "--cpus", "4"],
+        ["--pid", "4194305", "--duration", "0.2"],
+    ),
+    "stress": (["--procs", "1", "--threads", "1", "--seconds", "0.01"],),
+}
+"""Valid enough to get past parsing: the options drawn after them vary the run."""
+UNKNOWN_OPTIONS = ("--bogus", "-Z", "--pid2", "--format-json", "---", "-")
+
+FREE_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00/"), max_size=12
+)
+"""No NUL (an argv cannot hold one), no "/" (report files stay in the example's directory),
+no surrogates other than the listed one."""
+
+
+def _context(command: click.Command, name: str) -> click.Context:
+    return click.Context(command, info_name=name, **command.context_settings)
+
+
+def _params(name: str) -> list[click.Parameter]:
+    command = COMMANDS[name]
+    return command.get_params(_context(command, name))
+
+
+def _convert(name: str, param: click.Parameter, value: str) -> Any:
+    """The value as the command would see it, or None when click refuses it."""
+    try:
+        return param.process_value(_context(COMMANDS[name], name), value)
+    except (click.ClickException, ValueError):
+        return None
+
+
+def _bounded(name: str, param: click.Parameter, value: str) -> bool:
+    """False for values that would make an example observe a live process or run long."""
+    got = _convert(name, param, value)
+    if got is None or isinstance(got, str):
+        return True
+    if param.type is PID:
+        return bool(got > PID_MAX_LIMIT)
+    if name == "stress":
+        return bool(got <= (0.05 if param.name == "seconds" else 1))
+    if param.name == "ncpus":
+        # A budget of N CPUs lists them: small, or too big to allocate at all (xfail below).
+        return bool(got <= 64 or got >= 2**62)
+    return True
+
+
+def _valid(name: str, param: click.Parameter) -> tuple[str, ...]:
+    """A few values the option accepts (and `_bounded` allows)."""
+    valid = tuple(
+        v
+        for v in _typical(param)
+        if _convert(name, param, v) is not None and _bounded(name, param, v)
+    )
+    assert valid, (name, param.name)
+    return valid
+
+
+def _typical(param: click.Parameter) -> tuple[str, ...]:
+    """Values of the option's type, some of them out of its range."""
+    kind = param.type
+    if isinstance(kind, click.Choice):
+        return tuple(str(c) for c in kind.choices)
+    if param.callback is parse_procs:
+        return ("1", "2", "4", "auto")
+    if isinstance(kind, click.Path):
+        return PATHS
+    if isinstance(kind, click.IntRange):
+        return ("0", "1", "2", "3", "4194305", "2147483647", "9223372036854775807")
+    if isinstance(kind, (Seconds, click.FloatRange)):
+        return ("0", "0.01", "0.05", "0.1", "0.25", "0.5", "1")
+    raise AssertionError(f"no value strategy for {param.name} ({kind!r}): add one")
+
+
+def _hostile(param: click.Parameter) -> tuple[str, ...]:
+    return (*HOSTILE, *BAD_PATHS) if isinstance(param.type, click.Path) else HOSTILE
+
+
+def values(name: str, param: click.Parameter, *, hostile: bool) -> st.SearchStrategy[str]:
+    """Values valid for the option's type, or hostile ones and free text."""
+    if hostile:
+        pool = st.one_of(st.sampled_from(_hostile(param)), FREE_TEXT)
+    else:
+        pool = st.sampled_from(_valid(name, param))
+    return pool.filter(lambda v: _bounded(name, param, v))
+
+
+def _not_runnable(word: str) -> bool:
+    return shutil.which(word) is None
+
+
+@st.composite
+def option_tokens(draw: st.DrawFn, name: str, *, hostile: bool) -> list[str]:
+    """One option as argv tokens: `--opt V`, `--opt=V`, `-oV` or a flag; when hostile, also
+    an unknown option or a flag given a value."""
+    options = [p for p in _params(name) if isinstance(p, click.Option)]
+    param = draw(st.sampled_from(options))
+    if hostile and draw(st.integers(0, 7)) == 0:
+        return [draw(st.sampled_from(UNKNOWN_OPTIONS))]
+    long = [o for o in param.opts if o.startswith("--")]
+    short = [o for o in param.opts if not o.startswith("--")]
+    if param.is_flag:
+        if name == "cpus" and param.name == "detail":
+            return ["--detail=1"]  # plain --detail runs py-cpuinfo (~1 s, spawns processes)
+        flag = draw(st.sampled_from(param.opts))
+        return [f"{flag}=1"] if hostile and long and draw(st.booleans()) else [flag]
+    value = draw(values(name, param, hostile=hostile))
+    form = draw(st.sampled_from(["separate", "equals", "attached"]))
+    if form == "equals" and long:
+        return [f"{draw(st.sampled_from(long))}={value}"]
+    if form == "attached" and short and value:
+        return [f"{draw(st.sampled_from(short))}{value}"]
+    return [draw(st.sampled_from(param.opts)), value]
+
+
+@st.composite
+def command_argv(draw: st.DrawFn, name: str) -> list[str]:
+    """`oversub NAME [PID] OPTIONS... [-- CMD...] [--opt-without-value]`: mostly valid (a
+    skeleton that parses, valid options) with up to three hostile options mixed in.
+
+    Values always follow their option, so no value can become watch's PID or check's CMD.
+    """
+    argv = [name]
+    params = _params(name)
+    arguments = [p for p in params if isinstance(p, click.Argument)]
+    takes_command = any(p.nargs == -1 for p in arguments)
+    pid_argument = [p for p in arguments if p.type is PID]
+    if pid_argument and draw(st.integers(0, 7)):
+        argv.append(draw(values(name, pid_argument[0], hostile=draw(st.booleans()))))
+    command_mode = takes_command and draw(st.booleans())
+    if name in SKELETONS and not command_mode and draw(st.integers(0, 3)):
+        argv += draw(st.sampled_from(SKELETONS[name]))
+    items = draw(st.lists(option_tokens(name, hostile=False), max_size=3))
+    items += draw(st.lists(option_tokens(name, hostile=True), max_size=3))
+    for tokens in draw(st.permutations(items)):
+        argv += tokens
+    if command_mode:
+        argv.append("--")
+        argv += draw(
+            st.one_of(
+                st.sampled_from(COMMANDS_TO_RUN),
+                st.lists(FREE_TEXT.filter(_not_runnable), min_size=1, max_size=2),
+            )
+        )
+    elif draw(st.integers(0, 7)) == 0:
+        takes_value = [p for p in params if isinstance(p, click.Option) and not p.is_flag]
+        argv.append(draw(st.sampled_from(takes_value)).opts[0])  # at the end: no value
+    return argv
+
+
+TOP_LEVEL = st.lists(
+    st.sampled_from(
+        ["--version", "-V", "--help", "-h", "--version=1", *UNKNOWN_OPTIONS, "", "bogus", "CPUS"]
+    ),
+    max_size=3,
+)
+
+
+class Hung(BaseException):
+    """Not an Exception: `main` must not turn it into an exit status."""
+
+
+@contextmanager
+def _alarm(argv: list[str]) -> Iterator[None]:
+    def ring(signum: int, frame: FrameType | None) -> None:
+        raise Hung(f"{argv!r} still running after {ALARM_S} s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, ALARM_S)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextmanager
+def _in_empty_dir() -> Iterator[None]:
+    """Report files an example writes land in a fresh directory (no pyproject.toml there)."""
+    before = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="oversub-bad-input-") as tmp:
+        os.chdir(tmp)
+        try:
+            yield
+        finally:
+            os.chdir(before)
+
+
+@pytest.fixture
+def quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CI job summary to append to, no launcher variables, no traceback mode."""
+    for var in (*LAUNCHER_VARS, "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "OVERSUB_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+
+
+# Internal errors found by this file, each with a strict xfail regression test below. An
+# entry lets the property pass on that one symptom; delete it together with its xfail.
+KNOWN_BUGS: tuple[Callable[[list[str], str], bool], ...] = (
+    lambda argv, err: (
+        "--cpus" in " ".join(argv)
+        and re.search(r"internal error: (MemoryError|OverflowError)", err) is not None
+    ),
+    lambda argv, err: "internal error: OSError: [Errno 36] File name too long" in err,
+    lambda argv, err: (
+        re.match(r"oversub: error: --(json|junit|markdown) [^\n]*\n.", err, re.S) is not None
+        and any("\n" in a for a in argv)
+    ),
+)
+
+
+def _known_bug(argv: list[str], err: str) -> bool:
+    return any(bug(argv, err) for bug in KNOWN_BUGS)
+
+
+def check_outcome(argv: list[str], code: int, out: str, err: str) -> None:
+    """The README's promises for any command line."""
+    assert code in DOCUMENTED, (argv, code, err)
+    assert "Traceback" not in out + err, (argv, err)
+    if _known_bug(argv, err):
+        return
+    assert "internal error" not in err, (argv, err)
+    lines = err.splitlines()
+    if code == ExitStatus.FOUND:
+        assert "check" in argv, (argv, err)  # only `check` turns verdicts into exit 1
+    if code == ExitStatus.USAGE:
+        if not argv:  # `oversub` alone: the help text (click's NoArgsIsHelp)
+            assert err.startswith("Usage: oversub"), err
+        else:
+            assert len(lines) == 1 and lines[0].startswith("oversub: error: "), (argv, err)
+    elif code == ExitStatus.UNOBSERVABLE:
+        assert lines and re.match(r"oversub( check)?: error: ", lines[-1]), (argv, err)
+    else:
+        assert not any(line.startswith("oversub: error:") for line in lines), (argv, err)
+
+
+def run_in_process(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with _in_empty_dir(), _alarm(argv):
+        return run(argv, capsys)
+
+
+SETTINGS = settings(
+    max_examples=400,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,  # capsys is read and reset by every example
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+    ],
+)
+
+
+def test_every_option_has_a_value_strategy() -> None:
+    names = set(COMMANDS)
+    assert names >= {"cpus", "recommend", "watch", "check", "stress"}, names
+    for name in names:
+        for param in _params(name):
+            if isinstance(param, click.Option) and not param.is_flag:
+                assert _valid(name, param), param.name
+            if isinstance(param, click.Argument):
+                assert param.type is PID or param.nargs == -1, (name, param.name)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+@SETTINGS
+@given(data=st.data())
+def test_any_command_line_exits_documented(
+    name: str, data: st.DataObject, capsys: pytest.CaptureFixture[str], quiet_env: None
+) -> None:
+    argv = data.draw(command_argv(name), label="argv")
+    code, out, err = run_in_process(argv, capsys)
+    event(f"exit {code}" + (" (known bug)" if _known_bug(argv, err) else ""))
+    check_outcome(argv, code, out, err)
+
+
+@SETTINGS
+@given(prefix=TOP_LEVEL, rest=st.one_of(st.just([]), *map(command_argv, sorted(COMMANDS))))
+@example(prefix=[], rest=[])
+@example(prefix=["--version", "--bogus"], rest=[])
+@example(prefix=["--bogus", "--version"], rest=[])
+@example(prefix=["-h"], rest=["watch"])
+def test_top_level_flags_exit_documented(
+    prefix: list[str], rest: list[str], capsys: pytest.CaptureFixture[str], quiet_env: None
+) -> None:
+    argv = [*prefix, *rest]
+    check_outcome(argv, *run_in_process(argv, capsys))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["watch", "4194305", "--interval"],  # option without a value
+        ["watch", "4194305", "--once=1"],  # flag with a value
+        ["watch", "4194305", "--duration", "-0"],
+        ["watch", "0"],
+        ["watch", "2147483648"],
+        ["cpus", "--pid", "--format", "json"],  # the next option swallowed as the value
+        ["recommend", "--procs", "9" * 5000],
+        ["recommend", "-M2", "-M", "0"],  # repeated: the last one counts
+        ["check", "--pid", "4194305", "--interval", "1e309"],
+        ["check", "--procs", "1", "--threads", "1", "--json", ""],
+        ["check", "--procs", "1", "--threads", "1", "--junit", "/dev/full"],
+        ["check", "--margin", "nan", "--", "true"],
+        ["check", "--timeout", "1e-320", "--", "true"],
+        ["check", "--", "/nonexistent/oversub-no-such-command"],
+        ["check", "--", "\udce9"],
+        ["stress", "-M", "1", "-T", "0", "-S", "inf"],
+        ["stress", "-M", "0", "-T", "1", "-S", "0.01"],
+    ],
+)
+def test_explicit_hostile_examples(
+    argv: list[str], capsys: pytest.CaptureFixture[str], quiet_env: None
+) -> None:
+    code, out, err = run_in_process(argv, capsys)
+    check_outcome(argv, code, out, err)
+    assert code in (ExitStatus.USAGE, ExitStatus.UNOBSERVABLE), (code, err)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["cpus", "--pid", "0"],
+        ["watch"],
+        ["watch", "4194305", "--interval", "nan"],
+        ["recommend", "--procs", ""],
+        ["bogus"],
+        ["check", "--interval", "0.01", "--", "true"],
+        ["check", "--procs", "1", "--threads", "1", "--json", "/nonexistent/oversub/r.json"],
+        ["check", "--pid", "4194305", "--duration", "1"],
+        ["stress", "--procs", "1", "--threads", "1", "--seconds", "-1"],
+    ],
+)
+def test_in_process_harness_matches_the_real_process(
+    argv: list[str], capsys: pytest.CaptureFixture[str], quiet_env: None, tmp_path: Any
+) -> None:
+    code, _, err = run_in_process(argv, capsys)
+    real = subprocess.run(
+        [*OVERSUB, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k not in ("OVERSUB_DEBUG", "COLUMNS")},
+    )
+    assert (real.returncode, real.stderr) == (code, err)
+    check_outcome(argv, real.returncode, real.stdout, real.stderr)
+
+
+def test_no_arguments_prints_help_like_the_real_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run_in_process([], capsys)
+    real = subprocess.run(OVERSUB, capture_output=True, text=True, timeout=60)
+    assert real.returncode == code == ExitStatus.USAGE
+    assert real.stderr.splitlines()[0] == err.splitlines()[0]
+
+
+# ------------------------------------------------------------------ bugs found (xfail)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: --cpus too large to list is an internal error (exit 3), not a usage error",
+)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["recommend", "--procs", "2", "--cpus", "9223372036854775807"],
+        ["check", "--procs", "2", "--threads", "2", "--cpus", "99999999999999999999"],
+    ],
+)
+def test_huge_cpus_is_a_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str], quiet_env: None
+) -> None:
+    code, _, err = run_in_process(argv, capsys)
+    assert "internal error" not in err
+    assert code == ExitStatus.USAGE, err
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a report file name longer than NAME_MAX is an internal error (exit 3)",
+)
+def test_too_long_report_name_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], quiet_env: None
+) -> None:
+    argv = ["check", "--procs", "1", "--threads", "1", "--json", "x" * 300]
+    code, _, err = run_in_process(argv, capsys)
+    assert "internal error" not in err
+    assert code == ExitStatus.USAGE, err
+
+
+@pytest.mark.xfail(
+    strict=True, reason="BUG: a report path's newline splits the usage error over two lines"
+)
+def test_report_path_with_newline_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], quiet_env: None
+) -> None:
+    argv = ["check", "--procs", "1", "--threads", "1", "--json", "no\nsuch/r.json"]
+    code, _, err = run_in_process(argv, capsys)
+    assert code == ExitStatus.USAGE
+    assert len(err.splitlines()) == 1, err
