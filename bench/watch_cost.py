@@ -21,7 +21,7 @@ its /proc/PID/stat and /proc/PID/status every 0.25 s.
 Goals at 1,000 threads: whole run < 3% of one CPU, peak RSS < 60 MiB. The 5,000-thread
 figures are reported without a goal.
 
-    python bench/watch_cost.py [--trees 50x20,250x20] [--duration 15]
+    python bench/watch_cost.py [--trees 50x20,250x20] [--duration 20] [--runs 1]
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ class WatchResult:
     peak_rss_mib: float
     lines: int
     """ndjson lines written (one per interval plus the summary)."""
+    runs_pct: tuple[float, ...] = ()
+    """Whole-run % of every run on this tree; the figures above are the median run's."""
 
     @property
     def whole_pct(self) -> float:
@@ -163,12 +165,16 @@ def watch_once(root_pid: int, duration_s: float) -> _Run:
     return _Run(wall, usage.ru_utime + usage.ru_stime, steady, hwm, lines)
 
 
-def run(shapes: list[tuple[int, int]], duration_s: float) -> list[WatchResult]:
+def run(shapes: list[tuple[int, int]], duration_s: float, runs: list[int]) -> list[WatchResult]:
+    """`runs[i]` watch runs on tree `shapes[i]`; each result is the median run (by whole-run
+    CPU %) with every run's figure in `runs_pct`."""
     startup.byte_compile()  # as installed; otherwise every run recompiles oversub's modules
     results = []
-    for procs, threads in shapes:
+    for (procs, threads), n in zip(shapes, runs, strict=True):
         with tree(procs, threads) as t:
-            r = watch_once(t.root_pid, duration_s)
+            done = [watch_once(t.root_pid, duration_s) for _ in range(n)]
+        done.sort(key=lambda r: r.cpu_s / r.wall_s)
+        r = done[len(done) // 2]
         results.append(
             WatchResult(
                 procs=t.procs,
@@ -177,8 +183,9 @@ def run(shapes: list[tuple[int, int]], duration_s: float) -> list[WatchResult]:
                 wall_s=r.wall_s,
                 cpu_s=r.cpu_s,
                 steady_pct=r.steady_pct,
-                peak_rss_mib=r.hwm_kib / 1024,
+                peak_rss_mib=max(d.hwm_kib for d in done) / 1024,
                 lines=r.lines,
+                runs_pct=tuple(d.cpu_s / d.wall_s * 100 for d in done),
             )
         )
     return results
@@ -193,6 +200,10 @@ def format_text(r: WatchResult) -> str:
         f"(steady state {steady}, one-off {one_off}), peak RSS {r.peak_rss_mib:.1f} MiB, "
         f"{r.lines} lines"
     )
+    if len(r.runs_pct) > 1:
+        text += f"; median of {len(r.runs_pct)} runs: " + ", ".join(
+            f"{p:.2f} %" for p in r.runs_pct
+        )
     if r.has_goals:
         text += (
             f"\n  goals: CPU < {CPU_GOAL_PCT:g} %: {'PASS' if r.cpu_pass else 'MISS'}, "
@@ -206,11 +217,13 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--trees", default="50x20,250x20", help="PROCSxTHREADS,...")
-    parser.add_argument("--duration", type=float, default=15.0, help="seconds per watch run")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds per watch run")
+    parser.add_argument("--runs", type=int, default=1, help="watch runs per tree (median)")
     args = parser.parse_args()
+    shapes = parse_shapes(args.trees)
     try:
         with stop_signals_raise():
-            for result in run(parse_shapes(args.trees), args.duration):
+            for result in run(shapes, args.duration, [args.runs] * len(shapes)):
                 print(format_text(result))
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
