@@ -52,6 +52,17 @@ def _pidstat_version() -> str:
     return (out.stdout + out.stderr).splitlines()[0].strip()
 
 
+def _revision() -> str:
+    """The commit measured, and whether oversub/ had uncommitted changes."""
+    root = Path(__file__).resolve().parent.parent
+    git = ["git", "-C", str(root)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        return "unknown (not a git checkout)"
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", "oversub"], capture_output=True)
+    return head.stdout.strip() + (" with uncommitted changes in oversub/" if dirty.stdout else "")
+
+
 def _loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -150,7 +161,7 @@ def main() -> int:
 
     t0 = time.monotonic()
     started = datetime.datetime.now(datetime.timezone.utc)
-    load_before, host_procs = _loadavg(), _host_processes()
+    load_before, host_procs, revision = _loadavg(), _host_processes(), _revision()
     try:
         with stop_signals_raise():
             print("start-up ...", flush=True)
@@ -176,7 +187,7 @@ def main() -> int:
         f"- Machine: {_cpu_model()}, {os.cpu_count()} vCPUs, kernel {platform.release()}, "
         f"{platform.python_implementation()} {platform.python_version()}",
         f"- Date: {started:%Y-%m-%d %H:%M} UTC; took {took:.0f} s",
-        f"- Command: {_command()}",
+        f"- Command: {_command()}, on commit {revision}",
         f"- Host: {host_procs} processes before the trees started; load average "
         f"{load_before} before, {_loadavg()} after (other jobs may share the machine); "
         f"RLIMIT_NOFILE {nofile}; pidstat: {_pidstat_version()}",
