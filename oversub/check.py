@@ -89,15 +89,22 @@ def validate_report_paths(opts: CheckOptions) -> None:
     ):
         if path is None:
             continue
-        parent = path.parent
-        if path.is_dir():
-            raise UsageError(f"{flag} {path}: is a directory")
-        if not parent.is_dir():
-            raise UsageError(f"{flag} {path}: directory {parent} does not exist")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"{flag} {path}: directory {parent} is not writable")
-        if path.exists() and not os.access(path, os.W_OK):
-            raise UsageError(f"{flag} {path}: file is not writable")
+        try:
+            _check_writable(flag, path)
+        except OSError as exc:  # a name too long, a loop of symlinks...
+            raise UsageError(f"{flag} {path}: {exc.strerror or exc}") from exc
+
+
+def _check_writable(flag: str, path: Path) -> None:
+    parent = path.parent
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory")
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: directory {parent} is not writable")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"{flag} {path}: file is not writable")
 
 
 def report_command(argv: list[str]) -> list[str]:

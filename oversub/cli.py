@@ -17,6 +17,7 @@ import click
 from oversub import __version__
 from oversub.cli_options import (
     CONTEXT,
+    CPUS,
     INTERVAL,
     PID,
     POSITIVE,
@@ -114,9 +115,7 @@ def cpus(pid: int | None, fmt: str, detail: bool) -> None:
     help="Single-thread helper processes per process (DataLoader/pool workers).",
 )
 @click.option("--pid", type=PID, default=None, help="Use this process's budget.")
-@click.option(
-    "--cpus", "ncpus", type=POSITIVE, default=None, help="Use N CPUs instead of measuring."
-)
+@click.option("--cpus", "ncpus", type=CPUS, default=None, help="Use N CPUs instead of measuring.")
 @click.option(
     "--format",
     "fmt",
@@ -230,7 +229,7 @@ def watch(
     default=None,
     help="Static preflight: single-thread workers per process [0].",
 )
-@click.option("--cpus", "ncpus", type=POSITIVE, default=None, help="Static preflight: N CPUs.")
+@click.option("--cpus", "ncpus", type=CPUS, default=None, help="Static preflight: N CPUs.")
 @click.option("--interval", type=INTERVAL, default=None, help="Seconds per sample [1.0].")
 @click.option(
     "--warmup",
@@ -404,7 +403,10 @@ NO_ARGS_IS_HELP: type[click.UsageError] = getattr(
 
 
 def _error(message: str) -> None:
-    click.echo(f"oversub: error: {message}", err=True)
+    # One line whatever the input held: a newline or an escape sequence in a path or an
+    # argument is shown escaped ("\\n", "\\x1b"), never passed to the terminal or the log.
+    shown = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+    click.echo(f"oversub: error: {shown}", err=True)
 
 
 def _stdout_to_devnull() -> None:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from oversub.errors import UsageError
-from oversub.model import Thresholds
+from oversub.model import MAX_VCPUS, Thresholds
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,6 +49,7 @@ class Seconds(click.FloatRange):
 
 
 POSITIVE = click.IntRange(min=1)
+CPUS = click.IntRange(1, MAX_VCPUS)
 PID = click.IntRange(1, 2**31 - 1)
 """A pid fits the kernel's pid_t (a signed 32-bit int); larger numbers are typos."""
 SECONDS = Seconds(min=0.0, min_open=True)

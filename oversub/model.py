@@ -19,6 +19,10 @@ from typing import Literal
 LimitSource = Literal["affinity", "quota", "cpuset", "none"]
 """What sets the effective budget N (`limited_by` in JSON)."""
 
+MAX_VCPUS = 65536
+"""The largest budget N accepted as input (`--cpus`, `cpus=`): no Linux kernel runs more CPUs
+(NR_CPUS tops out at 8192); a larger N is a typo, and planning bindings for it only burns memory."""
+
 
 # --------------------------------------------------------------------------- budget
 

@@ -10,7 +10,7 @@ Bounds, so that no example runs long or observes a real process:
 - every pid that converts is above the kernel's PID_MAX_LIMIT, so no such process exists;
 - `stress` gets at most 1 process x 1 thread for at most 0.05 s;
 - `check -- CMD` runs only `true`, `python -c pass`, or words that are no executable;
-- `--cpus` stays small or is far too big to allocate (see the xfail tests at the end);
+- `--cpus` stays small or above the accepted maximum (a plan for 65,536 CPUs takes a while);
 - values never contain "/" except in a fixed list, and each example runs in an empty
   temporary directory, so report files land there;
 - an alarm turns a hang into a test failure that names the argv.
@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -35,9 +35,11 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from oversub.analysis.recommend import binding_plan, synthetic_budget
 from oversub.cli import cli
 from oversub.cli_options import PID, Seconds, parse_procs
 from oversub.errors import ExitStatus
+from oversub.model import MAX_VCPUS
 from tests.test_check_integration import OVERSUB
 from tests.test_cli import LAUNCHER_VARS, run
 
@@ -160,8 +162,8 @@ def _bounded(name: str, param: click.Parameter, value: str) -> bool:
     if name == "stress":
         return bool(got <= (0.05 if param.name == "seconds" else 1))
     if param.name == "ncpus":
-        # A budget of N CPUs lists them: small, or too big to allocate at all (xfail below).
-        return bool(got <= 64 or got >= 2**62)
+        # A budget of N CPUs lists them: small, or refused as more than any kernel runs.
+        return bool(got <= 64 or got > MAX_VCPUS)
     return True
 
 
@@ -313,31 +315,10 @@ def quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
-# Internal errors found by this file, each with a strict xfail regression test below. An
-# entry lets the property pass on that one symptom; delete it together with its xfail.
-KNOWN_BUGS: tuple[Callable[[list[str], str], bool], ...] = (
-    lambda argv, err: (
-        "--cpus" in " ".join(argv)
-        and re.search(r"internal error: (MemoryError|OverflowError)", err) is not None
-    ),
-    lambda argv, err: "internal error: OSError: [Errno 36] File name too long" in err,
-    lambda argv, err: (
-        re.match(r"oversub: error: --(json|junit|markdown) [^\n]*\n.", err, re.S) is not None
-        and any("\n" in a for a in argv)
-    ),
-)
-
-
-def _known_bug(argv: list[str], err: str) -> bool:
-    return any(bug(argv, err) for bug in KNOWN_BUGS)
-
-
 def check_outcome(argv: list[str], code: int, out: str, err: str) -> None:
     """The README's promises for any command line."""
     assert code in DOCUMENTED, (argv, code, err)
     assert "Traceback" not in out + err, (argv, err)
-    if _known_bug(argv, err):
-        return
     assert "internal error" not in err, (argv, err)
     lines = err.splitlines()
     if code == ExitStatus.FOUND:
@@ -390,7 +371,7 @@ def test_any_command_line_exits_documented(
 ) -> None:
     argv = data.draw(command_argv(name), label="argv")
     code, out, err = run_in_process(argv, capsys)
-    event(f"exit {code}" + (" (known bug)" if _known_bug(argv, err) else ""))
+    event(f"exit {code}")
     check_outcome(argv, code, out, err)
 
 
@@ -477,17 +458,14 @@ def test_no_arguments_prints_help_like_the_real_process(
     assert real.stderr.splitlines()[0] == err.splitlines()[0]
 
 
-# ------------------------------------------------------------------ bugs found (xfail)
+# ------------------------------------------------------- regressions found by this file
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: --cpus too large to list is an internal error (exit 3), not a usage error",
-)
 @pytest.mark.parametrize(
     "argv",
     [
         ["recommend", "--procs", "2", "--cpus", "9223372036854775807"],
+        ["recommend", "--procs", "2", "--cpus", str(MAX_VCPUS + 1)],
         ["check", "--procs", "2", "--threads", "2", "--cpus", "99999999999999999999"],
     ],
 )
@@ -499,10 +477,14 @@ def test_huge_cpus_is_a_usage_error(
     assert code == ExitStatus.USAGE, err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a report file name longer than NAME_MAX is an internal error (exit 3)",
-)
+def test_largest_cpus_plans_every_process() -> None:
+    # Was quadratic (minutes): now a plan for the largest N is one pass over its CPUs.
+    budget = synthetic_budget(MAX_VCPUS)
+    bindings = binding_plan(budget, MAX_VCPUS // 2, 2)
+    assert len(bindings) == MAX_VCPUS // 2
+    assert len({cpu for cpus in bindings for cpu in cpus}) == MAX_VCPUS
+
+
 def test_too_long_report_name_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], quiet_env: None
 ) -> None:
@@ -510,15 +492,17 @@ def test_too_long_report_name_is_a_usage_error(
     code, _, err = run_in_process(argv, capsys)
     assert "internal error" not in err
     assert code == ExitStatus.USAGE, err
+    assert "File name too long" in err
 
 
-@pytest.mark.xfail(
-    strict=True, reason="BUG: a report path's newline splits the usage error over two lines"
-)
-def test_report_path_with_newline_is_one_error_line(
-    capsys: pytest.CaptureFixture[str], quiet_env: None
+@pytest.mark.parametrize("path", [r"no\nsuch/r.json", r"\x1b[2J/x"])
+def test_report_path_with_control_characters_is_one_escaped_error_line(
+    path: str, capsys: pytest.CaptureFixture[str], quiet_env: None
 ) -> None:
-    argv = ["check", "--procs", "1", "--threads", "1", "--json", "no\nsuch/r.json"]
+    raw = path.encode().decode("unicode_escape")
+    argv = ["check", "--procs", "1", "--threads", "1", "--json", raw]
     code, _, err = run_in_process(argv, capsys)
     assert code == ExitStatus.USAGE
     assert len(err.splitlines()) == 1, err
+    assert path in err  # shown escaped...
+    assert "\x1b" not in err  # ...never as a raw escape sequence

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from oversub.model import Budget, Plan
+from oversub.model import MAX_VCPUS, Budget, Plan
 from oversub.pools import RECOMMENDED_VARS
 
 __all__ = ["binding_plan", "make_plan", "synthetic_budget", "threads_for"]
@@ -37,8 +37,8 @@ def synthetic_budget(vcpus: int) -> Budget:
     CPUs 0..N-1, one physical core each, one NUMA node, no cgroup limits. `pid` is 0
     because no process was looked at.
     """
-    if vcpus < 1:
-        raise ValueError(f"vcpus must be >= 1, got {vcpus}")
+    if not 1 <= vcpus <= MAX_VCPUS:
+        raise ValueError(f"vcpus must be between 1 and {MAX_VCPUS}, got {vcpus}")
     cpus = tuple(range(vcpus))
     return Budget(
         pid=0,
@@ -76,24 +76,32 @@ class _Node:
 
     def __init__(self, cores: list[list[int]]) -> None:
         self.cores = cores
-        self.fresh = [True] * len(cores)
+        self.fresh = [bool(core) for core in cores]
+        # Counters and cursors instead of rescans: a plan for thousands of processes on
+        # thousands of CPUs must stay linear (tens of ms, not minutes).
+        self._free = sum(len(core) for core in cores)
+        self._fresh = sum(self.fresh)
+        self._first_fresh = 0
+        """No fresh core before this index: fresh cores are taken in index order."""
+        self._first_used = 0
+        """No CPU left in the cores before this index."""
 
     def free(self) -> int:
-        return sum(len(core) for core in self.cores)
+        return self._free
 
     def fresh_cores(self) -> int:
-        return sum(1 for i, core in enumerate(self.cores) if self.fresh[i] and core)
+        return self._fresh
 
     def take(self, count: int, target_cores: int) -> list[int]:
         """Take `count` CPUs spread over at least `target_cores` fresh cores where possible."""
         picked: list[int] = []
         capacity = 0
-        for i, core in enumerate(self.cores):
-            if len(picked) >= target_cores and capacity >= count:
-                break
-            if self.fresh[i] and core:
+        i = self._first_fresh
+        while i < len(self.cores) and not (len(picked) >= target_cores and capacity >= count):
+            if self.fresh[i]:
                 picked.append(i)
-                capacity += len(core)
+                capacity += len(self.cores[i])
+            i += 1
         # First thread of every picked core, then the second threads: one thread per
         # physical core before any thread shares a core with its sibling.
         taken: list[int] = []
@@ -105,15 +113,29 @@ class _Node:
             depth += 1
         for i in picked:
             self.fresh[i] = False
+        self._fresh -= len(picked)
+        self._first_fresh = picked[-1] + 1 if picked else self._first_fresh
+        seen = set(taken)
+        touched = set(picked)
         # Not enough fresh cores: fall back to siblings other processes left idle.
-        for core in self.cores:
-            for cpu in core:
+        i = self._first_used
+        while len(taken) < count and i < len(self.cores):
+            for cpu in self.cores[i]:
                 if len(taken) >= count:
                     break
-                if cpu not in taken:
+                if cpu not in seen:
                     taken.append(cpu)
-        for i, core in enumerate(self.cores):
-            self.cores[i] = [cpu for cpu in core if cpu not in taken]
+                    seen.add(cpu)
+                    touched.add(i)
+            i += 1
+        for i in touched:
+            self.cores[i] = [cpu for cpu in self.cores[i] if cpu not in seen]
+            if not self.cores[i] and self.fresh[i]:
+                self.fresh[i] = False  # emptied by the fallback: no longer a core to give
+                self._fresh -= 1
+        self._free -= len(taken)
+        while self._first_used < len(self.cores) and not self.cores[self._first_used]:
+            self._first_used += 1
         return taken
 
 
