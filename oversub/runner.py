@@ -111,7 +111,25 @@ def pid_gone(pid: int, root: str = "/") -> bool:
     One small read, cheap enough to ask ten times a second while `watch` waits.
     """
     stat = _read_stat(root, pid)
-    return stat is None or not stat.alive
+    if stat is None:
+        return True
+    if stat.alive:
+        return False
+    # A zombie main thread: the whole process is dead, or only its leader returned
+    # (pthread_exit in main) while other threads still run. Their stat says which.
+    task = os.path.join(root, "proc", str(pid), "task")
+    try:
+        tids = [int(name) for name in os.listdir(task) if name.isdigit() and int(name) != pid]
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            thread = _parse(tid, read_small(os.path.join(task, str(tid), "stat")))
+        except OSError:
+            continue
+        if thread is not None and thread.alive:
+            return False
+    return True
 
 
 def descendants_now(pid: int, root: str = "/") -> set[int]:

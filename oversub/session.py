@@ -52,11 +52,12 @@ class SessionResult:
 
 
 def _root_gone(sample: TreeSample) -> bool:
-    """The target has exited: missing, or a zombie waiting for its parent to reap it."""
+    """The target has exited: missing, a zombie waiting for its parent to reap it, or listed
+    but with no thread left to read (reaped between the /proc scan and the task reads)."""
     root = sample.processes.get(sample.root_pid)
     if root is None:
         return True
-    return bool(root.threads) and all(t.state in "ZX" for t in root.threads)
+    return all(t.state in "ZX" for t in root.threads)
 
 
 def run_session(

@@ -197,11 +197,7 @@ def test_watch_ends_with_summary_when_target_is_killed(
     _intervals, summary = _check_output(ndjson(tmp_path / "out"))
     assert summary["samples"] >= 1
     assert summary["root_pid"] == root.pid
-    if not reaped:
-        assert summary["target_exited"] is True
-    # Reaped: when the reap falls between watch's last look at the zombie and its reading
-    # of the root's threads, target_exited is false (rarely): the bug of
-    # test_session_root_reaped_while_its_threads_are_read. Assert it there once fixed.
+    assert summary["target_exited"] is True
 
 
 # The main thread exits (pthread_exit) while a second thread keeps working: the thread
@@ -219,12 +215,6 @@ ctypes.CDLL(None).pthread_exit(None)
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: watch's should_stop (runner.pid_gone) takes a zombie thread-group leader for "
-    "an exited target while session._root_gone sees its live threads: watch ends at once, "
-    "samples 0, target_exited false, on a running process",
-)
 def test_watch_of_a_process_whose_main_thread_exited(started: Started) -> None:
     proc = _spawn(started, LEADER_EXITS)
     wait_for(lambda: _state(proc.pid) == "Z", 15)
@@ -562,12 +552,6 @@ def test_root_vanishing_on_first_sample(
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: session._root_gone takes a root listed in /proc whose threads could not be "
-    "read (reaped between the stat scan and the task reads) for a live one: the run that "
-    "should_stop ended says target_exited false",
-)
 def test_session_root_reaped_while_its_threads_are_read(
     small_tree: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
