@@ -463,7 +463,7 @@ def _expect_partial(sample: TreeSample, pid: int, kind: str, first: bool) -> Non
     if proc is None:
         return
     assert kind != "stat", "sampled without its stat line"
-    if kind in ("task", "status", "schedstat"):
+    if kind in ("task", "status", "schedstat", "task-stat"):
         assert proc.threads == ()
     if kind == "syscall":
         assert proc.wait is None
@@ -559,7 +559,8 @@ def test_session_root_reaped_while_its_threads_are_read(
     the last sample finds the root's stat line, then the root is reaped before its threads
     are read."""
     root = small_tree["root"]
-    fault = VanishingPid(root, "status", "any", FileNotFoundError).install(monkeypatch)
+    # schedstat: the first file read per thread (status only for threads that ran).
+    fault = VanishingPid(root, "schedstat", "any", FileNotFoundError).install(monkeypatch)
 
     def should_stop() -> bool:
         fault.arm()  # the first call, before any sleep: the next sample is the last one
@@ -575,7 +576,10 @@ def test_session_root_reaped_while_its_threads_are_read(
 
 
 # environ is read once per process; syscall only for a one-thread OpenMP process (gomp).
-LATER = [(who, kind) for who in ("gomp", "root") for kind in KINDS if kind != "environ"]
+# A thread that has not run since the last sample (every thread of this idle tree) gets its
+# state from task/TID/stat instead of status, so later samples read task-stat, not status.
+LATER_KINDS = [kind for kind in KINDS if kind not in ("environ", "status")] + ["task-stat"]
+LATER = [(who, kind) for who in ("gomp", "root") for kind in LATER_KINDS]
 LATER = [(who, kind) for who, kind in LATER if (who, kind) != ("root", "syscall")]
 
 

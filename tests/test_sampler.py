@@ -527,3 +527,23 @@ def test_sampler_for_a_budget_reads_the_quota_cgroup_throttling() -> None:
     quota = CpuQuota(0.5, 50_000, 100_000, "/job", 2, "/sys/fs/cgroup/job/cpu.stat")
     limited = dataclasses.replace(budget, quota=quota)
     assert TreeSampler.for_budget(1, limited).throttle_stat_path == quota.stat_path
+
+
+def test_a_thread_that_did_not_run_keeps_its_switch_counts_and_reads_only_its_state(
+    tmp_path: Path,
+) -> None:
+    # status costs twice stat in the kernel; a thread whose CPU time and run count did not
+    # move was never switched out, so only its state (it may have been woken) is read again.
+    fake = _tree(tmp_path)
+    proc = fake.processes[100]
+    idle = proc.threads[1]
+    with TreeSampler(100, root=str(tmp_path)) as s:
+        s.sample()
+        idle.state, idle.voluntary = "R", 99  # woken, waiting for a CPU; status not read
+        fake.write(proc)
+        again = {t.tid: t for t in s.sample().processes[100].threads}[101]
+        assert (again.state, again.voluntary_ctx, again.involuntary_ctx) == ("R", 7, 9)
+        idle.cpu_ns += 500  # it ran: status is read again
+        fake.write(proc)
+        ran = {t.tid: t for t in s.sample().processes[100].threads}[101]
+        assert (ran.state, ran.voluntary_ctx, ran.cpu_ns) == ("R", 99, 2500)
