@@ -451,6 +451,12 @@ def test_real_thread_churn_and_no_fd_leak() -> None:
         stop.set()
         for t in first_batch:
             t.join()
+        # join() returns when the Python thread is done, a moment before the kernel removes
+        # the task: wait (bounded) until it has, or the test would race the kernel.
+        deadline = time.monotonic() + 10
+        while old & {int(n) for n in os.listdir("/proc/self/task")}:
+            assert time.monotonic() < deadline, "exited threads still listed after 10 s"
+            time.sleep(0.01)
         stop2 = threading.Event()
         second_batch = [threading.Thread(target=stop2.wait) for _ in range(2)]
         for t in second_batch:
