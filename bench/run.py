@@ -199,9 +199,11 @@ def main() -> int:
         "## One full sample of a tree (after a warm-up sample)",
         "",
         "The floor reads exactly the files oversub's sampler reads in a steady-state tick "
-        "(/proc/*/stat, each tree process's task directory, each thread's status and "
-        "schedstat, /proc/stat, /proc/pressure/cpu) with plain os.open/os.read/os.close; "
-        "see bench/sampling.py.",
+        "(/proc/*/stat, each tree process's task directory, each thread's schedstat and "
+        "stat, /proc/stat, /proc/pressure/cpu) with plain os.open/os.read/os.close; "
+        "floor+status reads status instead of stat per thread, as oversub does for a thread "
+        "that ran since the last sample (none in these idle trees) and as a sampler that "
+        "re-reads every thread's switch counters would; see bench/sampling.py.",
         "",
     ]
     for s in samples:
