@@ -85,6 +85,15 @@ def _check_output(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
     return intervals, summary
 
 
+def _watch_to_end(*args: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run `oversub watch ARGS` (ndjson on a pipe) to its end: exit 0, nothing on stderr;
+    its intervals and summary."""
+    out = subprocess.run([*OVERSUB, "watch", *args], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    return _check_output([json.loads(line) for line in out.stdout.splitlines()])
+
+
 def _state(pid: int) -> str | None:
     """State letter of /proc/PID/stat (Z: zombie), None when gone."""
     try:
@@ -218,14 +227,7 @@ ctypes.CDLL(None).pthread_exit(None)
 def test_watch_of_a_process_whose_main_thread_exited(started: Started) -> None:
     proc = _spawn(started, LEADER_EXITS)
     wait_for(lambda: _state(proc.pid) == "Z", 15)
-    out = subprocess.run(
-        [*OVERSUB, "watch", str(proc.pid), "--interval", "0.2", "--duration", "1.5"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    _intervals, summary = _check_output([json.loads(line) for line in out.stdout.splitlines()])
+    _intervals, summary = _watch_to_end(str(proc.pid), "--interval", "0.2", "--duration", "1.5")
     assert proc.poll() is None  # it was alive all along
     assert summary["target_exited"] is False
     assert summary["samples"] > 0  # it was watched
@@ -280,15 +282,7 @@ def zombie(started: Started) -> Iterator[tuple[int, int]]:
 @pytest.mark.integration
 def test_watch_with_zombie_in_tree(zombie: tuple[int, int]) -> None:
     parent, pid = zombie
-    out = subprocess.run(
-        [*OVERSUB, "watch", str(parent), "--interval", "0.2", "--duration", "1.5"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stderr == ""
-    intervals, summary = _check_output([json.loads(line) for line in out.stdout.splitlines()])
+    intervals, summary = _watch_to_end(str(parent), "--interval", "0.2", "--duration", "1.5")
     assert intervals
     assert all(pid in _pids(r) and parent in _pids(r) for r in intervals)
     assert summary["samples"] > 0 and summary["target_exited"] is False
@@ -299,15 +293,7 @@ def test_watch_with_zombie_in_tree(zombie: tuple[int, int]) -> None:
 @pytest.mark.integration
 def test_watch_of_a_zombie_target_ends_as_exited(zombie: tuple[int, int]) -> None:
     _parent, pid = zombie
-    out = subprocess.run(
-        [*OVERSUB, "watch", str(pid), "--interval", "0.2", "--format", "ndjson"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stderr == ""
-    _intervals, summary = _check_output([json.loads(line) for line in out.stdout.splitlines()])
+    _intervals, summary = _watch_to_end(str(pid), "--interval", "0.2", "--format", "ndjson")
     assert summary["target_exited"] is True
     assert summary["root_pid"] == pid
 
