@@ -1,16 +1,18 @@
 """Sample a process tree's per-thread counters, cheaply enough to run every second.
 
 One sample = one scan of `/proc/*/stat` (tree membership and every process's stat line),
-then per process its task list, and per thread two small files:
-`task/TID/status` (state and both context-switch counters: `/proc/PID/status` covers the
-main thread only) and `task/TID/schedstat` (CPU time and run delay). `task/TID/stat` is read
-only when schedstat is missing. Per-thread files stay open between samples and are re-read
-with pread (`proctree.HeldFiles`): that halves the cost of a sample. The costly files are
-cached per process identity (pid, start_ticks): environ is read once (and again after an
-exec), cmdline and maps when the thread count or comm changes (libraries load on import and
-start their pools; an exec renames) or every few seconds.
+then per process its task list, and per thread `task/TID/schedstat` (CPU time, run delay,
+run count) and one more small file: `task/TID/status` (state and both context-switch
+counters: `/proc/PID/status` covers the main thread only) for a thread that ran since the
+last sample, else `task/TID/stat` for its state alone (a thread that did not run was not
+switched out, so its counters stand; stat costs the kernel less than half of status).
+Per-thread files stay open between samples and are re-read with pread
+(`proctree.HeldFiles`): that halves the cost of a sample. The costly files are cached per
+process identity (pid, start_ticks): environ is read once (and again after an exec),
+cmdline and maps when the thread count or comm changes (libraries load on import and start
+their pools; an exec renames) or every few seconds.
 
-Without /proc (macOS, Windows) a small psutil fallback gives per-thread CPU only.
+Without /proc (macOS, Windows) `psutil_sampler` gives per-thread CPU only.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from oversub import errors, pools
 from oversub.probe import native
 from oversub.probe.host import read_host
 from oversub.probe.proctree import (
-    CLK_TCK,
     HeldFiles,
     ProcStat,
     parse_stat,
@@ -36,12 +37,11 @@ from oversub.probe.proctree import (
     subtree,
     ticks_to_ns,
 )
+from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE, PsutilTreeSampler
 from oversub.probe.waits import read_wait
-from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
+from oversub.samples import ProcessSample, ThreadSample, TreeSample
 
 if TYPE_CHECKING:
-    import psutil
-
     from oversub.model import Budget
 
 __all__ = [
@@ -61,8 +61,6 @@ DENIED_UNAVAILABLE = ("pools", "thread_env")
 MAPS_REFRESH_S = 5.0
 """Re-read a process's maps at least this often even when its thread count is stable."""
 
-PSUTIL_UNAVAILABLE = ("schedstat", "thread-state", "context-switches", "pools", "psi")
-"""What the psutil fallback (no /proc) cannot provide."""
 
 _VOLUNTARY = b"\nvoluntary_ctxt_switches:"
 _INVOLUNTARY = b"\nnonvoluntary_ctxt_switches:"
@@ -130,13 +128,15 @@ class TreeSampler:
         self.throttle_stat_path = throttle_stat_path
         self._clock = clock
         self._proc = os.path.join(root, "proc")
-        self._use_psutil = root == "/" and not os.path.exists("/proc/self/stat")
+        # No /proc (macOS, Windows): the psutil fallback (which imports psutil only then).
+        self._fallback: PsutilTreeSampler | None = None
+        if root == "/" and not os.path.exists("/proc/self/stat"):
+            self._fallback = PsutilTreeSampler(root_pid, cmdline_max=CMDLINE_MAX, clock=clock)
         self._self_pid = os.getpid() if root == "/" else -1
         self._tracked: dict[int, int] = {}
         """pid -> start_ticks of every process seen in the tree and not yet gone."""
         self._known: dict[tuple[int, int], _Known] = {}
         self._sampled = False
-        self._psutil_tracked: dict[int, psutil.Process] = {}
         self._held = HeldFiles()
         self._last_run: dict[tuple[int, int, str], tuple[int, int, int | None, int | None]] = {}
         self._next_run: dict[tuple[int, int, str], tuple[int, int, int | None, int | None]] = {}
@@ -169,8 +169,8 @@ class TreeSampler:
         """Read the tree now. The first call raises NoSuchProcess / PermissionDenied when the
         root cannot be observed; later calls never raise for processes that vanish (a sample
         without `root_pid` means the target exited)."""
-        if self._use_psutil:
-            return self._sample_psutil()
+        if self._fallback is not None:
+            return self._fallback.sample()
         t = self._clock()
         stats = scan_stats(self.root)
         first = not self._sampled
@@ -370,79 +370,6 @@ class TreeSampler:
         known.maps_read_at = now
         known.maps_threads = n_threads
         return known
-
-    # ----------------------------------------------------------------------- psutil
-
-    def _sample_psutil(self) -> TreeSample:
-        """No /proc: per-thread CPU time from psutil; everything else unavailable."""
-        import psutil  # only here: the /proc path must not pay its import
-
-        t = self._clock()
-        tracked: dict[int, psutil.Process] = {}
-        if not self._sampled:
-            try:
-                tracked[self.root_pid] = psutil.Process(self.root_pid)
-            except psutil.NoSuchProcess as exc:
-                raise errors.NoSuchProcess(f"no process with pid {self.root_pid}") from exc
-            except psutil.AccessDenied as exc:
-                raise errors.PermissionDenied(f"cannot read process {self.root_pid}") from exc
-        for proc in self._psutil_tracked.values():
-            if proc.is_running():
-                tracked[proc.pid] = proc
-        for proc in list(tracked.values()):
-            try:
-                tracked.update((child.pid, child) for child in proc.children(recursive=True))
-            except psutil.Error:
-                continue
-
-        processes: dict[int, ProcessSample] = {}
-        for pid, proc in sorted(tracked.items()):
-            try:
-                with proc.oneshot():
-                    ppid, name, created = proc.ppid(), proc.name(), proc.create_time()
-                    cmdline = " ".join(proc.cmdline())[:CMDLINE_MAX]
-                    threads = tuple(
-                        ThreadSample(
-                            tid=th.id,
-                            state="?",
-                            cpu_ns=int((th.user_time + th.system_time) * 1e9),
-                            run_delay_ns=None,
-                            voluntary_ctx=None,
-                            involuntary_ctx=None,
-                        )
-                        for th in proc.threads()
-                    )
-            except psutil.Error:
-                continue
-            processes[pid] = ProcessSample(
-                pid=pid,
-                ppid=ppid,
-                name=name,
-                cmdline=cmdline,
-                start_ticks=int(created * CLK_TCK),  # identity only: creation time in ticks
-                threads=threads,
-                pools=None,
-                thread_env=None,
-            )
-        self._sampled = True
-        self._psutil_tracked = {pid: tracked[pid] for pid in processes}
-
-        cpu = psutil.cpu_times()
-        busy = sum(getattr(cpu, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
-        steal = getattr(cpu, "steal", None)
-        host = HostSample(
-            busy_ns=int(busy * 1e9),
-            steal_ns=None if steal is None else int(steal * 1e9),
-            psi_some_us=None,
-            throttle=None,
-        )
-        return TreeSample(
-            t=t,
-            root_pid=self.root_pid,
-            processes=processes,
-            host=host,
-            unavailable=PSUTIL_UNAVAILABLE,
-        )
 
 
 def _start_of(raw: bytes) -> int | None:
