@@ -6,6 +6,8 @@ import dataclasses
 from collections.abc import Mapping
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oversub.analysis.recommend import binding_plan, make_plan, synthetic_budget, threads_for
 from oversub.model import Budget, CpuQuota, CpusetLimit
@@ -314,3 +316,48 @@ def test_binding_invariants(procs: int, each: int) -> None:
         straddling = [cpus for cpus in bindings if len({node_of[c] for c in cpus}) > 1]
         whole_fits = 2 * (4 // each)
         assert len(straddling) <= max(0, procs - whole_fits)
+
+
+@st.composite
+def topologies(draw: st.DrawFn) -> tuple[Budget, int]:
+    """(budget, number of NUMA nodes): cores of 1-4 SMT threads with shuffled CPU ids, spread
+    over 1-3 NUMA nodes, and an affinity that may leave some CPUs out."""
+    sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=24))
+    ids = draw(st.permutations(range(sum(sizes))))
+    cores, at = [], 0
+    for size in sizes:
+        cores.append(tuple(sorted(ids[at : at + size])))
+        at += size
+    nodes = draw(st.integers(1, 3))
+    node_of_core = [draw(st.integers(0, nodes - 1)) for _ in cores]
+    numa = {
+        n: tuple(
+            sorted(c for core, m in zip(cores, node_of_core, strict=True) if m == n for c in core)
+        )
+        for n in range(nodes)
+    }
+    numa = {n: cpus for n, cpus in numa.items() if cpus}
+    every = sorted(ids)
+    affinity = tuple(sorted(draw(st.sets(st.sampled_from(every), min_size=1))))
+    return budget(tuple(cores), affinity=affinity, numa=numa), len(numa)
+
+
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+@given(topologies(), st.integers(1, 12), st.integers(1, 8))
+def test_binding_invariants_on_any_topology(
+    topology: tuple[Budget, int], procs: int, each: int
+) -> None:
+    b, nodes = topology
+    bindings = binding_plan(b, procs, each)
+    if procs * each > len(b.affinity):
+        assert bindings == ()
+        return
+    assert len(bindings) == procs
+    assert all(len(cpus) == each for cpus in bindings)
+    assert_disjoint_and_allowed(bindings, b)
+    core_of_cpu = {cpu: core for core in b.cores for cpu in core}
+    allowed_cores = {core_of_cpu[cpu] for cpu in b.affinity}
+    if nodes == 1 and len(allowed_cores) >= procs * each:
+        # Enough physical cores for one thread each: no process doubles up on a core.
+        for cpus in bindings:
+            assert len({core_of_cpu[cpu] for cpu in cpus}) == each, bindings
