@@ -186,7 +186,7 @@ def watch(
     from oversub.config import load_config, thresholds_from
     from oversub.probe.sampler import TreeSampler
     from oversub.render import WatchFormat
-    from oversub.runner import pid_gone
+    from oversub.runner import ExitWatch
     from oversub.session import SessionOptions, run_session, stop_signals_interrupt
     from oversub.views import WatchView, default_watch_format
 
@@ -203,11 +203,12 @@ def watch(
     with (
         stop_signals_interrupt(),
         TreeSampler.for_budget(pid, budget) as sampler,
+        ExitWatch(pid) as target,
         WatchView(chosen, budget) as view,
     ):
         # A target that exits mid-interval ends the run now, not at the end of the interval.
         result = run_session(
-            sampler, budget, options, on_interval=view.interval, should_stop=lambda: pid_gone(pid)
+            sampler, budget, options, on_interval=view.interval, should_stop=target.gone
         )
     view.summary(result.summary)
     if result.interrupted:

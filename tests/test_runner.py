@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from oversub.errors import CommandError, ExitStatus, UsageError
-from oversub.runner import TreeReaper, descendants_now, start_command
+from oversub.runner import ExitWatch, TreeReaper, descendants_now, start_command
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -290,3 +290,54 @@ def test_descendants_now_of_real_child() -> None:
     finally:
         process.kill()
         process.wait()
+
+
+# The main thread returns (pthread_exit) while a second thread lives on: the process runs.
+_LEADER_EXITS = (
+    "import ctypes, threading, time; "
+    "threading.Thread(target=time.sleep, args=(60,), daemon=False).start(); "
+    "ctypes.CDLL(None).pthread_exit(None)"
+)
+
+
+def _main_thread_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    return data[data.rfind(b")") + 2 :][:1].decode()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "proc"])
+def test_exit_watch_follows_the_process_not_its_main_thread(
+    pidfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not pidfd:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)  # the /proc fallback
+    elif not hasattr(os, "pidfd_open"):
+        pytest.skip("no os.pidfd_open on this platform")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    leaderless = subprocess.Popen([sys.executable, "-c", _LEADER_EXITS])
+    try:
+        with ExitWatch(sleeper.pid) as running, ExitWatch(leaderless.pid) as headless:
+            deadline = time.monotonic() + 30
+            while _main_thread_state(leaderless.pid) != "Z":
+                assert time.monotonic() < deadline, "the main thread never exited"
+                time.sleep(0.02)
+            assert not running.gone()
+            assert not headless.gone()  # a zombie main thread, a live process
+            sleeper.kill()
+            deadline = time.monotonic() + 30
+            while not running.gone():  # a zombie until reaped: gone already
+                assert time.monotonic() < deadline, "a killed process never read as gone"
+                time.sleep(0.02)
+            sleeper.wait(timeout=30)
+            assert running.gone()  # and still gone once reaped
+    finally:
+        for proc in (sleeper, leaderless):
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_exit_watch_of_a_missing_pid_is_gone() -> None:
+    with ExitWatch(2**22 + 12345) as missing:  # above any pid_max
+        assert missing.gone()
