@@ -23,6 +23,7 @@ from oversub.cli_options import (
     POSITIVE,
     SECONDS,
     WARMUP,
+    check_mode,
     config_float,
     parse_procs,
     pop_thresholds,
@@ -308,16 +309,9 @@ def check(
     from oversub.config import load_config, thresholds_from
     from oversub.session import SessionOptions
 
-    static = procs is not None or threads is not None
-    modes = sum([bool(command), pid is not None and not static, static])
-    if modes != 1:
-        raise UsageError(
-            "check needs exactly one of: -- CMD ARGS..., --pid PID, or --procs M --threads T"
-        )
-    if static and (procs is None or threads is None):
-        raise UsageError("static preflight needs both --procs and --threads")
+    mode = check_mode(command, pid, procs, threads)
     refuse_flags_of_other_modes(
-        "command" if command else "static" if static else "pid",
+        mode,
         {
             "--duration": duration,
             "--timeout": timeout,
@@ -340,7 +334,7 @@ def check(
         session=SessionOptions(
             interval=float(setting(interval, "interval", 1.0)),
             duration=duration,
-            warmup=float(setting(warmup, "warmup", 1.0)) if command else 0.0,
+            warmup=float(setting(warmup, "warmup", 1.0)) if mode == "command" else 0.0,
             thresholds=thresholds,
         ),
         timeout=setting(timeout, "timeout", None),
@@ -348,10 +342,10 @@ def check(
         junit_path=junit_path,
         markdown_path=markdown_path,
     )
-    if static:
+    if mode == "static":
         assert procs is not None and threads is not None
         status = check_static(_budget(pid, ncpus), procs, threads, workers or 0, opts)
-    elif command:
+    elif mode == "command":
         # CMD inherits our affinity and cgroup, so our own budget is its budget (and reading
         # it before CMD starts cannot race with a command that exits at once).
         status = check_command(list(command), _budget(None), opts)

@@ -154,3 +154,18 @@ def refuse_flags_of_other_modes(mode: str, given: dict[str, object]) -> None:
     for flag, value in given.items():
         if value is not None and flag not in _MODE_FLAGS[mode]:
             raise UsageError(_WRONG_MODE_HINT[flag])
+
+
+def check_mode(
+    command: tuple[str, ...], pid: int | None, procs: int | None, threads: int | None
+) -> str:
+    """Which of check's three modes the flags ask for ("command", "pid" or "static");
+    UsageError unless exactly one is asked for, completely."""
+    static = procs is not None or threads is not None
+    if sum([bool(command), pid is not None and not static, static]) != 1:
+        raise UsageError(
+            "check needs exactly one of: -- CMD ARGS..., --pid PID, or --procs M --threads T"
+        )
+    if static and (procs is None or threads is None):
+        raise UsageError("static preflight needs both --procs and --threads")
+    return "command" if command else "static" if static else "pid"
