@@ -34,6 +34,9 @@ class ProcessRates:
     """The process was gone by the end of the interval (its last counters were kept)."""
     wait: str | None = None
     """What it was blocked in at the end, for single-thread OpenMP processes (`samples`)."""
+    seconds: float | None = None
+    """How long it was observed, when shorter than or apart from the interval (a whole-run
+    summary); None: the whole interval."""
 
 
 @dataclass(frozen=True)

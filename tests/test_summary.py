@@ -262,3 +262,27 @@ def test_workers_that_come_and_go_are_not_counted_at_once() -> None:
     assert f.evidence["processes"] == 2  # not 20
     assert "each of the 2 busy processes" in f.fix
     assert "run at most" not in f.fix  # 2 processes fit 2 CPUs; 20 would not
+
+
+def _parent_and_forked_child(child: bool) -> list[Proc]:
+    parent = Proc(ROOT, (Load(cpu=0.5), IDLE), ppid=1, cmdline="python train.py")
+    if not child:
+        return [parent]
+    forked = Proc(301, (IDLE,), cmdline="python train.py", pools=("libgomp",), wait="futex-private")
+    return [parent, forked]
+
+
+@pytest.mark.parametrize(("child_seconds", "hung"), [(1, False), (8, True)])
+def test_fork_hang_counts_the_time_the_child_was_watched_not_the_run(
+    child_seconds: int, hung: bool
+) -> None:
+    # An 8 s run; the idle forked child is seen for its last `child_seconds` only. Seen for
+    # 1 s it has not sat idle for idle_seconds (3 s) yet, however long the run.
+    line = Timeline()
+    for i in range(8):
+        line.add(_parent_and_forked_child(child=i >= 8 - child_seconds))
+    s = line.result()
+    hang = [f for f in s.findings if f.rule == "fork-hang"]
+    assert bool(hang) is hung, s.findings
+    if hung:
+        assert hang[0].evidence["seconds"] == 8.0

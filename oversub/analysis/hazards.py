@@ -66,6 +66,10 @@ def pool_default_finding(interval: Interval, skip_pids: frozenset[int]) -> Findi
     )
 
 
+def _observed(p: ProcessRates, interval: Interval) -> float:
+    return interval.seconds if p.seconds is None else min(p.seconds, interval.seconds)
+
+
 def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
     """fork-hang and fork-after-threads: children sharing the cmdline of a threaded parent.
 
@@ -92,7 +96,9 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
             and is_openmp(child.pools)
             and child.threads == 1
             and child.cpu_percent < IDLE_CPU_PERCENT
-            and interval.seconds >= th.idle_seconds
+            # Idle for as long as it was watched: a child forked near the end of a long run
+            # has not yet sat idle for the whole run.
+            and _observed(child, interval) >= th.idle_seconds
         )
         # An idle pool worker waits for work in a pipe read or a shared semaphore; the hang
         # waits in a private futex that no other thread of its one-thread process can wake.
@@ -107,6 +113,7 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
         if not group:
             continue
         pids = pids_of(group)
+        idle = min(_observed(p, interval) for p in group)
         how = (
             "and wait on a private futex nothing can wake"
             if certain
@@ -119,12 +126,12 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
                 verdict=Verdict.AT_RISK,
                 message=f"{who(pids)} forked from a multi-threaded parent "
                 f"{verb(len(pids), 'maps', 'map')} OpenMP and sat idle on one thread for "
-                f"{interval.seconds:.0f} s {how}: the hang of forking after an OpenMP region "
+                f"{idle:.0f} s {how}: the hang of forking after an OpenMP region "
                 "(pytorch issue 41197).",
                 pids=pids,
                 evidence={
                     "children": len(group),
-                    "seconds": rounded(interval.seconds, 1),
+                    "seconds": rounded(idle, 1),
                     "cpu_percent_max": rounded(max(p.cpu_percent for p in group), 2),
                     "parent_threads": max(by_pid[p.ppid].threads for p in group),
                     "wait": group[0].wait,

@@ -133,6 +133,7 @@ class _ProcessAccumulator:
             thread_env=self.thread_env,
             exited=p.exited,
             wait=p.wait,
+            seconds=s,
         )
 
     def summary(self) -> ProcessSummary:
