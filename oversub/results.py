@@ -37,6 +37,9 @@ class ProcessRates:
     seconds: float | None = None
     """How long it was observed, when shorter than or apart from the interval (a whole-run
     summary); None: the whole interval."""
+    start_ticks: int | None = None
+    """Start time (clock ticks after boot): with `pid`, the process's identity (pids are
+    reused); None when unknown."""
 
 
 @dataclass(frozen=True)

@@ -139,10 +139,11 @@ def test_reused_pid_is_a_new_process() -> None:
     # Same pid, later start time, small counters: subtracting the old ones would go negative.
     curr = _with(curr, _fresh(201, cpu_s=0.2, delay_s=0.0, ticks=5000))
     iv = interval(prev, curr, 2, TH)
-    reused = _by_pid(iv.processes)[201]
-    assert reused.cpu_percent == pytest.approx(20.0)
-    assert not reused.exited
-    assert [p.pid for p in iv.processes].count(201) == 1
+    old, new = sorted((p for p in iv.processes if p.pid == 201), key=lambda p: not p.exited)
+    assert new.cpu_percent == pytest.approx(20.0)
+    assert (new.exited, new.start_ticks) == (False, 5000)
+    # The process that had the pid before is not lost: it exited during the interval.
+    assert old.exited and old.start_ticks != 5000 and old.cpu_percent == 0.0
 
 
 def test_reused_pid_counts_full_counters_even_when_they_grew() -> None:
@@ -150,7 +151,8 @@ def test_reused_pid_counts_full_counters_even_when_they_grew() -> None:
     prev = _with(prev, _fresh(201, cpu_s=0.1, delay_s=0.0, ticks=1000))
     curr = _with(curr, _fresh(201, cpu_s=0.3, delay_s=0.0, ticks=5000))
     iv = interval(prev, curr, 2, TH)
-    assert _by_pid(iv.processes)[201].cpu_percent == pytest.approx(30.0)
+    (new,) = [p for p in iv.processes if p.pid == 201 and not p.exited]
+    assert new.cpu_percent == pytest.approx(30.0)
 
 
 def test_new_thread_counts_full_counters_and_reused_tid_restarts() -> None:

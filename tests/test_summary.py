@@ -146,6 +146,25 @@ def test_reused_pid_is_a_second_process() -> None:
     assert reused[1].cpu_percent == pytest.approx(90.0)
 
 
+def test_pid_reused_within_one_interval_is_a_second_process() -> None:
+    # The pid wraps around between two samples: one sample holds a.py, the next b.py.
+    line = Timeline()
+    a = [root(), Proc(201, (Load(cpu=0.5),), cmdline="python a.py")]
+    b = [root(), Proc(201, (Load(cpu=0.9),), cmdline="python b.py", start_ticks=9000)]
+    line.add(a)
+    prev, _ = tree_pair(a, t0=line.t)
+    _, curr = tree_pair(b, t0=line.t)
+    line.run.add(interval(prev, curr, 2, TH))
+    line.t += 1.0
+    line.add(b)
+    s = line.result()
+    reused = sorted((p for p in s.processes if p.pid == 201), key=lambda p: p.cmdline)
+    assert [p.cmdline for p in reused] == ["python a.py", "python b.py"]
+    assert [p.exited for p in reused] == [True, False]
+    assert reused[0].cpu_percent == pytest.approx(50.0, rel=0.35)  # a.py's seconds only
+    assert reused[1].cpu_percent > 80.0
+
+
 def test_run_verdict_over_oversubscribed_intervals() -> None:
     line = Timeline()
     for _ in range(3):

@@ -79,7 +79,9 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
     (pytorch issue 41197), critical; with its wait unreadable it is a warning; one waiting
     in a read or a shared semaphore is an idle worker, reported as a hazard only.
     """
-    by_pid = {p.pid: p for p in interval.processes}
+    # A reused pid appears twice (the exited process and the new one): the live one is the
+    # parent of anything that runs now.
+    by_pid = {p.pid: p for p in sorted(interval.processes, key=lambda p: not p.exited)}
     hung: list[ProcessRates] = []
     suspect: list[ProcessRates] = []
     forked: list[ProcessRates] = []

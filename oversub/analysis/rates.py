@@ -137,6 +137,7 @@ def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> Pr
         thread_env=p.thread_env,
         exited=exited,
         wait=p.wait,
+        start_ticks=p.start_ticks,
     )
 
 
@@ -234,7 +235,8 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresho
     Processes in `curr` are matched to `prev` by pid and start time (a pid whose start time
     changed is a new process: the old one is gone and the pid was reused). A process new in
     `curr` started within the interval and counts its full counters. A process only in `prev`
-    is kept with `exited=True` and zero deltas. Totals count live processes and threads.
+    (or whose pid now belongs to a new process) is kept with `exited=True` and zero deltas.
+    Totals count live processes and threads.
     "schedstat" is added to `unavailable` when any thread lacks run delay.
 
     Raises ValueError when `curr` is not later than `prev`: that is a caller bug.
@@ -256,7 +258,8 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresho
     gone_rates = [
         _process_rates(p, _exited_delta(p), dt_s, exited=True)
         for pid, p in prev.processes.items()
-        if pid not in curr.processes
+        # Gone, or its pid already reused by a new process: either way this one exited.
+        if pid not in curr.processes or curr.processes[pid].start_ticks != p.start_ticks
     ]
 
     totals = _totals(live, dt_s)

@@ -281,8 +281,10 @@ class RunSummary:
     """Accumulates intervals of one run; `result()` turns them into a `Summary`. No I/O."""
 
     def __init__(self) -> None:
-        self._current: dict[int, _ProcessAccumulator] = {}
-        # Processes whose pid was reused after they exited: kept so the run still lists them.
+        self._current: dict[tuple[int, int | None], _ProcessAccumulator] = {}
+        """By process identity: pid and start time (a reused pid is another process)."""
+        # Start time unknown: processes whose pid was reused after they exited, kept so the
+        # run still lists them.
         self._retired: list[_ProcessAccumulator] = []
         self._tree = _TreeAccumulator()
         self._intervals = 0
@@ -307,12 +309,13 @@ class RunSummary:
         self._unavailable.update(dict.fromkeys(interval.unavailable))
         self._tree.add(interval)
         for p in interval.processes:
-            acc = self._current.get(p.pid)
-            if acc is not None and acc.latest.exited and not p.exited:
-                self._retired.append(acc)  # the pid was reused by a new process
+            key = (p.pid, p.start_ticks)
+            acc = self._current.get(key)
+            if acc is not None and p.start_ticks is None and acc.latest.exited and not p.exited:
+                self._retired.append(acc)  # start time unknown: a live one after an exit
                 acc = None
             if acc is None:
-                acc = self._current[p.pid] = _ProcessAccumulator(latest=p)
+                acc = self._current[key] = _ProcessAccumulator(latest=p)
             acc.add(p, seconds)
 
     def _accumulators(self) -> Iterable[_ProcessAccumulator]:
