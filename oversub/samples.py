@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+DENIED_UNAVAILABLE = ("pools", "thread_env")
+"""What `TreeSample.unavailable` names when a process's maps or environ is refused (another
+user's process), so that renderers can say why rather than only "unknown"."""
+
 
 @dataclass(frozen=True)
 class ThreadSample:
@@ -84,4 +88,5 @@ class TreeSample:
     """pid -> process, the root and all its descendants that could be read."""
     host: HostSample
     unavailable: tuple[str, ...] = ()
-    """Signals this platform/kernel does not provide (e.g. "schedstat", "psi")."""
+    """Signals not measured: not provided by this platform/kernel ("schedstat", "psi"), or
+    refused (`DENIED_UNAVAILABLE`)."""

@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console, RenderableType
 
 from oversub.model import Budget, Severity, Verdict
+from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE
 from oversub.render.budget_text import budget_renderable
 from oversub.render.live import summary_renderable, summary_text, watch_renderable
 from oversub.render.phrases import budget_limit_line, unavailable_text
@@ -296,6 +297,10 @@ def test_unavailable_says_why_and_how_to_see_pools() -> None:
     assert "pools and thread variables (another user's process: run as that user or root)" in text
     assert unavailable_text(("psi",)) == "CPU pressure (no PSI in this kernel)"
     assert unavailable_text(("something-new",)) == "something-new"  # unknown names pass through
+    # Without /proc (psutil) pools are missing for another reason: no permission hint.
+    assert unavailable_text(PSUTIL_UNAVAILABLE).endswith(
+        "context switches, pools, CPU pressure (no PSI in this kernel)"
+    )
 
 
 @pytest.mark.parametrize("width", [40, 50])

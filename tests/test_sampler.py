@@ -17,7 +17,8 @@ import pytest
 from oversub import errors
 from oversub.probe import proctree, sampler
 from oversub.probe.proctree import CLK_TCK
-from oversub.probe.sampler import DENIED_UNAVAILABLE, TreeSampler
+from oversub.probe.sampler import TreeSampler
+from oversub.samples import DENIED_UNAVAILABLE
 from tests.fake_proc import FakeProc, FakeThread, stat_line
 
 # --------------------------------------------------------------------------- proctree

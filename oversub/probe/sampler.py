@@ -39,28 +39,29 @@ from oversub.probe.proctree import (
 )
 from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE, PsutilTreeSampler
 from oversub.probe.waits import read_wait
-from oversub.samples import ProcessSample, ThreadSample, TreeSample
+from oversub.samples import DENIED_UNAVAILABLE, ProcessSample, ThreadSample, TreeSample
 
 if TYPE_CHECKING:
     from oversub.model import Budget
 
 __all__ = [
     "CMDLINE_MAX",
-    "DENIED_UNAVAILABLE",
     "MAPS_REFRESH_S",
     "PSUTIL_UNAVAILABLE",
     "TreeSampler",
 ]
 
 CMDLINE_MAX = 200
-
-# What `unavailable` names when a process's maps or environ is refused (another user's).
-DENIED_UNAVAILABLE = ("pools", "thread_env")
 """Characters of a command line kept in a sample."""
 
 MAPS_REFRESH_S = 5.0
 """Re-read a process's maps at least this often even when its thread count is stable."""
 
+
+_ThreadKey = tuple[int, int, str]
+"""(pid, start_ticks, tid as listed): one thread of one process identity."""
+_Ran = tuple[int, int, int | None, int | None]
+"""(cpu_ns, times scheduled in, voluntary, involuntary switches) of a thread at a sample."""
 
 _VOLUNTARY = b"\nvoluntary_ctxt_switches:"
 _INVOLUNTARY = b"\nnonvoluntary_ctxt_switches:"
@@ -138,8 +139,9 @@ class TreeSampler:
         self._known: dict[tuple[int, int], _Known] = {}
         self._sampled = False
         self._held = HeldFiles()
-        self._last_run: dict[tuple[int, int, str], tuple[int, int, int | None, int | None]] = {}
-        self._next_run: dict[tuple[int, int, str], tuple[int, int, int | None, int | None]] = {}
+        self._last_run: dict[_ThreadKey, _Ran] = {}
+        """What each thread had run by the previous sample (see `_read_threads`)."""
+        self._next_run: dict[_ThreadKey, _Ran] = {}
 
     @classmethod
     def for_budget(cls, root_pid: int, budget: Budget) -> TreeSampler:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from oversub.model import Budget, Verdict
 from oversub.pools import RECOMMENDED_VARS
 from oversub.results import Finding, HostRates, Totals
+from oversub.samples import DENIED_UNAVAILABLE
 
 __all__ = [
     "UNKNOWN",
@@ -129,16 +130,18 @@ _UNAVAILABLE_WHY = {
     "pools": "pools",
     "thread_env": "thread variables",
 }
-_DENIED = ("pools", "thread_env")
 
 
 def unavailable_text(names: tuple[str, ...]) -> str:
-    """ "run delay (no schedstat in this kernel), pools (another user's process: run as
-    that user or root)": what is missing and why, so "?" in a table is not a mystery."""
-    parts = [_UNAVAILABLE_WHY.get(n, n) for n in names if n not in _DENIED]
-    denied = [_UNAVAILABLE_WHY[n] for n in names if n in _DENIED]
-    if denied:
-        parts.append(" and ".join(denied) + " (another user's process: run as that user or root)")
+    """ "run delay (no schedstat in this kernel), pools and thread variables (another user's
+    process: run as that user or root)": what is missing and why, so "?" in a table is not
+    a mystery."""
+    # The sampler names both when refused; "pools" alone is the no-/proc fallback's.
+    refused = set(DENIED_UNAVAILABLE) <= set(names)
+    parts = [_UNAVAILABLE_WHY.get(n, n) for n in names if not (refused and n in DENIED_UNAVAILABLE)]
+    if refused:
+        denied = " and ".join(_UNAVAILABLE_WHY[n] for n in DENIED_UNAVAILABLE)
+        parts.append(denied + " (another user's process: run as that user or root)")
     return ", ".join(parts)
 
 
