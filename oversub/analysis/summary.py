@@ -16,7 +16,7 @@ helper thread (a DataLoader queue feeder waiting for a CPU) count as a live pool
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from oversub.analysis.rates import delay_ratio, per_s
@@ -134,6 +134,7 @@ class _ProcessAccumulator:
             exited=p.exited,
             wait=p.wait,
             seconds=s,
+            start_ticks=p.start_ticks,
         )
 
     def summary(self) -> ProcessSummary:
@@ -281,11 +282,8 @@ class RunSummary:
     """Accumulates intervals of one run; `result()` turns them into a `Summary`. No I/O."""
 
     def __init__(self) -> None:
-        self._current: dict[tuple[int, int | None], _ProcessAccumulator] = {}
+        self._processes: dict[tuple[int, int | None], _ProcessAccumulator] = {}
         """By process identity: pid and start time (a reused pid is another process)."""
-        # Start time unknown: processes whose pid was reused after they exited, kept so the
-        # run still lists them.
-        self._retired: list[_ProcessAccumulator] = []
         self._tree = _TreeAccumulator()
         self._intervals = 0
         self._t0: float | None = None
@@ -310,17 +308,10 @@ class RunSummary:
         self._tree.add(interval)
         for p in interval.processes:
             key = (p.pid, p.start_ticks)
-            acc = self._current.get(key)
-            if acc is not None and p.start_ticks is None and acc.latest.exited and not p.exited:
-                self._retired.append(acc)  # start time unknown: a live one after an exit
-                acc = None
+            acc = self._processes.get(key)
             if acc is None:
-                acc = self._current[key] = _ProcessAccumulator(latest=p)
+                acc = self._processes[key] = _ProcessAccumulator(latest=p)
             acc.add(p, seconds)
-
-    def _accumulators(self) -> Iterable[_ProcessAccumulator]:
-        yield from self._retired
-        yield from self._current.values()
 
     def result(
         self,
@@ -353,7 +344,7 @@ class RunSummary:
                 unavailable=tuple(self._unavailable),
                 notes=notes,
             )
-        accs = list(self._accumulators())
+        accs = list(self._processes.values())
         rates = [a.rates() for a in accs]
         order = sorted(range(len(accs)), key=lambda i: (-rates[i].cpu_percent, rates[i].pid))
         totals = self._tree.totals()
