@@ -11,10 +11,13 @@ Files written follow the kernel's formats closely enough for the probes' parsers
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -213,3 +216,17 @@ def maps_text(libraries: Iterable[str]) -> str:
             start += 0x1000
     lines.append("7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0          [stack]")
     return "\n".join(lines) + "\n"
+
+
+def deny_open(monkeypatch: Any, path: Path) -> None:
+    """Make os.open of `path` fail with EACCES, as /proc does for another user's process
+    (fake trees are the test's own files, and root may read anything)."""
+    denied = str(path)
+    real_open = os.open
+
+    def guarded_open(p: Any, *args: Any, **kwargs: Any) -> int:
+        if str(p) == denied:
+            raise PermissionError(errno.EACCES, "Permission denied", p)
+        return real_open(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", guarded_open)

@@ -9,7 +9,7 @@ import pytest
 
 from oversub import pools
 from oversub.probe import native
-from tests.fake_proc import FakeProc, maps_text
+from tests.fake_proc import FakeProc, deny_open, maps_text
 
 SECRET_ENV = {
     "SECRET": "hunter2-do-not-leak",
@@ -84,15 +84,7 @@ def test_unreadable_environ_is_unknown_not_an_error(
 ) -> None:
     fake = FakeProc(tmp_path)
     fake.add_process(10, 1, environ={"OMP_NUM_THREADS": "2"})
-    denied = str(tmp_path / "proc" / "10" / "environ")
-    real_open = os.open
-
-    def guarded_open(path: str, *args: object, **kwargs: object) -> int:
-        if str(path) == denied:
-            raise PermissionError(13, "Permission denied", path)
-        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "open", guarded_open)
+    deny_open(monkeypatch, tmp_path / "proc" / "10" / "environ")
     # Refused is raised (the sampler says why pools are unknown); gone is just unknown.
     with pytest.raises(PermissionError):
         native.read_thread_env(10, root=str(tmp_path))

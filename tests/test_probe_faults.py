@@ -125,6 +125,21 @@ def _expect_bystanders(sample: TreeSample, pids: list[int]) -> None:
         assert sample.processes[pid].threads, f"bystander {pid} lost its threads"
 
 
+def _expect_vanished(
+    samples: list[TreeSample], tree: dict[str, int], who: str, kind: str, at: int
+) -> None:
+    """`tree[who]` vanished while sample `at` read its `kind`: partial there, absent after,
+    the other processes whole throughout, and the analysis takes it all."""
+    victim = tree[who]
+    _expect_partial(samples[at], victim, kind, first=at == 0)
+    for later in samples[at + 1 :]:
+        assert victim not in later.processes
+    others = [pid for label, pid in tree.items() if label != who]
+    for sample in samples:
+        _expect_bystanders(sample, others)
+    _analyse(samples, target_exited=who == "root")
+
+
 FAULTS = [(kind, phase) for kind in KINDS for phase in ("open", "read")]
 ERRORS = [FileNotFoundError, ProcessLookupError]
 
@@ -150,12 +165,7 @@ def test_child_vanishing_on_first_sample(
         samples = [s.sample() for _ in range(3)]
     monkeypatch.undo()
     assert fault.fired, f"the {kind} {phase} of pid {victim} was never attempted"
-    _expect_partial(samples[0], victim, kind, first=True)
-    for later in samples[1:]:
-        assert victim not in later.processes
-    for sample in samples:
-        _expect_bystanders(sample, [small_tree["root"], small_tree["plain"]])
-    _analyse(samples, target_exited=False)
+    _expect_vanished(samples, small_tree, "gomp", kind, at=0)
 
 
 @pytest.mark.integration
@@ -186,12 +196,7 @@ def test_root_vanishing_on_first_sample(
         samples = [s.sample() for _ in range(3)]
     monkeypatch.undo()
     assert fault.fired
-    _expect_partial(samples[0], root, kind, first=True)
-    for later in samples[1:]:
-        assert root not in later.processes
-    for sample in samples:
-        _expect_bystanders(sample, [small_tree["gomp"], small_tree["plain"]])
-    _analyse(samples, target_exited=True)
+    _expect_vanished(samples, small_tree, "root", kind, at=0)
 
 
 @pytest.mark.integration
@@ -246,12 +251,7 @@ def test_vanishing_on_a_later_sample(
         samples = [first, s.sample(), s.sample()]
     monkeypatch.undo()
     assert fault.fired, f"the {kind} of pid {victim} was not read on a later sample"
-    _expect_partial(samples[1], victim, kind, first=False)
-    assert victim not in samples[2].processes
-    others = [pid for label, pid in small_tree.items() if label != who]
-    for sample in samples:
-        _expect_bystanders(sample, others)
-    _analyse(samples, target_exited=who == "root")
+    _expect_vanished(samples, small_tree, who, kind, at=1)
 
 
 @pytest.mark.integration

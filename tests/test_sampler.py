@@ -19,7 +19,7 @@ from oversub.probe import proctree, sampler
 from oversub.probe.proctree import CLK_TCK
 from oversub.probe.sampler import TreeSampler
 from oversub.samples import DENIED_UNAVAILABLE
-from tests.fake_proc import FakeProc, FakeThread, stat_line
+from tests.fake_proc import FakeProc, FakeThread, deny_open, stat_line
 
 # --------------------------------------------------------------------------- proctree
 
@@ -151,15 +151,7 @@ def test_environ_filtered_and_secrets_nowhere(tmp_path: Path) -> None:
 
 def test_unreadable_environ_is_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _tree(tmp_path)
-    denied = str(tmp_path / "proc" / "200" / "environ")
-    real_open = os.open
-
-    def guarded_open(path: str, *args: object, **kwargs: object) -> int:
-        if str(path) == denied:
-            raise PermissionError(13, "Permission denied", path)
-        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "open", guarded_open)
+    deny_open(monkeypatch, tmp_path / "proc" / "200" / "environ")
     sampler = TreeSampler(100, root=str(tmp_path))
     sample = sampler.sample()
     assert sample.processes[200].thread_env is None
@@ -228,15 +220,7 @@ def test_first_sample_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(errors.NoSuchProcess, match="no process with pid 555"):
         TreeSampler(555, root=str(tmp_path)).sample()
 
-    denied = str(tmp_path / "proc" / "100" / "task")
-    real_open = os.open
-
-    def guarded_open(path: str, *args: object, **kwargs: object) -> int:
-        if str(path) == denied:
-            raise PermissionError(13, "Permission denied", path)
-        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "open", guarded_open)
+    deny_open(monkeypatch, tmp_path / "proc" / "100" / "task")
     with pytest.raises(errors.PermissionDenied):
         TreeSampler(100, root=str(tmp_path)).sample()
 
