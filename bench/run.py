@@ -29,7 +29,9 @@ from pathlib import Path
 import sampling
 import startup
 import watch_cost
-from trees import INTERRUPTED, stop_signals_raise
+from trees import INTERRUPTED
+
+from oversub.session import stop_signals_interrupt
 
 TREES = [(50, 20), (250, 20)]
 
@@ -163,7 +165,7 @@ def main() -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before, host_procs, revision = _loadavg(), _host_processes(), _revision()
     try:
-        with stop_signals_raise():
+        with stop_signals_interrupt():
             print("start-up ...", flush=True)
             st = startup.run(startup_rounds)
             print(startup.format_text(st), flush=True)

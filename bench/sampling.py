@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
-from trees import INTERRUPTED, Tree, stop_signals_raise, tree
+from trees import Tree, print_until_stopped, tree
 
 from oversub.probe.sampler import TreeSampler
 
@@ -284,14 +284,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     shapes = parse_shapes(args.trees)
-    try:
-        with stop_signals_raise():
-            for result in run(shapes, [args.rounds] * len(shapes)):
-                print(format_text(result))
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        return 130
-    return 0
+    return print_until_stopped(lambda: map(format_text, run(shapes, [args.rounds] * len(shapes))))
 
 
 if __name__ == "__main__":

@@ -23,13 +23,13 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from types import FrameType
 
-__all__ = ["INTERRUPTED", "STOP_SIGNALS", "Tree", "stop_signals_raise", "tree"]
+from oversub.session import stop_signals_interrupt
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+__all__ = ["INTERRUPTED", "Tree", "print_until_stopped", "tree"]
+
 INTERRUPTED = "interrupted: every process the benchmark started has been stopped"
 
 # argv: procs, threads, ready fd (write end), alive fd (read end).
@@ -116,23 +116,15 @@ def tree(procs: int, threads: int, timeout_s: float = 60.0) -> Iterator[Tree]:
             root.wait()
 
 
-@contextlib.contextmanager
-def stop_signals_raise() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt, so `finally` blocks (the tree's
-    clean-up) run when `make bench` is stopped by Ctrl-C (also when started in the
-    background, where SIGINT starts ignored), a CI timeout or a closed terminal."""
-
-    raised = False
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal raised
-        if not raised:  # a second signal must not interrupt the clean-up the first started
-            raised = True
-            raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+def print_until_stopped(measure: Callable[[], Iterable[str]]) -> int:
+    """Run `measure` and print each text it yields; 130 with a line on stderr when the run
+    is stopped (Ctrl-C, SIGTERM, SIGHUP raise KeyboardInterrupt inside, so every tree's
+    `finally` clean-up runs first). A callable, so that all the measuring happens inside."""
     try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        with stop_signals_interrupt():
+            for text in measure():
+                print(text, flush=True)
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+    return 0

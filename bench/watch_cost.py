@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import startup
-from trees import INTERRUPTED, stop_signals_raise, tree
+from trees import print_until_stopped, tree
 
 CPU_GOAL_PCT = 3.0
 RSS_GOAL_MIB = 60.0
@@ -221,14 +221,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1, help="watch runs per tree (median)")
     args = parser.parse_args()
     shapes = parse_shapes(args.trees)
-    try:
-        with stop_signals_raise():
-            for result in run(shapes, args.duration, [args.runs] * len(shapes)):
-                print(format_text(result))
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        return 130
-    return 0
+    return print_until_stopped(
+        lambda: map(format_text, run(shapes, args.duration, [args.runs] * len(shapes)))
+    )
 
 
 if __name__ == "__main__":
