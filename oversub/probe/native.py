@@ -52,13 +52,8 @@ def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
 
     Raises PermissionError when `pid` belongs to another user (see the module docstring).
     """
-    try:
-        maps = read_all(os.path.join(root, "proc", str(pid), "maps"))
-    except PermissionError:
-        raise
-    except OSError:
-        return None
-    return pools_from_maps(maps)
+    maps = _read_unless_gone(pid, root, "maps")
+    return None if maps is None else pools_from_maps(maps)
 
 
 def thread_env_from_bytes(environ: bytes) -> dict[str, str]:
@@ -77,10 +72,15 @@ def read_thread_env(pid: int, root: str = "/") -> dict[str, str] | None:
     None when environ cannot be read (the process is gone); PermissionError when it belongs
     to another user.
     """
+    environ = _read_unless_gone(pid, root, "environ")
+    return None if environ is None else thread_env_from_bytes(environ)
+
+
+def _read_unless_gone(pid: int, root: str, leaf: str) -> bytes | None:
+    """/proc/PID/`leaf`; None when it cannot be read, except a refusal, which is raised."""
     try:
-        environ = read_all(os.path.join(root, "proc", str(pid), "environ"))
+        return read_all(os.path.join(root, "proc", str(pid), leaf))
     except PermissionError:
         raise
     except OSError:
         return None
-    return thread_env_from_bytes(environ)
