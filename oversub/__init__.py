@@ -2,17 +2,18 @@
 
 The Python API (`recommend`, `apply`, `worker_init_fn`, `Plan`) is loaded on first use, so
 `import oversub` in a training script or DataLoader worker imports nothing else.
+`__version__` is read from the installed package's metadata (pyproject.toml is its one
+source) on first use: importlib.metadata costs more than the rest of a short command.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 __all__ = ["Plan", "__version__", "apply", "recommend", "worker_init_fn"]
 
 if TYPE_CHECKING:
+    __version__: str
     from oversub.api import apply, recommend, worker_init_fn
     from oversub.model import Plan
 
@@ -25,16 +26,31 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'oversub' has no attribute {name!r}")
-    import importlib
+def _installed_version() -> str:
+    """The version recorded when oversub was installed (pip, pipx, or `pip install -e`)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    value = getattr(importlib.import_module(module_name), name)
+    try:
+        return version("oversub")
+    except PackageNotFoundError:
+        # Imported from a source tree that was never installed: there is no metadata, and
+        # a number guessed here could be wrong, so say so (PEP 440 local version).
+        return "0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value: Any = _installed_version()
+    else:
+        module_name = _LAZY.get(name)
+        if module_name is None:
+            raise AttributeError(f"module 'oversub' has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(module_name), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, "__version__"})

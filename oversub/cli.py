@@ -14,7 +14,6 @@ from typing import Any
 
 import click
 
-from oversub import __version__
 from oversub.cli_options import (
     CONTEXT,
     CPUS,
@@ -58,8 +57,26 @@ def _budget(pid: int | None, cpus: int | None = None, *, detail: bool = False) -
     return read_budget(pid, detail=detail)
 
 
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    # Imported here: reading the package metadata costs more than the rest of `recommend`.
+    from oversub import __version__
+
+    click.echo(f"oversub, version {__version__}")
+    ctx.exit()
+
+
 @click.group(context_settings=CONTEXT)
-@click.version_option(__version__, "-V", "--version", prog_name="oversub")
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version (from the installed package) and exit.",
+)
 def cli() -> None:
     """Find CPU oversubscription in multi-process jobs and say how to fix it.
 
@@ -69,6 +86,7 @@ def cli() -> None:
     oversub watch PID                 live verdict for a running process tree
     oversub check -- python train.py  CI gate: exit 1 when the job oversubscribes
     oversub stress --procs 2 --threads 4   a workload to try it on
+    oversub completion bash           tab completion for bash, zsh or fish
     """
 
 
@@ -386,6 +404,25 @@ def stress(procs: int, threads: int, idle: int, seconds: float) -> None:
     from oversub.stress import run_stress
 
     sys.exit(run_stress(procs, threads, idle, seconds))
+
+
+@cli.command(context_settings=CONTEXT, no_args_is_help=True)
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]), metavar="SHELL")
+def completion(shell: str) -> None:
+    """Print the tab-completion script for SHELL (bash, zsh or fish).
+
+    It completes commands, options and their values (formats, verdicts, paths).
+
+    \b
+    Examples:
+      eval "$(oversub completion bash)"     # in ~/.bashrc
+      oversub completion bash > ~/.local/share/bash-completion/completions/oversub
+      eval "$(oversub completion zsh)"      # in ~/.zshrc, after compinit
+      oversub completion fish > ~/.config/fish/completions/oversub.fish
+    """
+    from oversub.completion import completion_script
+
+    _emit(completion_script(cli, shell))
 
 
 class _NeverRaised(click.UsageError):

@@ -246,9 +246,13 @@ def command_argv(draw: st.DrawFn, name: str) -> list[str]:
     params = _params(name)
     arguments = [p for p in params if isinstance(p, click.Argument)]
     takes_command = any(p.nargs == -1 for p in arguments)
+    takes_value = [p for p in params if isinstance(p, click.Option) and not p.is_flag]
     pid_argument = [p for p in arguments if p.type is PID]
     if pid_argument and draw(st.integers(0, 7)):
         argv.append(draw(values(name, pid_argument[0], hostile=draw(st.booleans()))))
+    choice_argument = [p for p in arguments if isinstance(p.type, click.Choice)]
+    if choice_argument and draw(st.integers(0, 7)):  # `completion SHELL`
+        argv.append(draw(values(name, choice_argument[0], hostile=draw(st.booleans()))))
     command_mode = takes_command and draw(st.booleans())
     if name in SKELETONS and not command_mode and draw(st.integers(0, 3)):
         argv += draw(st.sampled_from(SKELETONS[name]))
@@ -264,8 +268,7 @@ def command_argv(draw: st.DrawFn, name: str) -> list[str]:
                 st.lists(FREE_TEXT.filter(_not_runnable), min_size=1, max_size=2),
             )
         )
-    elif draw(st.integers(0, 7)) == 0:
-        takes_value = [p for p in params if isinstance(p, click.Option) and not p.is_flag]
+    elif takes_value and draw(st.integers(0, 7)) == 0:
         argv.append(draw(st.sampled_from(takes_value)).opts[0])  # at the end: no value
     return argv
 
@@ -324,7 +327,9 @@ def check_outcome(argv: list[str], code: int, out: str, err: str) -> None:
     if code == ExitStatus.FOUND:
         assert "check" in argv, (argv, err)  # only `check` turns verdicts into exit 1
     if code == ExitStatus.USAGE:
-        if not argv:  # `oversub` alone: the help text (click's NoArgsIsHelp)
+        alone = argv[:1] if len(argv) == 1 else None  # `oversub completion` alone
+        if not argv or (alone and getattr(COMMANDS.get(alone[0]), "no_args_is_help", False)):
+            # `oversub` alone: the help text (click's NoArgsIsHelp)
             assert err.startswith("Usage: oversub"), err
         else:
             assert len(lines) == 1 and lines[0].startswith("oversub: error: "), (argv, err)
@@ -360,7 +365,8 @@ def test_every_option_has_a_value_strategy() -> None:
             if isinstance(param, click.Option) and not param.is_flag:
                 assert _valid(name, param), param.name
             if isinstance(param, click.Argument):
-                assert param.type is PID or param.nargs == -1, (name, param.name)
+                known = param.type is PID or isinstance(param.type, click.Choice)
+                assert known or param.nargs == -1, (name, param.name)
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -42,7 +42,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and __version__ in out
 
 
-@pytest.mark.parametrize("command", ["cpus", "recommend", "watch", "check", "stress"])
+@pytest.mark.parametrize("command", ["cpus", "recommend", "watch", "check", "stress", "completion"])
 def test_every_command_has_help_with_examples(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
