@@ -7,7 +7,7 @@ REAL   := .venv-real
 # machine without the local wheel (empty: pip's own configuration decides).
 TORCH_INDEX ?=
 
-.PHONY: demo test lint typecheck unit bench test-real clean
+.PHONY: demo test lint typecheck unit shells bench test-real test-matrix dist test-dist clean
 
 # The stamp is rebuilt when the project metadata changes, so a stale venv never hides a new dependency.
 $(VENV)/.stamp: pyproject.toml
@@ -20,8 +20,8 @@ demo: $(VENV)/.stamp
 	$(BIN)/python -m oversub.demo
 
 lint: $(VENV)/.stamp
-	$(BIN)/ruff check oversub tests bench examples
-	$(BIN)/ruff format --check oversub tests bench examples
+	$(BIN)/ruff check oversub tests bench examples tools
+	$(BIN)/ruff format --check oversub tests bench examples tools
 
 typecheck: $(VENV)/.stamp
 	$(BIN)/mypy
@@ -29,10 +29,33 @@ typecheck: $(VENV)/.stamp
 unit: $(VENV)/.stamp
 	$(BIN)/pytest -q
 
-test: lint typecheck unit
+test: shells lint typecheck unit
 
+# The shells the completion tests drive: installed with apt-get where root can; a missing one
+# is named here and its test skips saying so (OVERSUB_NO_INSTALL=1: name, never install).
+shells:
+	@$(PYTHON) tools/syspkg.py --for "make test" bash=bash zsh=zsh fish=fish
+
+# ps and pidstat are the bench's comparison rows: installed where they can be, named if not.
 bench: $(VENV)/.stamp
+	@$(PYTHON) tools/syspkg.py --for "make bench" ps=procps pidstat=sysstat
 	$(BIN)/python bench/run.py
+
+# The test suite on every Python that pyproject's classifiers list and this machine has, each
+# in its own .venv-matrix/3.X; it says which ran and which are missing, and why.
+# MATRIX_PYTHONS="3.10 3.13" picks versions; MATRIX_ARGS go to pytest (e.g. -m 'not integration').
+MATRIX_PYTHONS ?=
+MATRIX_ARGS ?=
+test-matrix: shells
+	MATRIX_PYTHONS="$(MATRIX_PYTHONS)" $(PYTHON) tools/matrix.py $(if $(MATRIX_ARGS),-- $(MATRIX_ARGS))
+
+# sdist and wheel into dist/, as a release builds them.
+dist: $(VENV)/.stamp
+	$(BIN)/python -m build --outdir dist .
+
+# Build from the tracked files, install with pip (wheel, sdist) and pipx, run `oversub`.
+test-dist: $(VENV)/.stamp
+	$(BIN)/python tools/dist_check.py
 
 # torch's CPU wheel: on this kind of machine pip takes it from a local file (see README);
 # elsewhere: make test-real TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -47,4 +70,4 @@ test-real: $(REAL)/.stamp
 	$(REAL)/bin/pytest -q -m real -p no:cacheprovider tests/real
 
 clean:
-	rm -rf $(VENV) $(REAL) build *.egg-info
+	rm -rf $(VENV) $(REAL) .venv-matrix build dist *.egg-info

@@ -20,7 +20,6 @@ import os
 import platform
 import resource
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -47,11 +46,11 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _pidstat_version() -> str:
-    if shutil.which("pidstat") is None:
-        return "not installed"
-    out = subprocess.run(["pidstat", "-V"], capture_output=True, text=True, check=False)
-    return (out.stdout + out.stderr).splitlines()[0].strip()
+def _tools() -> str:
+    return "; ".join(
+        f"{name}: {sampling.tool_version(name) or f'not installed (package {pkg})'}"
+        for name, pkg in sampling.TOOLS.items()
+    )
 
 
 def _revision() -> str:
@@ -161,6 +160,9 @@ def main() -> int:
     watch_s = 5.0 if args.quick else 20.0
     watch_runs = [1, 1] if args.quick else [3, 1]  # the goals are at 1,000 threads
 
+    for tool in sampling.missing_tools():
+        # `make bench` installs them first where it can (tools/syspkg.py says why not).
+        print(f"bench: {tool} not found: its rows will say 'not installed'", file=sys.stderr)
     t0 = time.monotonic()
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before, host_procs, revision = _loadavg(), _host_processes(), _revision()
@@ -192,7 +194,8 @@ def main() -> int:
         f"- Command: {_command()}, on commit {revision}",
         f"- Host: {host_procs} processes before the trees started; load average "
         f"{load_before} before, {_loadavg()} after (other jobs may share the machine); "
-        f"RLIMIT_NOFILE {nofile}; pidstat: {_pidstat_version()}",
+        f"RLIMIT_NOFILE {nofile}",
+        f"- Comparison tools: {_tools()}",
         "- Figures are medians of rounds that run every method once in a rotated order; a "
         "ratio is the median of the per-round ratios to the floor of the same round.",
         "",

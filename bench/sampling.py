@@ -27,7 +27,9 @@ times these once, in a rotated order so machine noise and drift hit all alike:
   ps        `ps -L -o pid,tid,stat,time,pcpu,comm -p PIDS` (wall time of the subprocess,
             output read through a pipe).
   pidstat   `pidstat -u -w -t -p PIDS`: one report (since boot) of CPU and context
-            switches per thread; "not installed" without sysstat.
+            switches per thread.
+  A tool that is not on PATH gets a row that says "not installed" and names its package
+  (`make bench` installs both first where it can: tools/syspkg.py).
 
 Each figure is the median wall time; each ratio is the median of the per-round ratios to
 the floor of the same round. Goal: oversub <= 1.15 x the floor.
@@ -57,6 +59,23 @@ GOAL = 1.15
 """oversub's sample / the floor, at most."""
 
 PS_FIELDS = "pid,tid,stat,time,pcpu,comm"
+
+TOOLS = {"ps": "procps", "pidstat": "sysstat"}
+"""The commands the table compares against, and the Debian package of each."""
+
+
+def tool_version(name: str) -> str | None:
+    """First line of `NAME -V` (both tools print their version so), or None when absent."""
+    if shutil.which(name) is None:
+        return None
+    out = subprocess.run([name, "-V"], capture_output=True, text=True, check=False)
+    lines = (out.stdout + out.stderr).splitlines()
+    return lines[0].strip() if lines else "version unknown"
+
+
+def missing_tools() -> list[str]:
+    """'pidstat (package sysstat)' for each comparison tool not on PATH."""
+    return [f"{name} (package {pkg})" for name, pkg in TOOLS.items() if shutil.which(name) is None]
 
 
 def _read(path: str) -> bytes:
@@ -183,11 +202,17 @@ class TreeResult:
         return ratio
 
 
+def _external(argv: list[str]) -> Method:
+    """A row for a comparison tool, timed as a subprocess, or 'not installed'."""
+    name = argv[0]
+    what = f"`{' '.join(argv[:-1])} PIDS`"
+    if shutil.which(name) is None:
+        return Method(name, f"{what}: not installed (package {TOOLS[name]})", None)
+    return Method(name, what, _command(argv))
+
+
 def methods(t: Tree, sampler: TreeSampler) -> list[Method]:
     pids = ",".join(map(str, t.pids))
-    ps = ["ps", "-L", "-o", PS_FIELDS, "-p", pids]
-    pidstat = ["pidstat", "-u", "-w", "-t", "-p", pids]
-    has_pidstat = shutil.which("pidstat") is not None
     return [
         Method("oversub", "`TreeSampler(root).sample()`", sampler.sample),
         Method(
@@ -203,12 +228,8 @@ def methods(t: Tree, sampler: TreeSampler) -> list[Method]:
             "naive: `Process(tid)` per thread, cpu_times + num_ctx_switches + status",
             lambda: psutil_naive(t.root_pid),
         ),
-        Method("ps", f"`ps -L -o {PS_FIELDS} -p PIDS`", _command(ps)),
-        Method(
-            "pidstat",
-            "`pidstat -u -w -t -p PIDS`" + ("" if has_pidstat else ": not installed"),
-            _command(pidstat) if has_pidstat else None,
-        ),
+        _external(["ps", "-L", "-o", PS_FIELDS, "-p", pids]),
+        _external(["pidstat", "-u", "-w", "-t", "-p", pids]),
     ]
 
 
@@ -283,6 +304,8 @@ def main() -> int:
     parser.add_argument("--trees", default="50x20,250x20", help="PROCSxTHREADS,...")
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
+    for tool in missing_tools():
+        print(f"sampling: {tool} not found: its row says 'not installed'", file=sys.stderr)
     shapes = parse_shapes(args.trees)
     return print_until_stopped(lambda: map(format_text, run(shapes, [args.rounds] * len(shapes))))
 

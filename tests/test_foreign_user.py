@@ -57,7 +57,7 @@ PRELOAD = (
     "encodings.latin_1",
     "encodings.utf_8",
     "json",
-    "tomllib",
+    "tomllib" if sys.version_info >= (3, 11) else "tomli",  # what oversub.config imports
     "resource",
     "rich.box",
     "rich.cells",
