@@ -43,7 +43,8 @@ bench: $(VENV)/.stamp
 
 # The test suite on every Python that pyproject's classifiers list and this machine has, each
 # in its own .venv-matrix/3.X; it says which ran and which are missing, and why.
-# MATRIX_PYTHONS="3.10 3.13" picks versions; MATRIX_ARGS go to pytest (e.g. -m 'not integration').
+# MATRIX_PYTHONS="3.10 3.13" picks versions; MATRIX_ARGS go to pytest (unit tests only:
+# MATRIX_ARGS="-m 'not integration and not real'").
 MATRIX_PYTHONS ?=
 MATRIX_ARGS ?=
 test-matrix: shells
