@@ -139,7 +139,8 @@ def main() -> int:
         src = clean_copy(tmp / "src")
         outside = tmp / "elsewhere"  # cwd for every run: no source tree to import from
         outside.mkdir()
-        step(f"building sdist and wheel of {version} from {len(list(src.rglob('*')))} paths")
+        files = sum(1 for p in src.rglob("*") if p.is_file())
+        step(f"building sdist and wheel of {version} from {files} tracked files")
         dist = tmp / "dist"
         sh([sys.executable, "-m", "build", "--outdir", dist, src])
         wheel = dist / f"oversub-{version}-py3-none-any.whl"
