@@ -60,11 +60,13 @@ test-dist: $(VENV)/.stamp
 
 # torch's CPU wheel: on this kind of machine pip takes it from a local file (see README);
 # elsewhere: make test-real TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# scikit-learn (joblib/loky) and dask[distributed] are the libraries whose worker processes
+# the rules must get right (thread variables they set, task threads they run).
 $(REAL)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(REAL)
 	$(REAL)/bin/python -m pip install --quiet --upgrade pip
 	$(REAL)/bin/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
-		-e '.[dev]' 'torch==2.13.0' numpy threadpoolctl
+		-e '.[dev]' 'torch==2.13.0' numpy threadpoolctl scikit-learn 'dask[distributed]'
 	touch $@
 
 test-real: $(REAL)/.stamp

@@ -41,6 +41,10 @@ def is_thread_var(name: str) -> bool:
     return name.startswith(THREAD_ENV_PREFIXES)
 
 
+_THREADPOOLCTL = "threadpoolctl.threadpool_limits({t})"
+"""Resizes BLAS and OpenMP runtimes already loaded in the calling process."""
+
+
 class PoolKind(NamedTuple):
     """A family of native thread pools."""
 
@@ -54,11 +58,22 @@ class PoolKind(NamedTuple):
     """Environment variables that size this pool, first match wins (empty: none)."""
     openmp: bool
     """An OpenMP runtime: waiting team threads spin, so oversubscription costs multiples."""
+    live_symbol: str | None = None
+    """Exported int data symbol holding the pool's live size (read by `probe.livepools`);
+    None when the library keeps it hidden (see docs/pools.md)."""
+    code_fix: str | None = None
+    """The call that resizes this pool from inside a process, with {t} for the threads;
+    None when no call reaches it."""
 
 
 POOL_KINDS: tuple[PoolKind, ...] = (
     PoolKind(
-        "libgomp", "GNU OpenMP (libgomp)", ("libgomp.", "libgomp-"), ("OMP_NUM_THREADS",), True
+        "libgomp",
+        "GNU OpenMP (libgomp)",
+        ("libgomp.", "libgomp-"),
+        ("OMP_NUM_THREADS",),
+        True,
+        code_fix=_THREADPOOLCTL,
     ),
     PoolKind(
         "libiomp5",
@@ -66,14 +81,24 @@ POOL_KINDS: tuple[PoolKind, ...] = (
         ("libiomp5",),
         ("KMP_NUM_THREADS", "OMP_NUM_THREADS"),
         True,
+        code_fix=_THREADPOOLCTL,
     ),
-    PoolKind("libomp", "LLVM OpenMP (libomp)", ("libomp.", "libomp-"), ("OMP_NUM_THREADS",), True),
+    PoolKind(
+        "libomp",
+        "LLVM OpenMP (libomp)",
+        ("libomp.", "libomp-"),
+        ("OMP_NUM_THREADS",),
+        True,
+        code_fix=_THREADPOOLCTL,
+    ),
     PoolKind(
         "openblas",
         "OpenBLAS",
         ("libopenblas", "libscipy_openblas"),
         ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"),
         False,
+        live_symbol="blas_cpu_number",
+        code_fix=_THREADPOOLCTL,
     ),
     PoolKind(
         "mkl",
@@ -81,8 +106,16 @@ POOL_KINDS: tuple[PoolKind, ...] = (
         ("libmkl_rt", "libmkl_core", "libmkl_intel_thread", "libmkl_gnu_thread"),
         ("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
         False,
+        code_fix=_THREADPOOLCTL,
     ),
-    PoolKind("blis", "BLIS", ("libblis",), ("BLIS_NUM_THREADS", "OMP_NUM_THREADS"), False),
+    PoolKind(
+        "blis",
+        "BLIS",
+        ("libblis",),
+        ("BLIS_NUM_THREADS", "OMP_NUM_THREADS"),
+        False,
+        code_fix=_THREADPOOLCTL,
+    ),
     PoolKind("tbb", "oneTBB", ("libtbb.", "libtbb-"), (), False),
     PoolKind(
         "torch",
@@ -90,6 +123,7 @@ POOL_KINDS: tuple[PoolKind, ...] = (
         ("libtorch_cpu",),
         ("OMP_NUM_THREADS", "MKL_NUM_THREADS"),
         False,
+        code_fix="torch.set_num_threads({t})",
     ),
     PoolKind(
         "onnxruntime",
@@ -97,6 +131,7 @@ POOL_KINDS: tuple[PoolKind, ...] = (
         ("libonnxruntime", "onnxruntime_pybind"),
         ("OMP_NUM_THREADS",),
         False,
+        code_fix="SessionOptions.intra_op_num_threads = {t}",
     ),
 )
 

@@ -40,6 +40,8 @@ class ProcessRates:
     start_ticks: int | None = None
     """Start time (clock ticks after boot): with `pid`, the process's identity (pids are
     reused); None when unknown."""
+    live_pools: Mapping[str, int] | None = None
+    """Pool key -> threads it is set to now, read from the process's memory; None = unknown."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,11 @@ class Totals:
     busy_processes: int = 0
     """Processes that kept at least half a thread runnable (demand >= 0.5) at the same time:
     the M among which N is shared (for a run: the number sustained for a quarter of it)."""
+    pool_threads: int = 0
+    """Threads the tree's multi-thread native pools run at once, summed over processes (per
+    process its largest pool that exists: `analysis.poolsize`); compare with N."""
+    pool_processes: int = 0
+    """Processes with such a pool (a pool of more than one thread)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,8 @@ class ProcessSummary:
     exited: bool
     seconds: float
     """How long the process was observed."""
+    live_pools: Mapping[str, int] | None = None
+    """Pool key -> threads it was last set to, read from its memory; None = unknown."""
 
 
 @dataclass(frozen=True)

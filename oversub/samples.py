@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+LIVE_DENIED = "live_pools"
+"""What `TreeSample.unavailable` names when a process's memory may not be read, so live pool
+sizes are unknown (not root and not its ancestor): variables and thread counts stand in."""
+
 DENIED_UNAVAILABLE = ("pools", "thread_env")
 """What `TreeSample.unavailable` names when a process's maps or environ is refused (another
 user's process), so that renderers can say why rather than only "unknown"."""
@@ -48,6 +52,9 @@ class ProcessSample:
     children_cpu_ns: int = 0
     """CPU time of children this process has already reaped (stat cutime + cstime): work of
     children that lived and died between two samples, which no sample saw."""
+    live_pools: Mapping[str, int] | None = None
+    """Pool key -> threads the pool is set to right now, read from the process's memory
+    (`oversub.probe.livepools`), for the pools whose library exports it; None = unknown."""
     wait: str | None = None
     """What a single-thread sleeping process with OpenMP mapped is blocked in (see
     `oversub.probe.waits`): "futex-private" (a private futex wait without timeout: nothing

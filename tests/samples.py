@@ -62,6 +62,8 @@ class Proc:
     """What it is blocked in (probe.waits), e.g. "futex-private" for the fork hang."""
     reaped_cpu: float = 0.0
     """CPU-seconds of children it reaped during the interval (cutime + cstime)."""
+    live: Mapping[str, int] | None = None
+    """Live pool sizes read from its memory (probe.livepools); None = unknown."""
 
 
 def thread(
@@ -106,6 +108,7 @@ def _sample(p: Proc, dt: float, after: bool) -> ProcessSample:
         thread_env=p.env,
         children_cpu_ns=round(p.reaped_cpu * NS) if after else 0,
         wait=p.wait,
+        live_pools=p.live,
     )
 
 

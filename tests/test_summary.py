@@ -272,7 +272,8 @@ def test_workers_that_come_and_go_are_not_counted_at_once() -> None:
     line = Timeline()
     for round_ in range(10):
         pids = (1000 + 2 * round_, 1001 + 2 * round_)
-        line.add([root(), *(Proc(p, (Load(cpu=0.5, delay=0.5),) * 4) for p in pids)])
+        pool = ("libgomp",)  # multi-thread OpenMP workers, not application threads
+        line.add([root(), *(Proc(p, (Load(cpu=0.5, delay=0.5),) * 4, pools=pool) for p in pids)])
     s = line.result()
     assert len(s.processes) == 21
     assert s.totals.busy_processes == 2

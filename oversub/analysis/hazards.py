@@ -7,6 +7,11 @@ function returns the findings of one rule of `verdict.RULES`; `verdict.assess` c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from oversub.analysis.fixes import thread_fix
+from oversub.analysis.poolsize import PoolSize, latent_pools
+from oversub.analysis.rates import BUSY_DEMAND
 from oversub.analysis.recommend import threads_for
 from oversub.analysis.wording import (
     join_and,
@@ -14,8 +19,6 @@ from oversub.analysis.wording import (
     pids_of,
     pool_order,
     rounded,
-    thread_fix,
-    uncontrolled_pools,
     verb,
     who,
 )
@@ -23,47 +26,102 @@ from oversub.model import Severity, Thresholds, Verdict
 from oversub.pools import POOLS_BY_KEY, is_openmp
 from oversub.results import Finding, Interval, ProcessRates
 
-__all__ = ["fork_findings", "orphan_finding", "pool_default_finding"]
+__all__ = ["at_once", "busy", "fork_findings", "orphan_finding", "pool_default_finding"]
 
 IDLE_CPU_PERCENT = 1.0
 """A hung child uses about no CPU: below this percentage of one CPU."""
 
 
 def pool_default_finding(interval: Interval, skip_pids: frozenset[int]) -> Finding | None:
-    """pool-default: >= 2 processes map a pool no known variable sizes, one ran >= 2 threads.
+    """pool-default: multi-thread pools that exist in >= 2 processes add up to more than N.
 
-    In-process settings (torch.set_num_threads, threadpoolctl) are invisible from outside, so
-    only a process seen running two active threads at once proves the default is live.
-    None when the processes are all in `skip_pids` (oversubscribed-pools already names them).
+    Latent oversubscription, named before the work starts: two idle processes that imported
+    NumPy each hold an OpenBLAS pool of N threads. Per process, only pools that exist count
+    (`poolsize.latent_pools`: a live size read from memory, or threads that ran or exist),
+    and only the processes that can run them at once (`at_once`). None when fewer than two
+    count, when their pools fit N, or when oversubscribed-pools already names them all.
     """
     n = interval.vcpus
-    mapped = [p for p in interval.processes if uncontrolled_pools(p)]
-    if len(mapped) < 2 or not any(p.active_threads >= 2 for p in mapped):
+    # In one interval a process that exited is gone; over a whole run each one lived.
+    present = [p for p in interval.processes if not (p.exited and p.seconds is None)]
+    holders = [p for p in present if latent_pools(p, n)]
+    sharing = at_once(holders, interval.totals.busy_processes)
+    if len(sharing) < 2:
         return None
-    pids = pids_of(mapped)
-    if set(pids) <= skip_pids:
+    sizes = {p.pid: latent_pools(p, n) for p in sharing}
+    total = sum(found[0].threads for found in sizes.values())
+    pids = pids_of(sharing)
+    if total <= n or set(pids) <= skip_pids:
         return None
-    keys = pool_order(k for p in mapped for k in uncontrolled_pools(p))
-    labels = join_and(POOLS_BY_KEY[k].label for k in keys)
-    variables = join_and(dict.fromkeys(POOLS_BY_KEY[k].variables[0] for k in keys))
-    k = len(mapped)
+    keys = pool_order(s.key for found in sizes.values() for s in found)
+    live = [
+        f"pid {pid} {found[0].threads}"
+        for pid, found in sorted(sizes.items())
+        if found[0].source == "live"
+    ]
+    k = len(sharing)
     threads = threads_for(n, k)
+    idle = not any(busy(p) for p in sharing)
+    how = "idle now, but " if idle else ""
+    message = (
+        f"{who(pids)} hold multi-thread {join_and(POOLS_BY_KEY[key].label for key in keys)} "
+        f"pools: {_sizes_text(sizes)}; {how}when they run at once, {total} threads compete "
+        f"for {n} CPUs."
+    )
     return Finding(
         rule="pool-default",
         severity=Severity.WARNING,
         verdict=Verdict.AT_RISK,
-        message=f"{k} processes ({pid_list(pids)}) map {labels} with {variables} unset; each "
-        f"sizes its pool to all {n} CPUs, so {k * n} threads can compete for {n}.",
+        message=message,
         pids=pids,
         evidence={
             "processes": k,
             "vcpus": n,
             "pools": ",".join(keys),
-            "active_threads_max": max(p.active_threads for p in mapped),
+            "pool_threads": total,
+            "threads": sum(p.threads for p in sharing),
+            "live": "; ".join(live) or None,
+            "active_threads_max": max(p.active_threads for p in sharing),
             "threads_per_process": threads,
         },
-        fix=f"Size the pools before the processes start: {thread_fix(mapped, threads)}.",
+        fix=f"Size the pools to {threads} {verb(threads, 'thread', 'threads')} per process "
+        f"({n} CPUs / {k}): {thread_fix(sharing, threads, n)}.",
     )
+
+
+def _sizes_text(sizes: dict[int, list[PoolSize]]) -> str:
+    """ "OpenBLAS 2 threads in pids 11, 12 (read live)": each process's largest pool, with
+    what says its size, grouped by identical phrase."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for pid, found in sorted(sizes.items()):
+        s = found[0]
+        kind = POOLS_BY_KEY[s.key]
+        if s.source == "live":
+            how = "read live"
+        elif s.source == "variable":
+            how = f"{s.variable}={s.value}"
+        else:
+            how = f"{kind.variables[0]} unset"
+        groups.setdefault((f"{kind.label} {s.threads} threads", how), []).append(pid)
+    return ", ".join(f"{size} in {pid_list(pids)} ({how})" for (size, how), pids in groups.items())
+
+
+def busy(p: ProcessRates) -> bool:
+    """The process ran work in the interval (a share of a CPU), as opposed to sitting idle."""
+    return p.demand >= BUSY_DEMAND or p.active_threads >= 1
+
+
+def at_once(procs: Sequence[ProcessRates], busy_processes: int) -> list[ProcessRates]:
+    """Those of `procs` that can run their pools at the same time: the busy ones when some
+    are busy (an idle parent waiting for its workers does not compete with them), all of
+    them when all are idle (peers whose pools will start together when work arrives)."""
+    working = [p for p in procs if busy(p)]
+    if not working:
+        return list(procs)
+    if busy_processes and len(working) > busy_processes:
+        # Over a run, workers that came and went are not all busy at once.
+        working = sorted(working, key=lambda p: -p.demand)[:busy_processes]
+    return working
 
 
 def _observed(p: ProcessRates, interval: Interval) -> float:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from oversub.analysis.poolsize import pool_threads
 from oversub.model import Thresholds
 from oversub.results import HostRates, Interval, ProcessRates, Totals
 from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
@@ -135,6 +136,7 @@ def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> Pr
         voluntary_ctx_per_s=per_s(d.voluntary, dt_s),
         pools=p.pools,
         thread_env=p.thread_env,
+        live_pools=p.live_pools,
         exited=exited,
         wait=p.wait,
         start_ticks=p.start_ticks,
@@ -190,7 +192,7 @@ def _host_rates(prev: HostSample, curr: HostSample, tree_cpu_ns: int, dt_s: floa
     )
 
 
-def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float) -> Totals:
+def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float, vcpus: int) -> Totals:
     """Sums over live processes (exited ones have zero deltas by construction)."""
     deltas = [d for _, d in live]
     cpu_ns = sum(d.cpu_ns for d in deltas)
@@ -198,6 +200,7 @@ def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float) -> Totals:
     involuntary = _sum_or_none(d.involuntary for d in deltas)
     voluntary = _sum_or_none(d.voluntary for d in deltas)
     cpu_s = cpu_ns / _NS
+    in_pools, with_pools = pool_threads((r for r, _ in live), vcpus)
     return Totals(
         processes=len(live),
         threads=sum(r.threads for r, _ in live),
@@ -211,6 +214,8 @@ def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float) -> Totals:
             involuntary / cpu_s if involuntary is not None and cpu_s > 0 else None
         ),
         busy_processes=sum(1 for r, _ in live if r.demand >= BUSY_DEMAND),
+        pool_threads=in_pools,
+        pool_processes=with_pools,
     )
 
 
@@ -262,7 +267,7 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresho
         if pid not in curr.processes or curr.processes[pid].start_ticks != p.start_ticks
     ]
 
-    totals = _totals(live, dt_s)
+    totals = _totals(live, dt_s, vcpus)
     tree_cpu = sum(d.cpu_ns for _, d in live)
     unavailable = list(dict.fromkeys((*prev.unavailable, *curr.unavailable)))
     no_delay = any(

@@ -17,8 +17,9 @@ helper thread (a DataLoader queue feeder waiting for a CPU) count as a live pool
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
+from oversub.analysis.poolsize import pool_threads
 from oversub.analysis.rates import delay_ratio, per_s
 from oversub.analysis.verdict import assess
 from oversub.model import Budget, Thresholds, Verdict
@@ -88,12 +89,15 @@ class _ProcessAccumulator:
     voluntary_peak: float | None = None
     pools: tuple[str, ...] | None = None
     thread_env: Mapping[str, str] | None = None
+    live_pools: Mapping[str, int] | None = None
 
     def add(self, p: ProcessRates, seconds: float) -> None:
         self.latest = p
         self.threads_peak = max(self.threads_peak, p.threads)
         if p.pools is not None:
             self.pools = p.pools
+        if p.live_pools is not None:
+            self.live_pools = p.live_pools  # the latest setting: code may change it mid-run
         if p.thread_env is not None:
             self.thread_env = p.thread_env
         if p.exited:  # zero deltas by construction: the process was not observed running
@@ -131,6 +135,7 @@ class _ProcessAccumulator:
             voluntary_ctx_per_s=per_s(self.voluntary, s),
             pools=self.pools,
             thread_env=self.thread_env,
+            live_pools=self.live_pools,
             exited=p.exited,
             wait=p.wait,
             seconds=s,
@@ -160,6 +165,7 @@ class _ProcessAccumulator:
             thread_env=r.thread_env,
             exited=r.exited,
             seconds=self.seconds,
+            live_pools=r.live_pools,
         )
 
 
@@ -258,6 +264,8 @@ class _TreeAccumulator:
             voluntary_ctx_per_s=p.get("voluntary_ctx_per_s"),
             involuntary_ctx_per_cpu_s=p.get("involuntary_ctx_per_cpu_s"),
             busy_processes=int(p.get("busy_processes") or 0),
+            pool_threads=int(p.get("pool_threads") or 0),
+            pool_processes=int(p.get("pool_processes") or 0),
         )
 
     def host_rates(self) -> HostRates:
@@ -347,7 +355,9 @@ class RunSummary:
         accs = list(self._processes.values())
         rates = [a.rates() for a in accs]
         order = sorted(range(len(accs)), key=lambda i: (-rates[i].cpu_percent, rates[i].pid))
-        totals = self._tree.totals()
+        in_pools, with_pools = pool_threads(rates, budget.vcpus)
+        # Pools at the end of the run (their latest live sizes), not a mean over intervals.
+        totals = replace(self._tree.totals(), pool_threads=in_pools, pool_processes=with_pools)
         host = self._tree.host_rates()
         whole_run = Interval(
             t0=self._t0,

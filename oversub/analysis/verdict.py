@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
+from oversub.analysis.poolsize import app_threads, blamed
 from oversub.analysis.rates import BUSY_DEMAND
 from oversub.analysis.recommend import threads_for
 from oversub.analysis.wording import (
@@ -28,24 +30,24 @@ from oversub.analysis.wording import (
     pool_order,
     rounded,
     sentence,
-    thread_fix,
     verb,
 )
 from oversub.model import Severity, Thresholds, Verdict
 from oversub.pools import POOLS_BY_KEY
-from oversub.results import Assessment, Finding, Interval
+from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates
 
 __all__ = ["RULES", "assess"]
 
 RULES: Mapping[str, str] = {
     "oversubscribed-pools": "Demand exceeds the CPUs and processes run multi-thread native pools",
+    "oversubscribed-threads": "Demand exceeds the CPUs through application threads, not pools",
     "oversubscribed-processes": "More single-thread processes than CPUs keep demand above them",
     "demand-exceeds-budget": "Demand exceeds the budget but threads do not wait",
     "starved-quota": "The cgroup CPU quota throttles the tree",
     "starved-outside": "Other processes or hypervisor steal take the CPUs the tree waits for",
-    "starved-unattributed": "The tree's threads wait for CPUs and no cause is visible",
+    "starved-unattributed": "The tree's threads wait for CPUs and no measured load explains it",
     "busy-threads-exceed": "More threads are busy than there are CPUs",
-    "pool-default": "Several processes map a native pool sized by default to all CPUs",
+    "pool-default": "Pools in several processes add up to more threads than CPUs, even idle",
     "fork-hang": "A child forked after an OpenMP region sits idle: the libgomp fork hang",
     "fork-after-threads": "Processes forked from a multi-threaded parent",
     "orphan": "A busy process whose parent has exited",
@@ -82,19 +84,20 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
     # M = processes busy *at the same time*: over a whole run, workers that came and went
     # (a DataLoader per epoch, Pool(maxtasksperchild)) must not all count at once.
     m = max(1, min(len(contending), t.busy_processes or len(contending)))
+    threads = threads_for(n, m)
     evidence = _base_evidence(interval) | {
         "processes": m,
         "multi_thread_processes": len(multi),
         "throttled_ratio": rounded(interval.host.throttled_ratio),
     }
     head = f"The tree keeps {t.demand:.1f} threads runnable on {n} CPUs ({t.demand / n:.1f}x); "
-    if multi:
-        threads = threads_for(n, m)
-        pools = pool_order(k for p in contending for k in (p.pools or ()))
+    pooled = [p for p in multi if not app_threads(p, n, threads)]
+    if pooled:
+        pools = pool_order(s.key for p in pooled for s in blamed(p, n, threads))
         evidence |= {"threads_per_process": threads, "pools": ",".join(pools) or None}
         who = f"each of the {m} busy processes" if m > 1 else "the busy process"
         fix = f"Give {who} {threads} {verb(threads, 'thread', 'threads')} ({n} CPUs / {m}): "
-        fix += thread_fix(contending, threads)
+        fix += thread_fix(contending, threads, n)
         if m > n:
             fix += f"; and run at most {n} busy process{'es' if n > 1 else ''} at a time"
         return Finding(
@@ -102,7 +105,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
             severity=Severity.CRITICAL,
             verdict=Verdict.OVERSUBSCRIBED,
             message=head
-            + f"{count_processes(len(multi))} {verb(len(multi), 'runs', 'run')} "
+            + f"{count_processes(len(pooled))} {verb(len(pooled), 'runs', 'run')} "
             + (
                 f"multi-thread {join_and(POOLS_BY_KEY[k].label for k in pools)} pools"
                 if pools
@@ -114,17 +117,45 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
             evidence=evidence,
             fix=fix + ".",
         )
+    if multi:
+        evidence |= {"threads_per_process": threads, "pools": None}
+        return Finding(
+            rule="oversubscribed-threads",
+            severity=Severity.WARNING,
+            verdict=Verdict.OVERSUBSCRIBED,
+            message=head
+            + f"{count_processes(len(multi))} {verb(len(multi), 'runs', 'run')} several busy "
+            f"threads each and {_pools_state(multi, n, threads)}: these are the application's "
+            "own threads (task threads, executors), not native pools'.",
+            pids=pids_of(contending),
+            evidence=evidence,
+            fix=sentence(app_thread_fix(contending, n, m)) + ".",
+        )
     return Finding(
         rule="oversubscribed-processes",
         severity=Severity.WARNING,
         verdict=Verdict.OVERSUBSCRIBED,
         message=head + f"they are {m} single-thread processes sharing {n} CPUs, "
-        "which costs little (1.0-1.2x measured).",
+        "which costs little (1.0-1.2x measured); on a machine shared with other load, "
+        "fewer processes win fairness and latency, not throughput (the job's share of "
+        "the CPUs shrinks).",
         pids=pids_of(contending),
         evidence=evidence,
         fix=f"Run at most {n} busy process{'es' if n > 1 else ''} at a time "
         f"(e.g. Pool(processes={n})); "
         "fewer threads per process will not help, they already run one each.",
+    )
+
+
+def _pools_state(procs: list[ProcessRates], n: int, threads: int) -> str:
+    """ "map no native pool" or "their native pools are already limited to at most 1 thread
+    (OMP_NUM_THREADS=1, OpenBLAS set to 1 (read live))"."""
+    limits = limits_text(procs, n)
+    if limits == "no native pool":
+        return f"{verb(len(procs), 'maps', 'map')} no native pool"
+    return (
+        f"{verb(len(procs), 'its', 'their')} native pools are already limited to at most "
+        f"{threads} {verb(threads, 'thread', 'threads')} ({limits})"
     )
 
 
@@ -155,26 +186,34 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
     if not waiting:
         return found
     ratio = t.run_delay_ratio or 0.0
-    outside = h.outside_cpus is not None and h.outside_cpus >= th.outside_cpu
-    steal = h.steal_cpus is not None and h.steal_cpus >= th.outside_cpu
+    waited = t.demand * ratio  # CPU-seconds the tree waited per second
+    # Other load explains the waiting when it is big in itself, or when it covers at least
+    # half of the waiting that the tree's own excess over N (within the margin) does not: a
+    # job using exactly N waits past the threshold with ~0.2 CPU of other load. Below
+    # min-wait a load is noise, never a cause.
+    own = max(0.0, t.demand - n)
+    explains = min(th.outside_cpu, max(th.min_wait, 0.5 * (waited - own)))
+    outside = h.outside_cpus is not None and h.outside_cpus >= explains
+    steal = h.steal_cpus is not None and h.steal_cpus >= explains
     evidence = _base_evidence(interval) | {
         "outside_cpus": rounded(h.outside_cpus),
         "steal_cpus": rounded(h.steal_cpus),
         "psi_some": rounded(h.psi_some),
+        "waited_cpus": rounded(waited),
     }
     if outside or steal:
         causes = []
         if outside:
-            causes.append(f"other processes used {h.outside_cpus:.1f} CPUs")
+            causes.append(f"other processes used {h.outside_cpus:.2f} CPUs")
         if steal:
-            causes.append(f"the hypervisor stole {h.steal_cpus:.1f} CPUs (hypervisor steal)")
+            causes.append(f"the hypervisor stole {h.steal_cpus:.2f} CPUs (hypervisor steal)")
         found.append(
             Finding(
                 rule="starved-outside",
                 severity=Severity.WARNING,
                 verdict=Verdict.STARVED,
                 message=f"{sentence(' and '.join(causes))}; the tree's threads waited "
-                f"{ratio:.0%} of their runnable time.",
+                f"{ratio:.0%} of their runnable time ({waited:.2f} CPU-seconds per second).",
                 pids=(interval.root_pid,),
                 evidence=evidence,
                 fix="Move the other load elsewhere, or pin the job and the other load to "
@@ -188,9 +227,9 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
                 rule="starved-unattributed",
                 severity=Severity.INFO,
                 verdict=Verdict.STARVED,
-                message=f"The tree's threads waited {ratio:.0%} of their runnable time with "
-                f"{t.demand:.1f} runnable on {n} CPUs, and no other load, steal or throttling "
-                "was measured.",
+                message=f"The tree's threads waited {ratio:.0%} of their runnable time "
+                f"({waited:.2f} CPU-seconds per second) with {t.demand:.1f} runnable on {n} "
+                f"CPUs; {_unexplained(h, waited)}.",
                 pids=(interval.root_pid,),
                 evidence=evidence,
                 fix="Check what else shares these CPUs (other containers, real-time or niced "
@@ -198,6 +237,27 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
             )
         )
     return found
+
+
+def _unexplained(h: HostRates, waited: float) -> str:
+    """What was measured besides the tree, in words that never say "no other load" when
+    some was measured, nor of a load that could not be read."""
+    measured: list[str] = []
+    unknown: list[str] = []
+    if h.outside_cpus is None:
+        unknown.append("CPU use outside the tree")
+    else:
+        measured.append(f"other processes used {h.outside_cpus:.2f} CPUs")
+    if h.steal_cpus is None:
+        unknown.append("hypervisor steal")
+    else:
+        measured.append(f"hypervisor steal was {h.steal_cpus:.2f} CPUs")
+    text = ""
+    if measured:
+        text = f"{join_and(measured)}, less than the {waited:.2f} CPU-seconds per second it waited"
+    if unknown:
+        text += ("; " if text else "") + f"{join_and(unknown)} could not be read"
+    return text
 
 
 def _busy_threads(interval: Interval) -> Finding:
@@ -215,9 +275,10 @@ def _busy_threads(interval: Interval) -> Finding:
         pids=pids_of(busy),
         evidence=_base_evidence(interval)
         | {"processes": len(busy), "threads_per_process": threads},
-        fix=f"Keep busy threads at most {n}: {threads} thread(s) in "
+        fix=f"Keep busy threads at most {n}: {threads} {verb(threads, 'thread', 'threads')} "
+        "in "
         + (f"each of the {m} busy processes; " if m > 1 else "the busy process; ")
-        + thread_fix(busy, threads)
+        + thread_fix(busy, threads, n)
         + ".",
     )
 
@@ -262,21 +323,27 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
 
     With N = interval.vcpus, D = totals.demand, r = totals.run_delay_ratio:
 
-    - over = D > N * (1 + thresholds.margin); waiting = r > thresholds.delay_ratio and
-      D * r (CPU-seconds waited per second) >= thresholds.min_wait.
+    - over = D > N * (1 + thresholds.margin); waiting = r > thresholds.delay_ratio,
+      D * r (CPU-seconds waited per second) >= thresholds.min_wait and D >=
+      thresholds.active_cpu (an idle tree's wake-ups are not starvation).
+    - T = floor(N / M) threads per busy process (`threads_for`); a pool's size is its live
+      value, else its variable, else N (`poolsize`).
     - oversubscribed-pools (critical): over and waiting, and a contending process (demand
-      >= 0.5) ran >= 2 active threads (each >= thresholds.active_cpu of a CPU).
+      >= 0.5) ran >= 2 active threads with a pool sized above T (or unknown pools).
+    - oversubscribed-threads (warning): over and waiting, contending processes ran >= 2
+      active threads, but every pool they map is already at most T: application threads.
     - oversubscribed-processes (warning): over and waiting, every contending process ran
       at most one active thread.
     - demand-exceeds-budget (warning, at-risk): over but not waiting: processes run beyond
       the root's budget (their own affinity or cgroup).
     - starved-quota (warning): not over, host.throttled_ratio >= thresholds.throttle_ratio.
-    - starved-outside (warning): waiting, not over, host.outside_cpus or host.steal_cpus
-      >= thresholds.outside_cpu.
-    - starved-unattributed (info): waiting, not over, no outside load, steal or throttling.
+    - starved-outside (warning): waiting, not over, outside CPUs or steal >= min(outside_cpu,
+      max(min_wait, half the waiting not explained by the tree's own excess D - N)).
+    - starved-unattributed (info): waiting, not over, no such load, steal or throttling.
     - busy-threads-exceed (warning): not over, not waiting, totals.active_threads > N.
-    - pool-default (warning): >= 2 processes map a sizable pool no variable controls, one of
-      them ran >= 2 active threads; skipped when oversubscribed-pools names the same pids.
+    - pool-default (warning): multi-thread pools that exist (`poolsize.latent_pools`) in >= 2
+      processes that can run them at once add up to more than N threads, even idle; skipped
+      when oversubscribed-pools names the same pids.
     - fork-hang (critical, at-risk): a plain-forked child (same cmdline) of a parent with
       >= 2 threads maps OpenMP, runs 1 thread, < 1% CPU, over >= thresholds.idle_seconds.
     - fork-after-threads (info, ok): other plain-forked children of multi-threaded parents.
@@ -293,11 +360,14 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
     over = measured and totals.demand > n * (1.0 + thresholds.margin)
     # Waiting needs a share of the runnable time *and* some absolute waiting: an idle tree's
     # few wake-ups can wait 80% of almost nothing.
+    # It also needs meaningful demand: an idle pool's wake-ups under other load can wait
+    # past min-wait while the tree keeps a tenth of a CPU runnable; nobody is starved there.
     waiting = (
         measured
         and ratio is not None
         and ratio > thresholds.delay_ratio
         and totals.demand * ratio >= thresholds.min_wait
+        and totals.demand >= thresholds.active_cpu
     )
 
     findings: list[Finding] = []

@@ -18,7 +18,13 @@ import re
 from oversub import pools
 from oversub.probe.proctree import read_all
 
-__all__ = ["pools_from_maps", "read_pools", "read_thread_env", "thread_env_from_bytes"]
+__all__ = [
+    "pools_from_maps",
+    "read_maps",
+    "read_pools",
+    "read_thread_env",
+    "thread_env_from_bytes",
+]
 
 # A mapped file's basename: the last path component of a maps line. Lines without a path
 # (anonymous memory) or with a pseudo path ("[heap]") do not match.
@@ -47,12 +53,17 @@ def pools_from_maps(maps: bytes) -> tuple[str, ...]:
     return tuple(sorted(found, key=_POOL_ORDER.__getitem__))
 
 
+def read_maps(pid: int, root: str = "/") -> bytes | None:
+    """/proc/PID/maps; None when it cannot be read (gone). PermissionError: another user's."""
+    return _read_unless_gone(pid, root, "maps")
+
+
 def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
     """Thread-pool libraries mapped by `pid`; None when its maps cannot be read.
 
     Raises PermissionError when `pid` belongs to another user (see the module docstring).
     """
-    maps = _read_unless_gone(pid, root, "maps")
+    maps = read_maps(pid, root)
     return None if maps is None else pools_from_maps(maps)
 
 

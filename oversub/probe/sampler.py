@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from oversub import errors, pools
 from oversub.probe import native
 from oversub.probe.host import read_host
+from oversub.probe.livepools import LiveReader
 from oversub.probe.proctree import (
     HeldFiles,
     ProcStat,
@@ -39,7 +40,13 @@ from oversub.probe.proctree import (
 )
 from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE, PsutilTreeSampler
 from oversub.probe.waits import read_wait
-from oversub.samples import DENIED_UNAVAILABLE, ProcessSample, ThreadSample, TreeSample
+from oversub.samples import (
+    DENIED_UNAVAILABLE,
+    LIVE_DENIED,
+    ProcessSample,
+    ThreadSample,
+    TreeSample,
+)
 
 if TYPE_CHECKING:
     from oversub.model import Budget
@@ -81,6 +88,10 @@ class _Known:
     """Thread count when maps was last read."""
     denied: bool = False
     """maps or environ refused (another user's process): pools and thread_env unknown."""
+    live_pools: dict[str, int] | None = None
+    """Live pool sizes read with maps (`probe.livepools`); None = unknown."""
+    live_denied: bool = False
+    """Its memory may not be read (not root, not its ancestor): live sizes unknown."""
 
 
 def _status_int(status: bytes, key: bytes) -> int | None:
@@ -139,6 +150,7 @@ class TreeSampler:
         self._known: dict[tuple[int, int], _Known] = {}
         self._sampled = False
         self._held = HeldFiles()
+        self._live = LiveReader(root)
         self._last_run: dict[_ThreadKey, _Ran] = {}
         """What each thread had run by the previous sample (see `_read_threads`)."""
         self._next_run: dict[_ThreadKey, _Ran] = {}
@@ -245,6 +257,8 @@ class TreeSampler:
         known = self._refresh_cache(pid, stat, len(threads), now)
         if known.denied:
             unavailable.extend(k for k in DENIED_UNAVAILABLE if k not in unavailable)
+        elif known.live_denied and LIVE_DENIED not in unavailable:
+            unavailable.append(LIVE_DENIED)
         wait = None
         if (
             len(threads) == 1
@@ -262,6 +276,7 @@ class TreeSampler:
             threads=threads,
             pools=known.pools,
             thread_env=known.thread_env,
+            live_pools=known.live_pools,
             children_cpu_ns=ticks_to_ns(stat.children_ticks),
             wait=wait,
         )
@@ -357,21 +372,42 @@ class TreeSampler:
             known = _Known(cmdline, stat.comm, None, None, now, n_threads)
             try:
                 known.thread_env = native.read_thread_env(pid, self.root)
-                known.pools = native.read_pools(pid, self.root)
+                self._read_maps(pid, known)
             except PermissionError:
                 known.denied = True
             self._known[key] = known
             return known
         try:
-            pools_now = native.read_pools(pid, self.root)
+            self._read_maps(pid, known)
         except PermissionError:
-            pools_now, known.denied = None, True
-        if pools_now:  # an exiting process's empty maps must not erase what was seen
-            known.pools = pools_now
+            known.denied = True
         known.comm = stat.comm
         known.maps_read_at = now
         known.maps_threads = n_threads
         return known
+
+    def _read_maps(self, pid: int, known: _Known) -> None:
+        """Pools from maps and, for the libraries that export it, their live sizes.
+
+        An exiting process's maps read empty: that must not erase what was seen.
+        PermissionError (maps refused) propagates; a refused memory read only marks
+        `live_denied`, the pools stand.
+        """
+        maps = native.read_maps(pid, self.root)
+        if maps is None or (not maps and known.pools is not None):
+            return
+        found = native.pools_from_maps(maps)
+        if found or known.pools is None:
+            known.pools = found
+        if not any(pools.POOLS_BY_KEY[k].live_symbol for k in found):
+            return
+        try:
+            live = self._live.read(pid, maps)
+        except PermissionError:
+            known.live_denied = True
+            return
+        if live:
+            known.live_pools = live
 
 
 def _start_of(raw: bytes) -> int | None:

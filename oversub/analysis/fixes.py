@@ -1,0 +1,146 @@
+"""The fix of a thread-count finding: which knob to turn in which processes.
+
+A fix is only ever for a pool that runs more threads than the target: a variable already at
+the target is never asked for again. Each alternative is offered only for the pools it
+controls (a variable per pool, `torch.set_num_threads` for PyTorch's pool, threadpoolctl for
+BLAS and OpenMP runtimes). When no pool of the busy processes runs more than the target,
+their busy threads are the application's own (task threads, executors), and the fix names
+that knob instead.
+
+Pure string building from `ProcessRates` and `analysis.poolsize`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oversub.analysis.poolsize import PoolSize, blamed, pool_sizes
+from oversub.analysis.wording import join_and, pool_order, verb, who
+from oversub.pools import POOLS_BY_KEY
+from oversub.results import ProcessRates
+
+__all__ = ["app_thread_fix", "limits_text", "thread_fix"]
+
+
+def _labels(keys: Sequence[str]) -> str:
+    return join_and(POOLS_BY_KEY[k].label for k in pool_order(keys))
+
+
+def limits_text(procs: Sequence[ProcessRates], n: int) -> str:
+    """What already limits the pools of `procs`: "OMP_NUM_THREADS=1, OpenBLAS set to 1
+    thread (read live)"; "no native pool" when none maps one."""
+    parts: dict[str, None] = {}
+    for p in procs:
+        for s in pool_sizes(p, n) or ():
+            if s.source == "live":
+                label = POOLS_BY_KEY[s.key].label
+                parts[f"{label} set to {s.threads} (read live)"] = None
+            elif s.variable is not None:
+                parts[f"{s.variable}={s.value}"] = None
+    return ", ".join(parts) if parts else "no native pool"
+
+
+def _value(s: PoolSize) -> int | None:
+    try:
+        return int((s.value or "").split(",")[0])
+    except ValueError:
+        return None
+
+
+def app_thread_fix(procs: Sequence[ProcessRates], n: int, m: int) -> str:
+    """Size the application's own threads: workers x threads per worker <= N."""
+    per = max(1, n // max(1, m))
+    fix = (
+        f"run at most {n} busy {verb(n, 'thread', 'threads')} in all, workers x threads per "
+        f"worker <= {n}"
+    )
+    if m > 1:
+        fix += f" (e.g. {m} workers x {per} {verb(per, 'thread', 'threads')})"
+    fix += (
+        ": dask LocalCluster(threads_per_worker=...), ThreadPoolExecutor(max_workers=...), "
+        "joblib's n_jobs with the threading backend, or the application's own thread count"
+    )
+    if m > n:
+        fix += f"; and run at most {n} busy process{'es' if n > 1 else ''} at a time"
+    return fix
+
+
+def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:
+    """Name each pool of `procs` that runs more than `threads`, its variable and the value
+    to set, then the in-code alternative for exactly those pools.
+
+    Processes with the same pools to fix share one clause, so the usual case reads
+    "2 processes (pids 11, 12) map GNU OpenMP (libgomp) with OMP_NUM_THREADS unset -> ...".
+    Unknown pools or environment (another user's process) give the generic advice; pools
+    already at most `threads` everywhere give `app_thread_fix`.
+    """
+    unset: dict[tuple[str, ...], list[int]] = {}
+    too_high: dict[tuple[str, str, str], list[int]] = {}
+    in_code: dict[tuple[str, int], list[int]] = {}
+    to_fix: set[str] = set()
+    unknown = False
+    for p in procs:
+        if pool_sizes(p, n) is None:
+            unknown = True
+            continue
+        sizes = blamed(p, n, threads)
+        to_fix.update(s.key for s in sizes)
+        defaults = [s.key for s in sizes if s.variable is None]
+        if defaults:
+            unset.setdefault(tuple(pool_order(defaults)), []).append(p.pid)
+        for s in sizes:
+            if s.variable is None:
+                continue
+            if s.source == "live" and (_value(s) or n) <= threads:
+                # The variable asks for few threads but code raised the pool above it.
+                in_code.setdefault((s.key, s.threads), []).append(p.pid)
+            else:
+                too_high.setdefault((POOLS_BY_KEY[s.key].label, s.variable, s.value or ""), [])
+                too_high[(POOLS_BY_KEY[s.key].label, s.variable, s.value or "")].append(p.pid)
+    clauses: list[str] = []
+    for keys, pids in unset.items():
+        variables = list(dict.fromkeys(POOLS_BY_KEY[k].variables[0] for k in keys))
+        assignments = " and ".join(f"{v}={threads}" for v in variables)
+        clauses.append(
+            f"{who(sorted(pids))} {verb(len(pids), 'maps', 'map')} {_labels(keys)} with "
+            f"{join_and(variables)} unset -> set {assignments} in {verb(len(pids), 'it', 'them')}"
+        )
+    for (label, var, value), pids in sorted(too_high.items()):
+        clauses.append(
+            f"{who(sorted(pids))} {verb(len(pids), 'runs', 'run')} {label} with "
+            f"{var}={value}, more than {threads} -> lower {var} to {threads}"
+        )
+    for (key, live), pids in sorted(in_code.items()):
+        clauses.append(
+            f"{who(sorted(pids))} {verb(len(pids), 'sets', 'set')} {POOLS_BY_KEY[key].label} "
+            f"to {live} threads in code, above its variable -> limit it to {threads} there"
+        )
+    if not clauses:
+        if unknown:
+            return (
+                f"set OMP_NUM_THREADS={threads} (and MKL_NUM_THREADS, OPENBLAS_NUM_THREADS; "
+                f"`oversub recommend` prints them all) before the processes start, or cap "
+                f"their pools in code: torch.set_num_threads({threads}), "
+                f"threadpoolctl.threadpool_limits({threads})"
+            )
+        m = len(procs)
+        return (
+            f"their native pools already run at most {threads} "
+            f"{verb(threads, 'thread', 'threads')} ({limits_text(procs, n)}), so the busy "
+            f"threads are the application's own: " + app_thread_fix(procs, n, m)
+        )
+    return "; ".join(clauses) + _code_alternative(to_fix, threads)
+
+
+def _code_alternative(keys: set[str], threads: int) -> str:
+    """ ", or in code in each: torch.set_num_threads(1) (PyTorch's pool) and
+    threadpoolctl.threadpool_limits(1) (OpenBLAS)": one call per family of pools."""
+    calls: dict[str, list[str]] = {}
+    for key in pool_order(keys):
+        template = POOLS_BY_KEY[key].code_fix
+        if template is not None:
+            calls.setdefault(template.format(t=threads), []).append(key)
+    if not calls:
+        return ""
+    parts = [f"{call} for {_labels(keys)}" for call, keys in calls.items()]
+    return ", or in code in each, before the work starts: " + " and ".join(parts)

@@ -1,0 +1,133 @@
+"""How big each native pool of a process is, and what says so.
+
+Three sources, best first (docs/pools.md has the facts behind them):
+
+- live: the size the pool is set to now, read from the process's memory (OpenBLAS's
+  `blas_cpu_number`); it includes settings made in code (threadpoolctl, set_num_threads);
+- variable: the first variable that sizes the pool in the environment the process started
+  with (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, ...);
+- default: no variable set, so the pool sizes itself to all N CPUs of the process.
+
+Only a live value is proof of the size. A variable or the default may have been overridden
+in code, so the latent-risk rule also wants evidence that the pool's threads exist: the
+process ran >= 2 active threads at once, or (when the live value could not be read) it has
+as many threads as the pool would start at load (OpenBLAS starts N - 1 beside the caller).
+
+Pure: functions of `ProcessRates` and N.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from oversub.pools import POOLS_BY_KEY, controlling_value
+from oversub.results import ProcessRates
+
+__all__ = [
+    "PoolSize",
+    "app_threads",
+    "blamed",
+    "latent_pools",
+    "pool_sizes",
+    "pool_threads",
+]
+
+Source = Literal["live", "variable", "default"]
+
+
+@dataclass(frozen=True)
+class PoolSize:
+    """One sizable pool of one process."""
+
+    key: str
+    threads: int
+    """Threads it runs at once: the live value, the variable's value, or N by default."""
+    source: Source
+    variable: str | None
+    """The variable that sizes it in the process's environment (None: unset)."""
+    value: str | None
+    """That variable's value as written."""
+
+
+def _first_level(value: str) -> int | None:
+    """OMP_NUM_THREADS may be a nested list ("4,2"): the first level sizes the team."""
+    try:
+        count = int(value.split(",")[0].strip())
+    except ValueError:
+        return None
+    return count if count >= 1 else None
+
+
+def pool_sizes(p: ProcessRates, n: int) -> tuple[PoolSize, ...] | None:
+    """The sizable pools `p` maps (those a variable can size), each with its size and source;
+    None when its pools or its environment are unknown."""
+    if p.pools is None or p.thread_env is None:
+        return None
+    live = p.live_pools or {}
+    out = []
+    for key in p.pools:
+        kind = POOLS_BY_KEY.get(key)
+        if kind is None or not kind.variables:
+            continue
+        ctl = controlling_value(key, p.thread_env)
+        variable, value = ctl if ctl is not None else (None, None)
+        if key in live:
+            out.append(PoolSize(key, live[key], "live", variable, value))
+        elif value is not None:
+            out.append(PoolSize(key, _first_level(value) or n, "variable", variable, value))
+        else:
+            out.append(PoolSize(key, n, "default", None, None))
+    return tuple(out)
+
+
+def blamed(p: ProcessRates, n: int, limit: int) -> list[PoolSize]:
+    """Pools of `p` sized above `limit`, that can explain threads beyond it.
+
+    A mapped pool is not necessarily a used one (scikit-learn loads libgomp and may never
+    start it): when a pool read live is big enough to account for every active thread of
+    the process, pools known only by their default are not blamed beside it.
+    """
+    sizes = pool_sizes(p, n) or ()
+    over = [s for s in sizes if s.threads > limit]
+    live = [s for s in over if s.source == "live"]
+    if live and max(s.threads for s in live) >= p.active_threads:
+        return live
+    return over
+
+
+def app_threads(p: ProcessRates, n: int, limit: int) -> bool:
+    """True when every sizable pool of `p` is known to run at most `limit` threads (or it
+    maps none): threads beyond that are the application's own (task threads, executors)."""
+    sizes = pool_sizes(p, n)
+    return sizes is not None and all(s.threads <= limit for s in sizes)
+
+
+def _started(p: ProcessRates, size: PoolSize) -> bool:
+    """Evidence that a pool of this size exists in `p` (see the module docstring)."""
+    if size.source == "live":
+        return True  # the library is initialised and says how many threads it runs
+    if p.active_threads >= 2:
+        return True
+    # Memory unreadable: a pool that starts at load (OpenBLAS) shows in the thread count.
+    readable = POOLS_BY_KEY[size.key].live_symbol is not None
+    return readable and p.live_pools is None and p.threads >= size.threads
+
+
+def latent_pools(p: ProcessRates, n: int) -> list[PoolSize]:
+    """Multi-thread pools of `p` that exist (by the evidence above), largest first."""
+    found = [s for s in blamed(p, n, 1) if _started(p, s)]
+    return sorted(found, key=lambda s: -s.threads)
+
+
+def pool_threads(processes: Iterable[ProcessRates], n: int) -> tuple[int, int]:
+    """(threads the tree's multi-thread pools run at once, processes that have one): per
+    process its largest pool that exists, summed over the tree."""
+    total = count = 0
+    for p in processes:
+        found = latent_pools(p, n)
+        if found:
+            total += found[0].threads
+            count += 1
+    return total, count

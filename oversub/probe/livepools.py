@@ -1,0 +1,259 @@
+"""Live pool sizes of another process, read from its memory without stopping it.
+
+Settings made in code (`threadpoolctl.threadpool_limits(1)`, `openblas_set_num_threads`)
+never reach `/proc/PID/environ`. Where a pool library keeps its size in an exported data
+symbol, the live value is at `load base + symbol value`: the load base is where the
+library's first segment is mapped (`/proc/PID/maps`), the symbol's value comes from the
+ELF dynamic symbol table of the file, and 4 bytes of `/proc/PID/mem` at that address are
+the current setting. Nothing else of the process's memory is ever read.
+
+Which pools can be read this way (see docs/pools.md for the evidence): OpenBLAS
+(`blas_cpu_number`, also in NumPy's `libscipy_openblas64_*`). GNU OpenMP keeps its ICVs in
+hidden symbols, BLIS 0.9 in a static runtime object, MKL and torch's intra-op pool are
+linked inside libtorch_cpu without an exported variable: those stay invisible.
+
+Why `/proc/PID/mem` rather than `process_vm_readv`: the kernel checks the same ptrace
+permission for both (root, or an ancestor under Yama's ptrace_scope 1, or the same user
+with ptrace_scope 0), but the file needs no ctypes and takes the probes' `root=` prefix, so
+tests can use fake trees. The ELF work is done once per library file (keyed by the device
+and inode `maps` gives), so a refresh costs one open, one pread and one close per process.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+from oversub import pools
+
+__all__ = ["ElfSymbol", "LiveReader", "elf_symbol", "maps_libraries"]
+
+_MAX_TABLE = 64 << 20
+"""Largest .dynsym or .dynstr read (bytes): a bigger one is not a real library's."""
+_MAX_CACHE = 256
+"""Library files remembered; the cache is emptied when it would grow past this."""
+_MAX_THREADS = 1 << 16
+"""A live value outside 1..this is not a thread count (uninitialised or a wrong symbol)."""
+_SHT_DYNSYM = 11
+_PT_LOAD = 1
+_ET_DYN = 3
+_STT_OBJECT = 1
+
+
+@dataclass(frozen=True)
+class ElfSymbol:
+    """Where a data symbol lives in a shared object, relative to its load base."""
+
+    offset: int
+    """Symbol value minus the page-aligned virtual address of the segment at file offset 0."""
+    size: int
+    """Symbol size in bytes (4 for an int)."""
+    little: bool
+    """Byte order of the file (and so of the value in memory)."""
+
+
+@dataclass(frozen=True)
+class MappedLibrary:
+    """One pool library as mapped by a process (from its maps file)."""
+
+    key: str
+    """Pool key (`pools.POOL_KINDS`)."""
+    path: str
+    """Path as the process sees it (inside its mount namespace)."""
+    start: int
+    """Start address of the mapping with file offset 0."""
+    end: int
+    """End address of that mapping (for /proc/PID/map_files)."""
+    device: str
+    """maps' device field (major:minor, hex)."""
+    inode: int
+
+
+def _fields(fmt: str, data: bytes, offset: int = 0) -> tuple[int, ...]:
+    return struct.unpack_from(fmt, data, offset)
+
+
+def elf_symbol(fd: int, name: str) -> ElfSymbol | None:
+    """The exported data object `name` of the shared object open on `fd`; None when absent.
+
+    Reads the ELF header, the program headers (for the segment at offset 0), the section
+    headers and the .dynsym/.dynstr pair they point to. Raises ValueError for a file that is
+    not a well-formed ELF shared object, OSError when it cannot be read.
+    """
+    head = os.pread(fd, 64, 0)
+    if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+        raise ValueError("not an ELF file")
+    wide = head[4] == 2
+    end = "<" if head[5] == 1 else ">"
+    if wide:
+        e_type, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = _fields(
+            end + "HHIQQQIHHHHHH", head, 16
+        )
+    else:
+        e_type, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = _fields(
+            end + "HHIIIIIHHHHHH", head, 16
+        )
+    if e_type != _ET_DYN or not shoff or not shnum or not phnum:
+        raise ValueError("not a shared object with sections")
+    base_vaddr = _first_load_vaddr(fd, end, wide, phoff, phentsize, phnum)
+    sections = os.pread(fd, shentsize * shnum, shoff)
+    if len(sections) < shentsize * shnum:
+        raise ValueError("truncated section headers")
+    shdr = end + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
+    headers = [_fields(shdr, sections, i * shentsize) for i in range(shnum)]
+    for sh in headers:
+        if sh[1] != _SHT_DYNSYM:
+            continue
+        sym_off, sym_size, link, entsize = sh[4], sh[5], sh[6], sh[9]
+        if link >= shnum or sym_size > _MAX_TABLE or entsize < (24 if wide else 16):
+            raise ValueError("bad .dynsym")
+        str_off, str_size = headers[link][4], headers[link][5]
+        if str_size > _MAX_TABLE:
+            raise ValueError("bad .dynstr")
+        strings = os.pread(fd, str_size, str_off)
+        table = os.pread(fd, sym_size, sym_off)
+        return _find(table, entsize, strings, name.encode(), end, wide, base_vaddr)
+    return None
+
+
+def _first_load_vaddr(fd: int, end: str, wide: bool, phoff: int, size: int, count: int) -> int:
+    """Page-aligned virtual address of the PT_LOAD segment that starts at file offset 0."""
+    raw = os.pread(fd, size * count, phoff)
+    fmt = end + ("IIQQQQQQ" if wide else "IIIIIIII")
+    for i in range(min(count, len(raw) // size)):
+        ph = _fields(fmt, raw, i * size)
+        p_type, p_offset, p_vaddr = (ph[0], ph[2], ph[3]) if wide else (ph[0], ph[1], ph[2])
+        if p_type == _PT_LOAD and p_offset == 0:
+            return p_vaddr & ~(mmap.PAGESIZE - 1)
+    raise ValueError("no loadable segment at offset 0")
+
+
+def _find(
+    table: bytes,
+    entsize: int,
+    strings: bytes,
+    wanted: bytes,
+    end: str,
+    wide: bool,
+    base_vaddr: int,
+) -> ElfSymbol | None:
+    fmt = end + ("IBBHQQ" if wide else "IIIBBH")
+    target = wanted + b"\0"
+    for i in range(len(table) // entsize):
+        fields = _fields(fmt, table, i * entsize)
+        if wide:
+            st_name, st_info, _, st_shndx, st_value, st_size = fields
+        else:
+            st_name, st_value, st_size, st_info, _, st_shndx = fields
+        if not strings.startswith(target, st_name):
+            continue
+        if st_shndx == 0 or st_info & 0xF != _STT_OBJECT or st_size not in (4, 8):
+            return None  # undefined here, or not an integer variable
+        return ElfSymbol(st_value - base_vaddr, st_size, end == "<")
+    return None
+
+
+def maps_libraries(maps: bytes) -> list[MappedLibrary]:
+    """Pool libraries with a live symbol in a maps file, each at its mapping of offset 0."""
+    found: dict[tuple[str, int], MappedLibrary] = {}
+    for line in maps.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 6 or not parts[5].startswith(b"/") or parts[2].strip(b"0"):
+            continue  # anonymous, pseudo ("[heap]") or not the segment at file offset 0
+        path = parts[5].decode("utf-8", "surrogateescape")
+        if path.endswith(" (deleted)"):
+            continue
+        key = pools.classify_library(os.path.basename(path))
+        if key is None or pools.POOLS_BY_KEY[key].live_symbol is None:
+            continue
+        lo, _, hi = parts[0].partition(b"-")
+        device, inode = parts[3].decode("ascii", "replace"), int(parts[4])
+        start, stop = int(lo, 16), int(hi, 16)
+        seen = found.get((device, inode))
+        if seen is None or start < seen.start:
+            found[(device, inode)] = MappedLibrary(key, path, start, stop, device, inode)
+    return list(found.values())
+
+
+class LiveReader:
+    """Reads live pool sizes of processes; remembers each library's symbol between calls.
+
+    `read(pid, maps)` returns pool key -> threads the pool is set to now, for the pools of
+    `maps` whose library exports its setting; raises PermissionError when the kernel refuses
+    to let us read the process's memory (not root, not its ancestor).
+    """
+
+    def __init__(self, root: str = "/") -> None:
+        self.root = root
+        self._symbols: dict[tuple[str, int, str], ElfSymbol | None] = {}
+
+    def read(self, pid: int, maps: bytes) -> dict[str, int]:
+        libraries = maps_libraries(maps)
+        if not libraries:
+            return {}
+        addresses: list[tuple[str, int, ElfSymbol]] = []
+        for lib in libraries:
+            symbol = self._symbol(pid, lib)
+            if symbol is not None:
+                addresses.append((lib.key, lib.start + symbol.offset, symbol))
+        if not addresses:
+            return {}
+        live: dict[str, int] = {}
+        try:
+            fd = os.open(f"{self.root.rstrip('/')}/proc/{pid}/mem", os.O_RDONLY)
+        except PermissionError:
+            raise
+        except OSError:
+            return {}  # gone
+        try:
+            for key, address, symbol in addresses:
+                try:
+                    raw = os.pread(fd, symbol.size, address)
+                except OSError:
+                    continue  # not mapped any more (dlclose, exec) or the process is gone
+                if len(raw) != symbol.size:
+                    continue
+                value = int.from_bytes(raw, "little" if symbol.little else "big", signed=True)
+                if 1 <= value <= _MAX_THREADS:
+                    live[key] = max(live.get(key, 0), value)
+        finally:
+            os.close(fd)
+        return live
+
+    def _symbol(self, pid: int, lib: MappedLibrary) -> ElfSymbol | None:
+        cache_key = (lib.device, lib.inode, lib.path)
+        if cache_key in self._symbols:
+            return self._symbols[cache_key]
+        symbol: ElfSymbol | None = None
+        name = pools.POOLS_BY_KEY[lib.key].live_symbol
+        fd = self._open_library(pid, lib)
+        if fd is None:
+            return None  # not cached: a process of another namespace may open it later
+        try:
+            if name is not None:
+                symbol = elf_symbol(fd, name)
+        except (OSError, ValueError, struct.error):
+            symbol = None
+        finally:
+            os.close(fd)
+        if len(self._symbols) >= _MAX_CACHE:
+            self._symbols.clear()
+        self._symbols[cache_key] = symbol
+        return symbol
+
+    def _open_library(self, pid: int, lib: MappedLibrary) -> int | None:
+        """The library file as the process maps it: through its root (containers see
+        their own paths), else through map_files; the inode must match maps."""
+        proc = f"{self.root.rstrip('/')}/proc/{pid}"
+        candidates = (f"{proc}/root{lib.path}", f"{proc}/map_files/{lib.start:x}-{lib.end:x}")
+        for path in candidates:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            if os.fstat(fd).st_ino == lib.inode:
+                return fd
+            os.close(fd)
+        return None
