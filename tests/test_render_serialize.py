@@ -92,6 +92,7 @@ RATES_KEYS = [
     "pools",
     "thread_env",
     "exited",
+    "live_pools",
 ]
 TOTALS_KEYS = [
     "processes",
@@ -104,6 +105,8 @@ TOTALS_KEYS = [
     "involuntary_ctx_per_s",
     "voluntary_ctx_per_s",
     "involuntary_ctx_per_cpu_s",
+    "pool_threads",
+    "pool_processes",
 ]
 HOST_KEYS = ["outside_cpus", "steal_cpus", "psi_some", "throttled_ratio", "throttled_s"]
 SUMMARY_KEYS = [
@@ -143,6 +146,7 @@ PROCESS_SUMMARY_KEYS = [
     "thread_env",
     "exited",
     "seconds",
+    "live_pools",
 ]
 
 

@@ -19,6 +19,7 @@ from oversub.render.phrases import (
     env_text,
     finding_line,
     host_phrases,
+    live_pools_line,
     number,
     percent,
     pools_text,
@@ -139,7 +140,7 @@ def _interval_table(
             rate(r.involuntary_ctx_per_s),
         )
         cells.append(cell)
-        table.add_row(*cell, pools_text(r.pools), style="dim" if r.exited else None)
+        table.add_row(*cell, pools_text(r.pools, r.live_pools), style="dim" if r.exited else None)
     hidden = len(ordered) - max_processes
     if hidden > 0:
         table.add_row("", f"… {hidden} more", style="dim")
@@ -160,7 +161,7 @@ def _interval_table(
     rows = [
         f"pid {r.pid} {r.name}: threads {r.active_threads}/{r.threads}, "
         f"CPU {r.cpu_percent:.0f}%, demand {r.demand:.2f}, delay {percent(r.run_delay_ratio)}, "
-        f"invol/s {rate(r.involuntary_ctx_per_s)}, pools {pools_text(r.pools)}"
+        f"invol/s {rate(r.involuntary_ctx_per_s)}, pools {pools_text(r.pools, r.live_pools)}"
         for r in ordered[:max_processes]
     ]
     if hidden > 0:
@@ -225,7 +226,10 @@ def watch_renderable(
     ]
     ordered = sorted(interval.processes, key=lambda r: r.cpu_percent, reverse=True)
     extra = _pools_and_vars(
-        [(r.pid, pools_text(r.pools), env_text(r.thread_env)) for r in ordered[:max_processes]]
+        [
+            (r.pid, pools_text(r.pools, r.live_pools), env_text(r.thread_env))
+            for r in ordered[:max_processes]
+        ]
     )
     if extra is not None:
         parts.append(extra)
@@ -319,7 +323,7 @@ def summary_renderable(s: Summary) -> RenderableType:
     if s.samples:  # a preflight or an unmeasured run has no table, totals or host context
         ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
         extra = _pools_and_vars(
-            [(p.pid, pools_text(p.pools), env_text(p.thread_env)) for p in ordered]
+            [(p.pid, pools_text(p.pools, p.live_pools), env_text(p.thread_env)) for p in ordered]
         )
         parts += [
             _summary_table(s),
@@ -330,6 +334,9 @@ def summary_renderable(s: Summary) -> RenderableType:
             ),
             Text(_host_line(s.host), style="dim"),
         ]
+        live = live_pools_line(s.processes)
+        if live is not None:
+            parts.append(Text(f"pool sizes read live: {live}", style="dim"))
     if s.unavailable:
         parts.append(Text(f"unavailable: {unavailable_text(s.unavailable)}", style="dim"))
     for note in s.notes:
@@ -359,6 +366,9 @@ def summary_text(s: Summary) -> str:
             f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
             f"peak demand {number(s.totals_peak.demand)}"
         )
+        live = live_pools_line(s.processes)
+        if live is not None:
+            lines.append(f"pool sizes read live: {live}")
         host = host_phrases(s.host)
         if host:
             lines.append("host: " + ", ".join(host))

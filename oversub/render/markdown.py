@@ -103,7 +103,7 @@ def _process_section(s: Summary) -> list[str]:
             f"{p.demand:.2f} / {p.demand_peak:.2f}",
             f"{percent(p.run_delay_ratio)} / {percent(p.run_delay_ratio_peak)}",
             f"{rate(p.involuntary_ctx_per_s)} / {rate(p.involuntary_ctx_per_s_peak)}",
-            pools_text(p.pools),
+            pools_text(p.pools, p.live_pools),
             env_text(p.thread_env),
         )
         for p in sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)

@@ -7,11 +7,11 @@ never mistaken for zero.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from oversub.model import Budget, Verdict
 from oversub.pools import RECOMMENDED_VARS
-from oversub.results import Finding, HostRates, Totals
+from oversub.results import Finding, HostRates, ProcessSummary, Totals
 from oversub.samples import DENIED_UNAVAILABLE
 
 __all__ = [
@@ -23,8 +23,10 @@ __all__ = [
     "fails",
     "finding_line",
     "host_phrases",
+    "live_pools_line",
     "number",
     "percent",
+    "pool_threads_phrase",
     "pools_text",
     "rate",
     "totals_line",
@@ -102,11 +104,15 @@ def rate(per_second: float | None) -> str:
     return UNKNOWN if per_second is None else f"{per_second:.0f}"
 
 
-def pools_text(pools: tuple[str, ...] | None) -> str:
-    """ "libgomp, torch"; "none" when no pool is mapped; "?" when maps were unreadable."""
+def pools_text(pools: tuple[str, ...] | None, live: Mapping[str, int] | None = None) -> str:
+    """ "libgomp, openblas=1 (live), torch": with the live size of each pool read from the
+    process's memory; "none" when no pool is mapped; "?" when maps were unreadable."""
     if pools is None:
         return "?"
-    return ", ".join(pools) if pools else "none"
+    if not pools:
+        return "none"
+    live = live or {}
+    return ", ".join(f"{k}={live[k]} (live)" if k in live else k for k in pools)
 
 
 def env_text(env: Mapping[str, str] | None) -> str:
@@ -129,6 +135,8 @@ _UNAVAILABLE_WHY = {
     "context-switches": "context switches",
     "pools": "pools",
     "thread_env": "thread variables",
+    "live_pools": "live pool sizes (reading a process's memory needs root or being its "
+    "ancestor, as `oversub check -- CMD` is; thread variables and thread counts stand in)",
 }
 
 
@@ -176,6 +184,34 @@ def totals_line(t: Totals, vcpus: int) -> str:
     return (
         f"{t.processes} process{'es' if t.processes != 1 else ''}, "
         f"{t.threads} thread{'s' if t.threads != 1 else ''} ({t.active_threads} active), "
+        f"{pool_threads_phrase(t)}, "
         f"CPU {t.cpu_percent:.0f}%, demand {t.demand:.2f} runnable threads on N = {vcpus}, "
         f"run delay {percent(t.run_delay_ratio)}{per_cpu}"
     )
+
+
+def live_pools_line(processes: Iterable[ProcessSummary]) -> str | None:
+    """ "OpenBLAS 1 thread in pids 11, 12": live pool sizes read from memory, grouped; None
+    when none was read."""
+    from oversub.pools import POOLS_BY_KEY
+
+    groups: dict[tuple[str, int], list[int]] = {}
+    for p in processes:
+        for key, value in (p.live_pools or {}).items():
+            groups.setdefault((key, value), []).append(p.pid)
+    if not groups:
+        return None
+    parts = []
+    for (key, value), pids in sorted(groups.items()):
+        noun = "thread" if value == 1 else "threads"
+        who = ("pid " if len(pids) == 1 else "pids ") + ", ".join(str(p) for p in sorted(pids))
+        parts.append(f"{POOLS_BY_KEY[key].label} {value} {noun} in {who}")
+    return "; ".join(parts)
+
+
+def pool_threads_phrase(t: Totals) -> str:
+    """ "multi-thread native pools of 4 threads in 2 processes" (or "none")."""
+    if not t.pool_processes:
+        return "no multi-thread native pool"
+    procs = "process" if t.pool_processes == 1 else "processes"
+    return f"multi-thread native pools of {t.pool_threads} threads in {t.pool_processes} {procs}"

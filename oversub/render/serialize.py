@@ -59,6 +59,10 @@ def _env(env: Mapping[str, str] | None) -> dict[str, str] | None:
     return None if env is None else dict(env)
 
 
+def _live(live: Mapping[str, int] | None) -> dict[str, int] | None:
+    return None if live is None else dict(live)
+
+
 def _list(values: tuple[str, ...] | None) -> list[str] | None:
     return None if values is None else list(values)
 
@@ -191,9 +195,10 @@ def finding_dict(f: Finding) -> dict[str, Any]:
 
 
 def _totals_dict(t: Totals) -> dict[str, Any]:
-    """Totals: `processes`, `threads`, `active_threads`, `busy_processes` (ints),
-    `cpu_percent`, `demand`, `run_delay_ratio`, `involuntary_ctx_per_s`,
-    `voluntary_ctx_per_s`, `involuntary_ctx_per_cpu_s` (floats or null)."""
+    """Totals: `processes`, `threads`, `active_threads`, `busy_processes`, `pool_threads`,
+    `pool_processes` (ints), `cpu_percent`, `demand`, `run_delay_ratio`,
+    `involuntary_ctx_per_s`, `voluntary_ctx_per_s`, `involuntary_ctx_per_cpu_s` (floats or
+    null)."""
     return {
         "processes": t.processes,
         "threads": t.threads,
@@ -205,6 +210,8 @@ def _totals_dict(t: Totals) -> dict[str, Any]:
         "involuntary_ctx_per_s": _num(t.involuntary_ctx_per_s),
         "voluntary_ctx_per_s": _num(t.voluntary_ctx_per_s),
         "involuntary_ctx_per_cpu_s": _num(t.involuntary_ctx_per_cpu_s),
+        "pool_threads": t.pool_threads,
+        "pool_processes": t.pool_processes,
     }
 
 
@@ -229,6 +236,7 @@ def _process_rates_dict(r: ProcessRates) -> dict[str, Any]:
         "pools": _list(r.pools),
         "thread_env": _env(r.thread_env),
         "exited": r.exited,
+        "live_pools": _live(r.live_pools),
     }
 
 
@@ -245,14 +253,18 @@ def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:
         `cpu_percent` (100 = one vCPU), `demand` (average runnable threads),
         `run_delay_ratio`, `involuntary_ctx_per_s`, `voluntary_ctx_per_s` (null when
         unknown), `pools` (list or null = unknown), `thread_env` (object or null),
-        `exited` (bool); sorted by CPU use, highest first.
+        `live_pools` (object: pool -> threads it is set to now, read from the process's
+        memory; null = not readable), `exited` (bool); sorted by CPU use, highest first.
       - `totals` (object): the tree: `processes`, `threads`, `active_threads`,
+        `busy_processes`, `pool_threads` (threads the multi-thread native pools that exist
+        run at once, summed over processes), `pool_processes` (processes holding one),
         `cpu_percent`, `demand`, `run_delay_ratio`, `involuntary_ctx_per_s`,
         `voluntary_ctx_per_s`, `involuntary_ctx_per_cpu_s`.
       - `host` (object): `outside_cpus`, `steal_cpus`, `psi_some`, `throttled_ratio`,
         `throttled_s` (null when unknown).
       - `unavailable` (list[str]): signals not measured here: `schedstat`, `psi` (kernel
-        lacks them), `pools`, `thread_env` (another user's process: permission denied).
+        lacks them), `pools`, `thread_env` (another user's process: permission denied),
+        `live_pools` (a process's memory may not be read: not root, not its ancestor).
     All measured floats are rounded to 3 decimals.
     """
     return {
@@ -291,6 +303,7 @@ def _process_summary_dict(p: ProcessSummary) -> dict[str, Any]:
         "thread_env": _env(p.thread_env),
         "exited": p.exited,
         "seconds": _num(p.seconds),
+        "live_pools": _live(p.live_pools),
     }
 
 
@@ -305,14 +318,16 @@ def summary_dict(s: Summary) -> dict[str, Any]:
       - `processes` (list): per process `pid`, `ppid`, `name`, `cmdline`, `threads` (peak),
         mean and `_peak` of `cpu_percent`, `demand`, `run_delay_ratio`,
         `involuntary_ctx_per_s`, `voluntary_ctx_per_s`; `active_threads_peak`, `pools`,
-        `thread_env`, `exited`, `seconds` (how long it was observed).
+        `thread_env`, `live_pools` (the last live sizes read), `exited`, `seconds` (how
+        long it was observed).
       - `totals` (object): tree means over the run (keys as in `interval_dict`).
       - `totals_peak` (object): the peak of each total over the intervals.
       - `host` (object): host context over the run (keys as in `interval_dict`).
       - `samples` (int): samples taken; `duration_s` (float): seconds watched.
       - `target_exited` (bool): the root process ended during the run.
       - `unavailable` (list[str]): signals not measured here: `schedstat`, `psi` (kernel
-        lacks them), `pools`, `thread_env` (another user's process: permission denied).
+        lacks them), `pools`, `thread_env` (another user's process: permission denied),
+        `live_pools` (a process's memory may not be read: not root, not its ancestor).
       - `notes` (list[str]): degradations worth knowing.
     """
     return {
