@@ -115,18 +115,45 @@ def test_check_fails_an_oversubscribed_command_and_writes_reports(tmp_path: Path
     assert doc["verdict"] == "oversubscribed"
     assert doc["vcpus"] == 1 and doc["exit_status"] == 1 and doc["command_status"] == 0
     rules = {f["rule"] for f in doc["findings"]}
-    assert "oversubscribed-pools" in rules
+    assert "oversubscribed-threads" in rules
     assert doc["totals"]["demand"] > 1.5  # three busy threads wanted one CPU
     suite = ET.parse(tmp_path / "r.xml").getroot()
     failures = suite.findall(".//testcase/failure")
     assert failures and any(
-        tc.get("name") == "oversubscribed-pools" and tc.find("failure") is not None
+        tc.get("name") == "oversubscribed-threads" and tc.find("failure") is not None
         for tc in suite.iter("testcase")
     )
-    assert "oversubscribed-pools" in (tmp_path / "r.md").read_text()
-    assert "oversubscribed-pools" in step_summary.read_text()
+    assert "oversubscribed-threads" in (tmp_path / "r.md").read_text()
+    assert "oversubscribed-threads" in step_summary.read_text()
     assert "::error" in result.stderr
     assert "oversub stress: root pid" in result.stderr  # the command's stderr passed through
+
+
+def test_a_variable_already_set_is_never_asked_for_again(tmp_path: Path) -> None:
+    # Issue 11 item 1 / issue 12 item 1: OMP_NUM_THREADS=1 is in every process's environment
+    # and stress's threads are hashlib threads, not a pool: the fix names the thread count.
+    result = oversub(
+        [
+            "check",
+            "--interval",
+            "0.5",
+            "--warmup",
+            "0.5",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--",
+            *stress(2, 2, 4),
+        ],
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == ExitStatus.FOUND, result.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    [finding] = [f for f in doc["findings"] if f["rule"].startswith("oversubscribed")]
+    assert finding["rule"] == "oversubscribed-threads", doc["findings"]
+    assert all((p["thread_env"] or {}).get("OMP_NUM_THREADS") == "1" for p in doc["processes"])
+    assert "OMP_NUM_THREADS" not in finding["fix"], finding["fix"]
+    assert "application's own" in finding["message"]
+    assert "threads per worker" in finding["fix"]
 
 
 def test_check_passes_a_healthy_command(tmp_path: Path) -> None:
