@@ -486,7 +486,7 @@ def test_a_live_value_of_one_limits_a_pool_like_a_variable() -> None:
     procs = [replace(p, live={"openblas": 1}) if p.pid != ROOT else p for p in procs]
     a = judge(procs, vcpus=2)
     f = finding(a, "oversubscribed-threads")
-    assert "OpenBLAS set to 1 (read live)" in f.message
+    assert "OpenBLAS at 1 thread, read live" in f.message
     assert "OPENBLAS_NUM_THREADS" not in f.fix
 
 

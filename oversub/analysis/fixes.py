@@ -32,11 +32,11 @@ def limits_text(procs: Sequence[ProcessRates], n: int) -> str:
     parts: dict[str, None] = {}
     for p in procs:
         for s in pool_sizes(p, n) or ():
-            if s.source == "live":
-                label = POOLS_BY_KEY[s.key].label
-                parts[f"{label} set to {s.threads} (read live)"] = None
-            elif s.variable is not None:
+            if s.variable is not None:
                 parts[f"{s.variable}={s.value}"] = None
+            if s.source == "live":
+                noun = verb(s.threads, "thread", "threads")
+                parts[f"{POOLS_BY_KEY[s.key].label} at {s.threads} {noun}, read live"] = None
     return ", ".join(parts) if parts else "no native pool"
 
 
@@ -47,20 +47,21 @@ def _value(s: PoolSize) -> int | None:
         return None
 
 
-def app_thread_fix(procs: Sequence[ProcessRates], n: int, m: int) -> str:
-    """Size the application's own threads: workers x threads per worker <= N."""
-    per = max(1, n // max(1, m))
+def app_thread_fix(n: int, workers: int, busy: int) -> str:
+    """Size the application's own threads: workers x threads per worker <= N, for `workers`
+    processes that run several threads among `busy` busy ones."""
+    per = max(1, n // max(1, workers))
     fix = (
         f"run at most {n} busy {verb(n, 'thread', 'threads')} in all, workers x threads per "
         f"worker <= {n}"
     )
-    if m > 1:
-        fix += f" (e.g. {m} workers x {per} {verb(per, 'thread', 'threads')})"
+    if workers > 1:
+        fix += f" (e.g. {workers} workers x {per} {verb(per, 'thread', 'threads')})"
     fix += (
         ": dask LocalCluster(threads_per_worker=...), ThreadPoolExecutor(max_workers=...), "
         "joblib's n_jobs with the threading backend, or the application's own thread count"
     )
-    if m > n:
+    if busy > n:
         fix += f"; and run at most {n} busy process{'es' if n > 1 else ''} at a time"
     return fix
 
@@ -123,11 +124,11 @@ def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:
                 f"their pools in code: torch.set_num_threads({threads}), "
                 f"threadpoolctl.threadpool_limits({threads})"
             )
-        m = len(procs)
+        multi = sum(1 for p in procs if p.active_threads >= 2)
         return (
             f"their native pools already run at most {threads} "
             f"{verb(threads, 'thread', 'threads')} ({limits_text(procs, n)}), so the busy "
-            f"threads are the application's own: " + app_thread_fix(procs, n, m)
+            f"threads are the application's own: " + app_thread_fix(n, multi, len(procs))
         )
     return "; ".join(clauses) + _code_alternative(to_fix, threads)
 

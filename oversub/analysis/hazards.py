@@ -45,7 +45,7 @@ def pool_default_finding(interval: Interval, skip_pids: frozenset[int]) -> Findi
     # In one interval a process that exited is gone; over a whole run each one lived.
     present = [p for p in interval.processes if not (p.exited and p.seconds is None)]
     holders = [p for p in present if latent_pools(p, n)]
-    sharing = at_once(holders, interval.totals.busy_processes)
+    sharing = at_once(holders, present, interval.totals.busy_processes)
     if len(sharing) < 2:
         return None
     sizes = {p.pid: latent_pools(p, n) for p in sharing}
@@ -111,12 +111,15 @@ def busy(p: ProcessRates) -> bool:
     return p.demand >= BUSY_DEMAND or p.active_threads >= 1
 
 
-def at_once(procs: Sequence[ProcessRates], busy_processes: int) -> list[ProcessRates]:
-    """Those of `procs` that can run their pools at the same time: the busy ones when some
-    are busy (an idle parent waiting for its workers does not compete with them), all of
-    them when all are idle (peers whose pools will start together when work arrives)."""
+def at_once(
+    procs: Sequence[ProcessRates], tree: Sequence[ProcessRates], busy_processes: int
+) -> list[ProcessRates]:
+    """Those of `procs` that can run their pools at the same time: the busy ones when the
+    tree does some work (an idle parent or resource tracker waiting while workers compute
+    does not compete with them), all of them when the whole tree is idle (peers whose pools
+    will start together when work arrives)."""
     working = [p for p in procs if busy(p)]
-    if not working:
+    if not any(busy(p) for p in tree):
         return list(procs)
     if busy_processes and len(working) > busy_processes:
         # Over a run, workers that came and went are not all busy at once.

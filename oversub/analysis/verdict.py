@@ -129,7 +129,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
             "own threads (task threads, executors), not native pools'.",
             pids=pids_of(contending),
             evidence=evidence,
-            fix=sentence(app_thread_fix(contending, n, m)) + ".",
+            fix=sentence(app_thread_fix(n, len(multi), m)) + ".",
         )
     return Finding(
         rule="oversubscribed-processes",

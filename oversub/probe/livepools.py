@@ -181,8 +181,9 @@ class LiveReader:
     """Reads live pool sizes of processes; remembers each library's symbol between calls.
 
     `read(pid, maps)` returns pool key -> threads the pool is set to now, for the pools of
-    `maps` whose library exports its setting; raises PermissionError when the kernel refuses
-    to let us read the process's memory (not root, not its ancestor).
+    `maps` whose library exports its setting (with several copies of one library mapped,
+    the calling thread plus every copy's extra threads); raises PermissionError when the
+    kernel refuses to let us read the process's memory (not root, not its ancestor).
     """
 
     def __init__(self, root: str = "/") -> None:
@@ -217,7 +218,9 @@ class LiveReader:
                     continue
                 value = int.from_bytes(raw, "little" if symbol.little else "big", signed=True)
                 if 1 <= value <= _MAX_THREADS:
-                    live[key] = max(live.get(key, 0), value)
+                    # Two copies of one library (NumPy's and SciPy's OpenBLAS) each run
+                    # their own pool beside the calling thread: count every copy's extras.
+                    live[key] = live.get(key, 1) + value - 1
         finally:
             os.close(fd)
         return live
