@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from dataclasses import dataclass
 
@@ -155,11 +156,26 @@ def _find(
     return None
 
 
+# Lines of maps that map a library with a live symbol (cheap pre-filter: a NumPy process maps
+# hundreds of files, and only these few lines need splitting).
+_CANDIDATE = re.compile(
+    rb"^[^\n]*/(?:"
+    + b"|".join(
+        re.escape(prefix.encode())
+        for kind in pools.POOL_KINDS
+        if kind.live_symbol is not None
+        for prefix in kind.prefixes
+    )
+    + rb")[^/\n]*$",
+    re.MULTILINE,
+)
+
+
 def maps_libraries(maps: bytes) -> list[MappedLibrary]:
     """Pool libraries with a live symbol in a maps file, each at its mapping of offset 0."""
     found: dict[tuple[str, int], MappedLibrary] = {}
-    for line in maps.splitlines():
-        parts = line.split(maxsplit=5)
+    for match in _CANDIDATE.finditer(maps):
+        parts = match.group(0).split(maxsplit=5)
         if len(parts) < 6 or not parts[5].startswith(b"/") or parts[2].strip(b"0"):
             continue  # anonymous, pseudo ("[heap]") or not the segment at file offset 0
         path = parts[5].decode("utf-8", "surrogateescape")

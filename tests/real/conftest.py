@@ -240,16 +240,17 @@ def figure(request: pytest.FixtureRequest, record_property: Any) -> Any:
 
 @pytest.fixture(scope="session", autouse=True)
 def real_stack() -> None:
-    """Fail fast and clearly when torch or numpy is missing (use `make test-real`)."""
+    """Fail fast and clearly when a library of the suite is missing (use `make test-real`)."""
     probe = subprocess.run(
-        [sys.executable, "-c", "import torch, numpy, threadpoolctl"],
+        [sys.executable, "-c", "import torch, numpy, threadpoolctl, sklearn, distributed"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     if probe.returncode != 0:
         pytest.fail(
-            f"torch/numpy/threadpoolctl not importable; run `make test-real`:\n{probe.stderr}"
+            "torch/numpy/threadpoolctl/scikit-learn/dask not importable; run `make test-real`:"
+            f"\n{probe.stderr}"
         )
     if VCPUS < 2:
         pytest.skip("needs >= 2 vCPUs: on one, default pools are single-thread already")
