@@ -306,3 +306,41 @@ def test_fork_hang_counts_the_time_the_child_was_watched_not_the_run(
     assert bool(hang) is hung, s.findings
     if hung:
         assert hang[0].evidence["seconds"] == 8.0
+
+
+def test_idle_default_pools_over_a_run_are_at_risk_with_their_totals() -> None:
+    # Two idle processes that imported NumPy (OpenBLAS at 2, read live), and the launcher.
+    line = Timeline()
+    for _ in range(5):
+        line.add(
+            [
+                root(),
+                *(
+                    Proc(201 + i, (IDLE, IDLE), pools=("openblas",), live={"openblas": 2})
+                    for i in range(2)
+                ),
+            ]
+        )
+    s = line.result(target_exited=True)
+    assert (s.totals.pool_threads, s.totals.pool_processes) == (4, 2)
+    assert s.verdict is Verdict.AT_RISK
+    assert [f.rule for f in s.findings] == ["pool-default"]
+    assert process(s, 201).live_pools == {"openblas": 2}
+
+
+def test_the_latest_live_size_wins_over_a_run() -> None:
+    # threadpool_limits(1) called in code mid-run: the summary judges the pools as they are.
+    line = Timeline()
+    for live in (2, 2, 1, 1, 1):
+        line.add(
+            [
+                root(),
+                *(
+                    Proc(201 + i, (IDLE, IDLE), pools=("openblas",), live={"openblas": live})
+                    for i in range(2)
+                ),
+            ]
+        )
+    s = line.result()
+    assert s.totals.pool_threads == 0
+    assert s.findings == ()
