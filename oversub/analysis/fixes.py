@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from oversub.analysis.poolsize import PoolSize, blamed, pool_sizes
+from oversub.analysis.poolsize import blamed, first_level, pool_sizes
 from oversub.analysis.wording import join_and, pool_order, verb, who
 from oversub.pools import POOLS_BY_KEY
 from oversub.results import ProcessRates
@@ -38,13 +38,6 @@ def limits_text(procs: Sequence[ProcessRates], n: int) -> str:
                 noun = verb(s.threads, "thread", "threads")
                 parts[f"{POOLS_BY_KEY[s.key].label} at {s.threads} {noun}, read live"] = None
     return ", ".join(parts) if parts else "no native pool"
-
-
-def _value(s: PoolSize) -> int | None:
-    try:
-        return int((s.value or "").split(",")[0])
-    except ValueError:
-        return None
 
 
 def app_thread_fix(n: int, workers: int, busy: int) -> str:
@@ -92,7 +85,7 @@ def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:
         for s in sizes:
             if s.variable is None:
                 continue
-            if s.source == "live" and (_value(s) or n) <= threads:
+            if s.source == "live" and (first_level(s.value or "") or n) <= threads:
                 # The variable asks for few threads but code raised the pool above it.
                 in_code.setdefault((s.key, s.threads), []).append(p.pid)
             else:

@@ -29,6 +29,7 @@ __all__ = [
     "PoolSize",
     "app_threads",
     "blamed",
+    "first_level",
     "latent_pools",
     "pool_sizes",
     "pool_threads",
@@ -51,7 +52,7 @@ class PoolSize:
     """That variable's value as written."""
 
 
-def _first_level(value: str) -> int | None:
+def first_level(value: str) -> int | None:
     """OMP_NUM_THREADS may be a nested list ("4,2"): the first level sizes the team."""
     try:
         count = int(value.split(",")[0].strip())
@@ -76,7 +77,7 @@ def pool_sizes(p: ProcessRates, n: int) -> tuple[PoolSize, ...] | None:
         if key in live:
             out.append(PoolSize(key, live[key], "live", variable, value))
         elif value is not None:
-            out.append(PoolSize(key, _first_level(value) or n, "variable", variable, value))
+            out.append(PoolSize(key, first_level(value) or n, "variable", variable, value))
         else:
             out.append(PoolSize(key, n, "default", None, None))
     return tuple(out)
