@@ -634,3 +634,21 @@ def test_an_idle_parent_does_not_count_beside_busy_workers() -> None:
     # libgomp is mapped but the live OpenBLAS size explains every active thread.
     assert f.evidence["pools"] == "openblas"
     assert "GNU OpenMP" not in f.message
+
+
+def test_a_pool_raised_in_code_above_its_variable_is_named() -> None:
+    # OPENBLAS_NUM_THREADS=1 in the environment, but the process set 2 in code (read live).
+    env = {"OPENBLAS_NUM_THREADS": "1"}
+    procs = busy_workers(2, 2, delay=0.5, pools=("openblas",), env=env)
+    procs = [replace(p, live={"openblas": 2}) if p.pid != ROOT else p for p in procs]
+    f = finding(judge(procs, vcpus=2), "oversubscribed-pools")
+    assert "set OpenBLAS to 2 threads in code, above its variable -> limit it to 1" in f.fix
+    assert "-> set OPENBLAS_NUM_THREADS" not in f.fix
+
+
+def test_unknown_pools_get_the_generic_advice() -> None:
+    # Another user's processes: maps and environ refused, nothing to say which pool it is.
+    procs = busy_workers(2, 2, delay=0.5, pools=None, env=None)
+    procs = [replace(p, env=None) for p in procs]
+    f = finding(judge(procs, vcpus=2), "oversubscribed-pools")
+    assert "set OMP_NUM_THREADS=1" in f.fix and "threadpoolctl" in f.fix
