@@ -61,6 +61,9 @@ class PoolKind(NamedTuple):
     live_symbol: str | None = None
     """Exported int data symbol holding the pool's live size (read by `probe.livepools`);
     None when the library keeps it hidden (see docs/pools.md)."""
+    live_started: str | None = None
+    """Exported int data symbol that is non-zero while the pool's threads exist (OpenBLAS
+    shuts them down around fork and starts them again at the next call)."""
     code_fix: str | None = None
     """The call that resizes this pool from inside a process, with {t} for the threads;
     None when no call reaches it."""
@@ -98,6 +101,7 @@ POOL_KINDS: tuple[PoolKind, ...] = (
         ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"),
         False,
         live_symbol="blas_cpu_number",
+        live_started="blas_server_avail",
         code_fix=_THREADPOOLCTL,
     ),
     PoolKind(

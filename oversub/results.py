@@ -42,6 +42,8 @@ class ProcessRates:
     reused); None when unknown."""
     live_pools: Mapping[str, int] | None = None
     """Pool key -> threads it is set to now, read from the process's memory; None = unknown."""
+    live_threads: Mapping[str, int] | None = None
+    """Pool key -> threads those pools run now beside the calling thread; None = unknown."""
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,9 @@ class ProcessSample:
     live_pools: Mapping[str, int] | None = None
     """Pool key -> threads the pool is set to right now, read from the process's memory
     (`oversub.probe.livepools`), for the pools whose library exports it; None = unknown."""
+    live_threads: Mapping[str, int] | None = None
+    """Pool key -> threads those pools run now beside the calling thread (0 while a pool's
+    threads do not exist, e.g. in a forked child before its first call); None = unknown."""
     wait: str | None = None
     """What a single-thread sleeping process with OpenMP mapped is blocked in (see
     `oversub.probe.waits`): "futex-private" (a private futex wait without timeout: nothing

@@ -64,6 +64,8 @@ class Proc:
     """CPU-seconds of children it reaped during the interval (cutime + cstime)."""
     live: Mapping[str, int] | None = None
     """Live pool sizes read from its memory (probe.livepools); None = unknown."""
+    live_threads: Mapping[str, int] | None = None
+    """Threads those pools run beside the caller; by default each pool's size - 1 (started)."""
 
 
 def thread(
@@ -109,6 +111,9 @@ def _sample(p: Proc, dt: float, after: bool) -> ProcessSample:
         children_cpu_ns=round(p.reaped_cpu * NS) if after else 0,
         wait=p.wait,
         live_pools=p.live,
+        live_threads=p.live_threads
+        if p.live_threads is not None or p.live is None
+        else {k: v - 1 for k, v in p.live.items()},
     )
 
 

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from oversub.probe.livepools import LiveReader, elf_symbol, maps_libraries
+from oversub.probe.livepools import LiveReader, LiveSizes, elf_symbol, maps_libraries
 from oversub.probe.sampler import TreeSampler
 from tests.fake_proc import deny_open
 
 SOURCE = """
 int blas_cpu_number = 3;
 int blas_num_threads = 7;
+int blas_server_avail = 1;
 int openblas_get_num_threads(void) { return blas_cpu_number; }
 """
 
@@ -32,6 +33,8 @@ CHILD = """
 import ctypes, sys, time
 lib = ctypes.CDLL(sys.argv[1])
 ctypes.c_int.in_dll(lib, "blas_cpu_number").value = int(sys.argv[2])
+if len(sys.argv) > 3:  # threads shut down (as OpenBLAS does around fork)
+    ctypes.c_int.in_dll(lib, "blas_server_avail").value = int(sys.argv[3])
 print("ready", flush=True)
 time.sleep(60)
 """
@@ -93,8 +96,24 @@ def test_the_live_value_set_in_code_is_read(child: subprocess.Popen[str]) -> Non
     maps = Path(f"/proc/{child.pid}/maps").read_bytes()
     assert [lib.key for lib in maps_libraries(maps)] == ["openblas"]
     reader = LiveReader()
-    assert reader.read(child.pid, maps) == {"openblas": 1}
-    assert reader.read(child.pid, maps) == {"openblas": 1}  # cached symbol, fresh value
+    assert reader.read(child.pid, maps) == LiveSizes({"openblas": 1}, {"openblas": 0})
+    # Cached symbols, fresh value.
+    assert reader.read(child.pid, maps) == LiveSizes({"openblas": 1}, {"openblas": 0})
+
+
+def test_a_pool_whose_threads_do_not_exist_has_no_extra_threads(fake_openblas: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(fake_openblas), "4", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        maps = Path(f"/proc/{proc.pid}/maps").read_bytes()
+        assert LiveReader().read(proc.pid, maps) == LiveSizes({"openblas": 4}, {"openblas": 0})
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_the_sampler_carries_live_sizes(child: subprocess.Popen[str]) -> None:
@@ -103,6 +122,7 @@ def test_the_sampler_carries_live_sizes(child: subprocess.Popen[str]) -> None:
     p = sample.processes[child.pid]
     assert p.pools == ("openblas",)
     assert p.live_pools == {"openblas": 1}
+    assert p.live_threads == {"openblas": 0}
     assert "live_pools" not in sample.unavailable
 
 
@@ -139,18 +159,21 @@ def test_a_fake_tree_resolves_the_library_inside_the_process_root(
     )
     fd = os.open(lib, os.O_RDONLY)
     try:
-        symbol = elf_symbol(fd, "blas_cpu_number")
+        size = elf_symbol(fd, "blas_cpu_number")
+        started = elf_symbol(fd, "blas_server_avail")
     finally:
         os.close(fd)
-    assert symbol is not None
+    assert size is not None and started is not None
     with open(proc / "mem", "wb") as mem:
-        mem.seek(base + symbol.offset)
+        mem.seek(base + size.offset)
         mem.write((6).to_bytes(4, "little"))
+        mem.seek(base + started.offset)
+        mem.write((1).to_bytes(4, "little"))
     maps = (proc / "maps").read_bytes()
-    assert LiveReader(str(tmp_path)).read(42, maps) == {"openblas": 6}
+    assert LiveReader(str(tmp_path)).read(42, maps) == LiveSizes({"openblas": 6}, {"openblas": 5})
     # Another file at the same path (a different inode) is not trusted.
     other = maps.replace(str(inode).encode(), str(inode + 1).encode())
-    assert LiveReader(str(tmp_path)).read(42, other) == {}
+    assert LiveReader(str(tmp_path)).read(42, other) == LiveSizes({}, {})
 
 
 @pytest.mark.parametrize("value", [0, -1, 1 << 20])
@@ -163,7 +186,7 @@ def test_a_value_that_is_no_thread_count_is_ignored(fake_openblas: Path, value: 
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         maps = Path(f"/proc/{proc.pid}/maps").read_bytes()
-        assert LiveReader().read(proc.pid, maps) == {}
+        assert LiveReader().read(proc.pid, maps) == LiveSizes({}, {})
     finally:
         proc.kill()
         proc.wait()
@@ -176,10 +199,10 @@ def test_a_vanished_process_reads_nothing(fake_openblas: Path) -> None:
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     maps = Path(f"/proc/{proc.pid}/maps").read_bytes()
     reader = LiveReader()
-    assert reader.read(proc.pid, maps) == {"openblas": 2}
+    assert reader.read(proc.pid, maps).sizes == {"openblas": 2}
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 5
     while Path(f"/proc/{proc.pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert reader.read(proc.pid, maps) == {}
+    assert reader.read(proc.pid, maps) == LiveSizes({}, {})

@@ -652,3 +652,33 @@ def test_unknown_pools_get_the_generic_advice() -> None:
     procs = [replace(p, env=None) for p in procs]
     f = finding(judge(procs, vcpus=2), "oversubscribed-pools")
     assert "set OMP_NUM_THREADS=1" in f.fix and "threadpoolctl" in f.fix
+
+
+@pytest.mark.parametrize(
+    ("threads", "live_threads", "blamed_gomp"),
+    [
+        (2, {"openblas": 1}, False),  # OpenBLAS's thread and the caller: every thread
+        (3, {"openblas": 1}, True),  # a thread OpenBLAS does not account for: OpenMP's team
+        (2, {"openblas": 0}, True),  # forked: OpenBLAS's threads do not exist yet
+    ],
+)
+def test_other_default_pools_are_blamed_unless_live_pools_account_for_every_thread(
+    threads: int, live_threads: Mapping[str, int], blamed_gomp: bool
+) -> None:
+    # Hogwild workers map libgomp, torch and NumPy's OpenBLAS; scikit-learn's only use BLAS.
+    loads = (Load(cpu=0.5, delay=0.5),) * 2 + (IDLE,) * (threads - 2)
+    procs = [
+        root(),
+        *(
+            Proc(
+                201 + i,
+                loads,
+                pools=("libgomp", "openblas"),
+                live={"openblas": 2},
+                live_threads=live_threads,
+            )
+            for i in range(2)
+        ),
+    ]
+    f = finding(judge(procs, vcpus=2), "oversubscribed-pools")
+    assert ("libgomp" in str(f.evidence["pools"]).split(",")) is blamed_gomp

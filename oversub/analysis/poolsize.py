@@ -87,13 +87,14 @@ def blamed(p: ProcessRates, n: int, limit: int) -> list[PoolSize]:
     """Pools of `p` sized above `limit`, that can explain threads beyond it.
 
     A mapped pool is not necessarily a used one (scikit-learn loads libgomp and may never
-    start it): when a pool read live is big enough to account for every active thread of
-    the process, pools known only by their default are not blamed beside it.
+    start it): when the threads of the pools read live, with the calling thread, account for
+    every thread the process has, no other pool has a thread, so pools known only by their
+    default are not blamed beside them.
     """
     sizes = pool_sizes(p, n) or ()
     over = [s for s in sizes if s.threads > limit]
     live = [s for s in over if s.source == "live"]
-    if live and max(s.threads for s in live) >= p.active_threads:
+    if live and p.live_threads is not None and 1 + sum(p.live_threads.values()) >= p.threads:
         return live
     return over
 
@@ -108,7 +109,9 @@ def app_threads(p: ProcessRates, n: int, limit: int) -> bool:
 def _started(p: ProcessRates, size: PoolSize) -> bool:
     """Evidence that a pool of this size exists in `p` (see the module docstring)."""
     if size.source == "live":
-        return True  # the library is initialised and says how many threads it runs
+        # The library says how many threads it runs, and whether they exist now (a forked
+        # child has none until its first call).
+        return p.live_threads is None or p.live_threads.get(size.key, 1) > 0
     if p.active_threads >= 2:
         return True
     # Memory unreadable: a pool that starts at load (OpenBLAS) shows in the thread count.

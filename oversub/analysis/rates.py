@@ -137,6 +137,7 @@ def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> Pr
         pools=p.pools,
         thread_env=p.thread_env,
         live_pools=p.live_pools,
+        live_threads=p.live_threads,
         exited=exited,
         wait=p.wait,
         start_ticks=p.start_ticks,

@@ -90,6 +90,7 @@ class _ProcessAccumulator:
     pools: tuple[str, ...] | None = None
     thread_env: Mapping[str, str] | None = None
     live_pools: Mapping[str, int] | None = None
+    live_threads: Mapping[str, int] | None = None
 
     def add(self, p: ProcessRates, seconds: float) -> None:
         self.latest = p
@@ -97,7 +98,8 @@ class _ProcessAccumulator:
         if p.pools is not None:
             self.pools = p.pools
         if p.live_pools is not None:
-            self.live_pools = p.live_pools  # the latest setting: code may change it mid-run
+            # The latest setting: code may change it mid-run.
+            self.live_pools, self.live_threads = p.live_pools, p.live_threads
         if p.thread_env is not None:
             self.thread_env = p.thread_env
         if p.exited:  # zero deltas by construction: the process was not observed running
@@ -136,6 +138,7 @@ class _ProcessAccumulator:
             pools=self.pools,
             thread_env=self.thread_env,
             live_pools=self.live_pools,
+            live_threads=self.live_threads,
             exited=p.exited,
             wait=p.wait,
             seconds=s,

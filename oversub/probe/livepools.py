@@ -26,10 +26,11 @@ import os
 import re
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from oversub import pools
 
-__all__ = ["ElfSymbol", "LiveReader", "elf_symbol", "maps_libraries"]
+__all__ = ["ElfSymbol", "LiveReader", "LiveSizes", "elf_symbol", "maps_libraries"]
 
 _MAX_TABLE = 64 << 20
 """Largest .dynsym or .dynstr read (bytes): a bigger one is not a real library's."""
@@ -193,66 +194,70 @@ def maps_libraries(maps: bytes) -> list[MappedLibrary]:
     return list(found.values())
 
 
-class LiveReader:
-    """Reads live pool sizes of processes; remembers each library's symbol between calls.
+class LiveSizes(NamedTuple):
+    """What one read of a process found, per pool key."""
 
-    `read(pid, maps)` returns pool key -> threads the pool is set to now, for the pools of
-    `maps` whose library exports its setting (with several copies of one library mapped,
-    the calling thread plus every copy's extra threads); raises PermissionError when the
-    kernel refuses to let us read the process's memory (not root, not its ancestor).
+    sizes: dict[str, int]
+    """Threads the pool is set to now (the largest, when several copies are mapped)."""
+    extra: dict[str, int]
+    """Threads its started pools run beside the calling thread, summed over the copies (0
+    for a copy whose threads do not exist now, e.g. a forked child before its first call)."""
+
+
+class LiveReader:
+    """Reads live pool sizes of processes; remembers each library's symbols between calls.
+
+    `read(pid, maps)` returns the sizes (and existing threads) of the pools of `maps` whose
+    library exports its setting; raises PermissionError when the kernel refuses to let us
+    read the process's memory (not root, not its ancestor).
     """
 
     def __init__(self, root: str = "/") -> None:
         self.root = root
-        self._symbols: dict[tuple[str, int, str], ElfSymbol | None] = {}
+        self._symbols: dict[tuple[str, int, str, str], ElfSymbol | None] = {}
 
-    def read(self, pid: int, maps: bytes) -> dict[str, int]:
+    def read(self, pid: int, maps: bytes) -> LiveSizes:
+        found = LiveSizes({}, {})
         libraries = maps_libraries(maps)
         if not libraries:
-            return {}
-        addresses: list[tuple[str, int, ElfSymbol]] = []
+            return found
+        wanted: list[tuple[MappedLibrary, ElfSymbol, ElfSymbol | None]] = []
         for lib in libraries:
-            symbol = self._symbol(pid, lib)
-            if symbol is not None:
-                addresses.append((lib.key, lib.start + symbol.offset, symbol))
-        if not addresses:
-            return {}
-        live: dict[str, int] = {}
+            kind = pools.POOLS_BY_KEY[lib.key]
+            size = self._symbol(pid, lib, kind.live_symbol)
+            if size is not None:
+                wanted.append((lib, size, self._symbol(pid, lib, kind.live_started)))
+        if not wanted:
+            return found
         try:
             fd = os.open(f"{self.root.rstrip('/')}/proc/{pid}/mem", os.O_RDONLY)
         except PermissionError:
             raise
         except OSError:
-            return {}  # gone
+            return found  # gone
         try:
-            for key, address, symbol in addresses:
-                try:
-                    raw = os.pread(fd, symbol.size, address)
-                except OSError:
-                    continue  # not mapped any more (dlclose, exec) or the process is gone
-                if len(raw) != symbol.size:
-                    continue
-                value = int.from_bytes(raw, "little" if symbol.little else "big", signed=True)
-                if 1 <= value <= _MAX_THREADS:
-                    # Two copies of one library (NumPy's and SciPy's OpenBLAS) each run
-                    # their own pool beside the calling thread: count every copy's extras.
-                    live[key] = live.get(key, 1) + value - 1
+            for lib, size_symbol, started_symbol in wanted:
+                value = _read_int(fd, lib.start, size_symbol)
+                if value is None or not 1 <= value <= _MAX_THREADS:
+                    continue  # unmapped since, gone, uninitialised or not a thread count
+                started = 1 if started_symbol is None else _read_int(fd, lib.start, started_symbol)
+                found.sizes[lib.key] = max(found.sizes.get(lib.key, 0), value)
+                found.extra[lib.key] = found.extra.get(lib.key, 0) + (value - 1 if started else 0)
         finally:
             os.close(fd)
-        return live
+        return found
 
-    def _symbol(self, pid: int, lib: MappedLibrary) -> ElfSymbol | None:
-        cache_key = (lib.device, lib.inode, lib.path)
+    def _symbol(self, pid: int, lib: MappedLibrary, name: str | None) -> ElfSymbol | None:
+        if name is None:
+            return None
+        cache_key = (lib.device, lib.inode, lib.path, name)
         if cache_key in self._symbols:
             return self._symbols[cache_key]
-        symbol: ElfSymbol | None = None
-        name = pools.POOLS_BY_KEY[lib.key].live_symbol
         fd = self._open_library(pid, lib)
         if fd is None:
             return None  # not cached: a process of another namespace may open it later
         try:
-            if name is not None:
-                symbol = elf_symbol(fd, name)
+            symbol = elf_symbol(fd, name)
         except (OSError, ValueError, struct.error):
             symbol = None
         finally:
@@ -276,3 +281,14 @@ class LiveReader:
                 return fd
             os.close(fd)
         return None
+
+
+def _read_int(fd: int, base: int, symbol: ElfSymbol) -> int | None:
+    """The integer at `base + symbol.offset` in the memory file `fd`; None when unreadable."""
+    try:
+        raw = os.pread(fd, symbol.size, base + symbol.offset)
+    except OSError:
+        return None
+    if len(raw) != symbol.size:
+        return None
+    return int.from_bytes(raw, "little" if symbol.little else "big", signed=True)

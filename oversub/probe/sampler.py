@@ -90,6 +90,8 @@ class _Known:
     """maps or environ refused (another user's process): pools and thread_env unknown."""
     live_pools: dict[str, int] | None = None
     """Live pool sizes read with maps (`probe.livepools`); None = unknown."""
+    live_threads: dict[str, int] | None = None
+    """Threads those pools run now beside the caller; None = unknown."""
     live_denied: bool = False
     """Its memory may not be read (not root, not its ancestor): live sizes unknown."""
 
@@ -277,6 +279,7 @@ class TreeSampler:
             pools=known.pools,
             thread_env=known.thread_env,
             live_pools=known.live_pools,
+            live_threads=known.live_threads,
             children_cpu_ns=ticks_to_ns(stat.children_ticks),
             wait=wait,
         )
@@ -406,8 +409,8 @@ class TreeSampler:
         except PermissionError:
             known.live_denied = True
             return
-        if live:
-            known.live_pools = live
+        if live.sizes:
+            known.live_pools, known.live_threads = live.sizes, live.extra
 
 
 def _start_of(raw: bytes) -> int | None:
