@@ -160,7 +160,7 @@ def _find(
 # Lines of maps that map a library with a live symbol (cheap pre-filter: a NumPy process maps
 # hundreds of files, and only these few lines need splitting).
 _CANDIDATE = re.compile(
-    rb"^[^\n]*/(?:"
+    rb"/(?:"
     + b"|".join(
         re.escape(prefix.encode())
         for kind in pools.POOL_KINDS
@@ -176,7 +176,8 @@ def maps_libraries(maps: bytes) -> list[MappedLibrary]:
     """Pool libraries with a live symbol in a maps file, each at its mapping of offset 0."""
     found: dict[tuple[str, int], MappedLibrary] = {}
     for match in _CANDIDATE.finditer(maps):
-        parts = match.group(0).split(maxsplit=5)
+        line = maps[maps.rfind(b"\n", 0, match.start()) + 1 : match.end()]
+        parts = line.split(maxsplit=5)
         if len(parts) < 6 or not parts[5].startswith(b"/") or parts[2].strip(b"0"):
             continue  # anonymous, pseudo ("[heap]") or not the segment at file offset 0
         path = parts[5].decode("utf-8", "surrogateescape")
