@@ -319,3 +319,26 @@ def test_narrow_terminal_lists_rows_instead_of_cutting_cells(width: int) -> None
         assert not any(line.strip().endswith("…") for line in out.splitlines()), out
     # Wide enough for the table: the table, not the list.
     assert "pid 2001 python" not in render(summary_renderable(make_summary()), width=80)
+
+
+def test_live_pool_sizes_are_shown_and_code_settings_named() -> None:
+    from oversub.render.live import summary_text
+
+    s = make_summary(
+        processes=(
+            make_process_summary(
+                pid=11, pools=("openblas",), thread_env={}, live_pools={"openblas": 1}
+            ),
+            make_process_summary(
+                pid=12, pools=("openblas",), thread_env={}, live_pools={"openblas": 1}
+            ),
+            make_process_summary(
+                pid=13, pools=("openblas",), thread_env={}, live_pools={"openblas": 2}
+            ),
+        ),
+    )
+    text = summary_text(s)
+    assert (
+        "pool sizes read live: OpenBLAS 1 thread in pids 11, 12 (set in code); "
+        "OpenBLAS 2 threads in pid 13\n" in text + "\n"
+    ), text

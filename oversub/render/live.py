@@ -334,7 +334,7 @@ def summary_renderable(s: Summary) -> RenderableType:
             ),
             Text(_host_line(s.host), style="dim"),
         ]
-        live = live_pools_line(s.processes)
+        live = live_pools_line(s.processes, s.budget.vcpus)
         if live is not None:
             parts.append(Text(f"pool sizes read live: {live}", style="dim"))
     if s.unavailable:
@@ -366,7 +366,7 @@ def summary_text(s: Summary) -> str:
             f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
             f"peak demand {number(s.totals_peak.demand)}"
         )
-        live = live_pools_line(s.processes)
+        live = live_pools_line(s.processes, s.budget.vcpus)
         if live is not None:
             lines.append(f"pool sizes read live: {live}")
         host = host_phrases(s.host)

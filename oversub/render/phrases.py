@@ -190,22 +190,28 @@ def totals_line(t: Totals, vcpus: int) -> str:
     )
 
 
-def live_pools_line(processes: Iterable[ProcessSummary]) -> str | None:
-    """ "OpenBLAS 1 thread in pids 11, 12": live pool sizes read from memory, grouped; None
-    when none was read."""
-    from oversub.pools import POOLS_BY_KEY
+def live_pools_line(processes: Iterable[ProcessSummary], vcpus: int) -> str | None:
+    """ "OpenBLAS 1 thread in pids 11, 12 (set in code)": live pool sizes read from memory,
+    grouped; "set in code" where the size differs from what the process's environment asks
+    for (its variable, else all N CPUs). None when none was read."""
+    from oversub.analysis.poolsize import first_level
+    from oversub.pools import POOLS_BY_KEY, controlling_value
 
-    groups: dict[tuple[str, int], list[int]] = {}
+    groups: dict[tuple[str, int, bool], list[int]] = {}
     for p in processes:
         for key, value in (p.live_pools or {}).items():
-            groups.setdefault((key, value), []).append(p.pid)
+            ctl = controlling_value(key, p.thread_env or {})
+            asked = (first_level(ctl[1]) if ctl else None) or vcpus
+            in_code = p.thread_env is not None and value != asked
+            groups.setdefault((key, value, in_code), []).append(p.pid)
     if not groups:
         return None
     parts = []
-    for (key, value), pids in sorted(groups.items()):
+    for (key, value, in_code), pids in sorted(groups.items()):
         noun = "thread" if value == 1 else "threads"
         who = ("pid " if len(pids) == 1 else "pids ") + ", ".join(str(p) for p in sorted(pids))
-        parts.append(f"{POOLS_BY_KEY[key].label} {value} {noun} in {who}")
+        how = " (set in code)" if in_code else ""
+        parts.append(f"{POOLS_BY_KEY[key].label} {value} {noun} in {who}{how}")
     return "; ".join(parts)
 
 

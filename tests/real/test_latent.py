@@ -49,3 +49,4 @@ def test_idle_default_pools_are_at_risk_and_a_limit_in_code_is_seen(tmp_path: Pa
     # The threads OpenBLAS started at import are still there: only the live value tells.
     assert all(p["threads"] >= VCPUS for p in with_numpy), limited.describe()
     assert "pool sizes read live: OpenBLAS 1 thread in pids" in limited.stderr, limited.stderr
+    assert "(set in code)" in limited.stderr, limited.stderr
