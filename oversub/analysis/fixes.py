@@ -137,4 +137,4 @@ def _code_alternative(keys: set[str], threads: int) -> str:
     if not calls:
         return ""
     parts = [f"{call} for {_labels(keys)}" for call, keys in calls.items()]
-    return ", or in code in each, before the work starts: " + " and ".join(parts)
+    return ", or in code in each, before the work starts: " + ", plus ".join(parts)
