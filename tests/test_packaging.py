@@ -162,7 +162,7 @@ def test_sdist_holds_package_tests_examples_and_docs_without_leftovers(dist: Pat
     with tarfile.open(dist / f"{top}.tar.gz") as sdist:
         names = {m.name.removeprefix(f"{top}/") for m in sdist.getmembers() if m.isfile()}
     wanted = {"pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "PKG-INFO"}
-    wanted |= _files("oversub") | _files("tests") | _files("examples")
+    wanted |= _files("oversub") | _files("tests") | _files("examples") | _files("docs")
     assert wanted <= names, sorted(wanted - names)
     leftovers = [
         n
