@@ -7,6 +7,7 @@ nothing. Reports go to files and stderr; the command's own stdout/stderr pass th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -69,11 +70,44 @@ def exit_status(outcome: _Outcome, fail_on: Verdict) -> ExitStatus:
     """The documented exit code for a finished check (see README, "Exit codes")."""
     if outcome.interrupted:
         return ExitStatus.INTERRUPTED
-    if outcome.command_status not in (None, 0) and not outcome.timed_out:
-        return ExitStatus.UNOBSERVABLE  # the command itself failed: its status is in the report
-    if outcome.summary.samples == 0 and not outcome.static:
-        return ExitStatus.UNOBSERVABLE  # nothing was measured: a gate must not pass blind
-    return ExitStatus.FOUND if fails(outcome.summary.verdict, fail_on) else ExitStatus.OK
+    verdict = outcome.summary.verdict
+    if verdict is None:
+        # Not judged (nothing measured, or the command failed): a gate must not pass blind.
+        return ExitStatus.UNOBSERVABLE
+    return ExitStatus.FOUND if fails(verdict, fail_on) else ExitStatus.OK
+
+
+def judge(outcome: _Outcome) -> _Outcome:
+    """The outcome with the reason it is not judged, when it is not.
+
+    A command that failed (not by --timeout) ran broken: what was measured says nothing
+    about the job, so the run keeps its findings (what was seen) but loses its verdict. A
+    run with nothing measured names what ended too soon. A preflight is always judged.
+    """
+    s = outcome.summary
+    code = outcome.command_status
+    reason: str | None = None
+    if outcome.static:
+        return outcome
+    if outcome.interrupted:
+        # Our own stop signal ended the command: its status says nothing about it.
+        reason = None if s.samples else "interrupted before anything was measured"
+    elif code not in (None, 0) and not outcome.timed_out:
+        assert code is not None
+        how = f"was killed by signal {-code}" if code < 0 else f"failed with exit status {code}"
+        reason = f"the command {how}"
+    elif s.samples == 0 and outcome.command is not None:
+        reason = (
+            "nothing was measured: the command exited before a full interval was sampled "
+            "after the warm-up; run it longer than --warmup + --interval"
+        )
+    elif s.samples == 0:
+        reason = "nothing was measured: the target exited before a full interval"
+    if reason is None:
+        return outcome
+    return dataclasses.replace(
+        outcome, summary=dataclasses.replace(s, verdict=None, not_judged=reason)
+    )
 
 
 def validate_report_paths(opts: CheckOptions) -> None:
@@ -168,8 +202,7 @@ def check_command(
     if result is not None:
         summary = result.summary
     else:
-        nothing = Assessment(Verdict.OK, ())
-        summary = _unsampled_summary(budget, proc.pid, nothing, "interrupted before a sample")
+        summary = _unsampled_summary(budget, proc.pid, None, "interrupted before a sample")
     outcome = _Outcome(
         summary=summary,
         command=report_command(argv),
@@ -229,18 +262,25 @@ def check_static(
 
     validate_report_paths(opts)
     assessment = preflight(budget, procs, threads, workers)
-    summary = _unsampled_summary(budget, 0, assessment, "static preflight: nothing was sampled")
+    summary = dataclasses.replace(
+        _unsampled_summary(budget, 0, assessment, "static preflight: nothing was sampled"),
+        preflight=True,
+    )
     return report(_Outcome(summary=summary, static=True), opts, err=err)
 
 
-def _unsampled_summary(budget: Budget, root_pid: int, assessment: Assessment, note: str) -> Summary:
-    """A summary with no measurement behind it: a preflight, or a run interrupted at once."""
+def _unsampled_summary(
+    budget: Budget, root_pid: int, assessment: Assessment | None, note: str
+) -> Summary:
+    """A summary with no measurement behind it: a preflight (judged by its `assessment`),
+    or a run interrupted at once (None: not judged, `note` says why)."""
     zero = Totals(0, 0, 0, 0.0, 0.0, None, None, None, None)
     return Summary(
         root_pid=root_pid,
         budget=budget,
-        verdict=assessment.verdict,
-        findings=assessment.findings,
+        verdict=None if assessment is None else assessment.verdict,
+        not_judged=note if assessment is None else None,
+        findings=() if assessment is None else assessment.findings,
         processes=(),
         totals=zero,
         totals_peak=zero,
@@ -268,6 +308,7 @@ def report(
 
     err = err if err is not None else sys.stderr
     env = environ if environ is not None else os.environ
+    outcome = judge(outcome)
     status = exit_status(outcome, opts.fail_on)
     s = outcome.summary
     _print_report(outcome, status, opts, err)
@@ -348,21 +389,14 @@ def _print_report(outcome: _Outcome, status: ExitStatus, opts: CheckOptions, err
 def _verdict_line(outcome: _Outcome, status: ExitStatus, opts: CheckOptions) -> str:
     """The last line of the report: pass/FAIL and the verdict, or why there is none."""
     s = outcome.summary
+    if s.verdict is None:
+        why = s.not_judged or "nothing was measured"
+        if status is ExitStatus.INTERRUPTED:
+            return f"interrupted, not judged: {why}"
+        return f"error: not judged: {why}"
     judged = f"verdict {s.verdict.value} (--fail-on {opts.fail_on.value})"
     if status is ExitStatus.INTERRUPTED:
-        return f"interrupted: {judged}" if s.samples else "interrupted before anything was measured"
-    if status is ExitStatus.UNOBSERVABLE:
-        code = outcome.command_status
-        if code not in (None, 0) and not outcome.timed_out:
-            assert code is not None
-            why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-            return f"error: the command failed ({why}); its run is not judged"
-        if outcome.command is not None:
-            return (
-                "error: nothing was measured (the command exited before a full interval was "
-                "sampled after the warm-up; run it longer than --warmup + --interval)"
-            )
-        return "error: nothing was measured (the target exited before a full interval)"
+        return f"interrupted: {judged}"
     word = "FAIL" if status is ExitStatus.FOUND else "pass"
     return f"{word}: {judged}"
 

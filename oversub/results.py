@@ -168,7 +168,8 @@ class Summary:
 
     root_pid: int
     budget: Budget
-    verdict: Verdict
+    verdict: Verdict | None
+    """The run's verdict; None when the run was not judged (`not_judged` says why)."""
     findings: tuple[Finding, ...]
     processes: tuple[ProcessSummary, ...]
     totals: Totals
@@ -182,3 +183,14 @@ class Summary:
     target_exited: bool
     unavailable: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    preflight: bool = False
+    """A static preflight (`check --procs M --threads T`): a plan judged, nothing sampled."""
+    not_judged: str | None = None
+    """Why the run has no verdict (nothing measured, the command failed, ...); None when
+    judged. Findings may still be present: they describe what was measured."""
+
+    @property
+    def judged(self) -> bool:
+        """The run has a verdict: something was measured (or planned, for a preflight) and
+        nothing made the measurement meaningless."""
+        return self.verdict is not None

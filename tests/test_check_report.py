@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from oversub.analysis.recommend import synthetic_budget
+from oversub.analysis.verdict import RULES
 from oversub.check import CheckOptions, _Outcome, _unsampled_summary, report, report_command
 from oversub.errors import ExitStatus, ReportError
 from oversub.model import Verdict
@@ -56,20 +57,84 @@ def test_command_that_is_not_utf8_still_gets_reports(tmp_path: Path) -> None:
     [
         (
             {"command": ["x"], "command_status": 7},
-            "oversub check: error: the command failed (exit status 7); its run is not judged,"
-            " exit 3",
+            "oversub check: error: not judged: the command failed with exit status 7, exit 3",
         ),
         (
             {"command": ["x"], "command_status": -9},
-            "oversub check: error: the command failed (killed by signal 9); its run is not"
-            " judged, exit 3",
+            "oversub check: error: not judged: the command was killed by signal 9, exit 3",
         ),
-        ({"command": ["x"], "command_status": 0}, "oversub check: error: nothing was measured"),
-        ({}, "oversub check: error: nothing was measured (the target exited"),
-        ({"interrupted": True}, "oversub check: interrupted before anything was measured"),
+        (
+            {"command": ["x"], "command_status": 0},
+            "oversub check: error: not judged: nothing was measured: the command exited",
+        ),
+        ({}, "oversub check: error: not judged: nothing was measured: the target exited"),
+        (
+            {"interrupted": True},
+            "oversub check: interrupted, not judged: interrupted before anything was measured",
+        ),
     ],
 )
 def test_last_line_says_why_there_is_no_verdict(kwargs: dict[str, object], last_line: str) -> None:
     err = io.StringIO()
     report(outcome(**kwargs), CheckOptions(), err=err, environ={})
     assert err.getvalue().splitlines()[-1].startswith(last_line), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"command": ["x"], "command_status": 7},
+        {"command": ["x"], "command_status": 0},
+        {},
+        {"interrupted": True},
+    ],
+)
+def test_a_run_not_judged_has_no_verdict_in_any_report(
+    kwargs: dict[str, object], tmp_path: Path
+) -> None:
+    """Issue 11 item 2: no "ok" anywhere for a run that was not judged."""
+    err = io.StringIO()
+    opts = CheckOptions(
+        json_path=tmp_path / "r.json",
+        junit_path=tmp_path / "r.xml",
+        markdown_path=tmp_path / "r.md",
+    )
+    environ = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(tmp_path / "step.md")}
+    report(outcome(**kwargs), opts, err=err, environ=environ)
+    text = err.getvalue()
+    assert text.startswith("oversub: not judged ("), text
+    assert " ok " not in text and "(the tree's runnable threads fit" not in text
+    assert "::error title=oversub::not judged: " in text
+    doc = json.loads((tmp_path / "r.json").read_text("utf-8"))
+    assert doc["verdict"] is None and doc["judged"] is False
+    assert doc["not_judged_reason"] and doc["not_judged_reason"] in text
+    markdown = (tmp_path / "r.md").read_text("utf-8")
+    assert markdown.startswith("## oversub: NOT JUDGED"), markdown
+    assert "passed" not in markdown and "**Verdict" not in markdown
+    junit = (tmp_path / "r.xml").read_text("utf-8")
+    assert 'name="verdict" value="not judged"' in junit
+    assert f'skipped="{len(RULES)}"' in junit and "<failure" not in junit
+
+
+def test_a_failed_command_keeps_what_was_measured_but_fails_nothing(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tests.model_fixtures import make_finding, make_summary
+
+    err = io.StringIO()
+    opts = CheckOptions(junit_path=tmp_path / "r.xml")
+    summary = replace(make_summary(), findings=(make_finding(),))
+    status = report(
+        _Outcome(summary=summary, command=["x"], command_status=4),
+        opts,
+        err=err,
+        environ={"GITHUB_ACTIONS": "true"},
+    )
+    assert status is ExitStatus.UNOBSERVABLE
+    text = err.getvalue()
+    assert text.startswith("oversub: not judged (the command failed with exit status 4)")
+    assert "[critical] oversubscribed-pools" in text  # measured before it failed
+    assert "::error title=oversub oversubscribed-pools" not in text
+    assert "::warning title=oversub oversubscribed-pools" in text
+    junit = (tmp_path / "r.xml").read_text("utf-8")
+    assert "<failure" not in junit and "measured, but the run is not judged" in junit

@@ -191,13 +191,24 @@ def test_junit_several_findings_of_one_rule_and_unknown_rules() -> None:
     assert suite.get("failures") == "2"
 
 
-def test_junit_default_rules_cover_verdict_and_preflight() -> None:
+def test_junit_lists_only_the_rules_of_the_mode_that_ran() -> None:
+    # Issue 11 item 8: a run listed the preflight rules as passing test cases.
     from oversub.analysis.preflight import PREFLIGHT_RULES
     from oversub.analysis.verdict import RULES as VERDICT_RULES
 
     suite = parse(summary_junit(make_summary(findings=()), fail_on=Verdict.AT_RISK))
-    assert list(cases(suite)) == [*VERDICT_RULES, *PREFLIGHT_RULES]
+    assert list(cases(suite)) == list(VERDICT_RULES)
     assert suite.get("failures") == "0"
+    static = make_summary(findings=(), preflight=True, samples=0, processes=())
+    suite = parse(summary_junit(static, fail_on=Verdict.AT_RISK))
+    assert list(cases(suite)) == list(PREFLIGHT_RULES)
+
+
+def test_junit_evidence_has_no_python_reprs() -> None:
+    finding = make_finding(evidence={"throttled_ratio": None, "demand": 3.5, "processes": 2})
+    text = summary_junit(make_summary(findings=(finding,)), fail_on=Verdict.OVERSUBSCRIBED)
+    assert "None" not in text
+    assert "throttled_ratio: unknown (not measured)" in text and "demand: 3.5" in text
 
 
 # --------------------------------------------------------------------------- github

@@ -114,6 +114,8 @@ SUMMARY_KEYS = [
     "vcpus",
     "budget",
     "verdict",
+    "judged",
+    "not_judged_reason",
     "findings",
     "processes",
     "totals",
@@ -283,7 +285,16 @@ def test_summary_dict_keys() -> None:
     assert d["totals_peak"]["demand"] == 4.2
     assert d["unavailable"] == ["psi"] and d["notes"] == ["n"]
     assert d["target_exited"] is True
+    assert d["verdict"] == "oversubscribed" and d["judged"] is True
+    assert d["not_judged_reason"] is None
     assert json.loads(to_json(d, indent=2)) == d
+
+
+def test_summary_dict_of_a_run_not_judged() -> None:
+    d = summary_dict(make_summary(verdict=None, not_judged="nothing was measured"))
+    assert list(d) == SUMMARY_KEYS
+    assert d["verdict"] is None and d["judged"] is False
+    assert d["not_judged_reason"] == "nothing was measured"
 
 
 def test_unknown_pools_and_env_stay_null() -> None:

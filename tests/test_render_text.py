@@ -273,7 +273,9 @@ def test_summary_text_says_which_signals_are_unavailable() -> None:
 
 
 def test_preflight_report_has_no_run_line_or_totals() -> None:
-    s = make_summary(root_pid=0, samples=0, notes=("static preflight: nothing was sampled",))
+    s = make_summary(
+        root_pid=0, samples=0, preflight=True, notes=("static preflight: nothing was sampled",)
+    )
     text = summary_text(s)
     assert "static preflight, nothing sampled" in text
     assert "pid 0" not in text and "totals:" not in text
@@ -342,3 +344,18 @@ def test_live_pool_sizes_are_shown_and_code_settings_named() -> None:
         "pool sizes read live: OpenBLAS 1 thread in pids 11, 12 (set in code); "
         "OpenBLAS 2 threads in pid 13\n" in text + "\n"
     ), text
+
+
+def test_a_run_not_judged_has_no_verdict_in_the_terminal_or_plain_report() -> None:
+    # Issue 11 item 2: "ok (the tree's runnable threads fit...)" above "nothing was measured".
+    s = make_summary(
+        verdict=None, not_judged="no complete interval was sampled", samples=0, findings=()
+    )
+    text = summary_text(s)
+    assert text.splitlines()[0].startswith(
+        "oversub: not judged (no complete interval was sampled), pid 1234"
+    )
+    terminal = render(summary_renderable(s))
+    assert "NOT JUDGED" in terminal and "no complete interval was sampled" in terminal
+    for out in (text, terminal):
+        assert " OK " not in out and "fit in its vCPUs" not in out

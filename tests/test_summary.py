@@ -60,22 +60,24 @@ def root() -> Proc:
     return Proc(ROOT, (IDLE,), ppid=1, cmdline="python launch.py")
 
 
-def test_no_interval_gives_ok_and_a_note() -> None:
+def test_no_interval_is_not_judged() -> None:
+    # Issue 11 item 2: a run with nothing measured has no verdict (it used to say "ok").
     s = RunSummary().result(budget(2), TH, target_exited=True)
-    assert s.verdict is Verdict.OK
+    assert s.verdict is None and not s.judged
+    assert s.not_judged == NO_INTERVAL_NOTE
     assert s.samples == 0
     assert s.findings == ()
     assert s.processes == ()
-    assert s.notes == (NO_INTERVAL_NOTE,)
+    assert s.notes == ()
     assert s.root_pid == ROOT
     assert s.target_exited
     assert s.host.outside_cpus is None
 
 
-def test_no_interval_note_is_not_repeated() -> None:
-    notes = (f"{NO_INTERVAL_NOTE} after the warm-up",)
+def test_notes_pass_through_a_run_not_judged() -> None:
+    notes = ("a note",)
     s = RunSummary().result(budget(2), TH, target_exited=False, notes=notes)
-    assert s.notes == notes
+    assert s.notes == notes and s.not_judged == NO_INTERVAL_NOTE
 
 
 def test_process_means_are_time_weighted_and_peaks_are_kept() -> None:
@@ -216,9 +218,8 @@ def test_tree_gone_in_the_only_interval_measures_nothing() -> None:
     line.add_exit([root()], gone=ROOT)
     s = line.result(target_exited=True)
     assert s.samples == 0
-    assert s.verdict is Verdict.OK
+    assert s.verdict is None and s.not_judged == NO_INTERVAL_NOTE
     assert s.totals.demand == 0.0
-    assert any(n.startswith(NO_INTERVAL_NOTE) for n in s.notes)
 
 
 def test_busy_orphan_counts_in_the_run_after_everything_exited() -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from oversub.analysis.poolsize import pool_threads
 from oversub.analysis.rates import delay_ratio, per_s
 from oversub.analysis.verdict import assess
-from oversub.model import Budget, Thresholds, Verdict
+from oversub.model import Budget, Thresholds
 from oversub.results import HostRates, Interval, ProcessRates, ProcessSummary, Summary, Totals
 
 __all__ = ["NO_INTERVAL_NOTE", "RunSummary"]
@@ -42,7 +42,7 @@ def _sustained(seconds_at: Mapping[int, float], total: float) -> int:
 
 
 NO_INTERVAL_NOTE = "no complete interval was sampled"
-"""Note added when the run ended before a second sample (nothing could be measured)."""
+"""Why a run that ended before a second sample is not judged (nothing could be measured)."""
 
 
 def _add(total: float | None, value: float | None) -> float | None:
@@ -334,16 +334,15 @@ class RunSummary:
     ) -> Summary:
         """The run so far: means, peaks, and the verdict of the whole run.
 
-        `samples` counts complete intervals; with none, the verdict is ok and a note says
-        that nothing could be measured.
+        `samples` counts complete intervals; with none, the run is not judged: no verdict,
+        and `not_judged` says that nothing could be measured.
         """
         if self._intervals == 0 or self._t0 is None or self._t1 is None:  # nothing measured
-            if not any(n.startswith(NO_INTERVAL_NOTE) for n in notes):
-                notes = (*notes, NO_INTERVAL_NOTE)
             return Summary(
                 root_pid=self._root_pid if self._root_pid is not None else budget.pid,
                 budget=budget,
-                verdict=Verdict.OK,
+                verdict=None,
+                not_judged=NO_INTERVAL_NOTE,
                 findings=(),
                 processes=(),
                 totals=_EMPTY_TOTALS,

@@ -32,11 +32,16 @@ def annotations(s: Summary, *, fail_on: Verdict) -> list[str]:
     `fail_on` semantics: a finding fails when finding.verdict.rank >= fail_on.rank.
     Failing findings give `::error title=oversub RULE::MESSAGE Fix: FIX`; findings that
     do not fail but have severity warning or critical give the same as `::warning`;
-    non-failing info findings give nothing (they are in the reports).
+    non-failing info findings give nothing (they are in the reports). A run that was not
+    judged gives one `::error title=oversub::not judged: REASON`, and no finding fails.
     """
     lines = []
+    if s.verdict is None:
+        # Nothing is judged, so nothing fails; the reason is the error of the run.
+        reason = escape_data(f"not judged: {s.not_judged or 'nothing was measured'}")
+        lines.append(f"::error title={escape_property('oversub')}::{reason}")
     for f in s.findings:
-        if fails(f, fail_on):
+        if s.verdict is not None and fails(f, fail_on):
             command = "error"
         elif f.severity in (Severity.WARNING, Severity.CRITICAL):
             command = "warning"

@@ -29,13 +29,26 @@ def _x(text: str) -> str:
     return _NOT_XML.sub("\ufffd", text)
 
 
-def _default_rules() -> dict[str, str]:
-    # Imported here, not at module level: the renderer must not drag the analysis package
-    # into every import of `oversub.render`.
-    from oversub.analysis.preflight import PREFLIGHT_RULES
+def _mode_rules(s: Summary) -> Mapping[str, str]:
+    """The rules the run's mode applies: the preflight's for a static preflight, else the
+    run-time rules. Imported here, not at module level: the renderer must not drag the
+    analysis package into every import of `oversub.render`."""
+    if s.preflight:
+        from oversub.analysis.preflight import PREFLIGHT_RULES
+
+        return PREFLIGHT_RULES
     from oversub.analysis.verdict import RULES
 
-    return {**RULES, **PREFLIGHT_RULES}
+    return RULES
+
+
+def _evidence_value(value: float | int | str | None) -> str:
+    """Evidence for people: "unknown" rather than Python's `None`, floats without noise."""
+    if value is None:
+        return "unknown (not measured)"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def _finding_text(f: Finding) -> str:
@@ -44,7 +57,7 @@ def _finding_text(f: Finding) -> str:
     if f.pids:
         lines.append("pids: " + ", ".join(str(pid) for pid in f.pids))
     for key, value in f.evidence.items():
-        lines.append(f"{key}: {value}")
+        lines.append(f"{key}: {_evidence_value(value)}")
     return _x("\n".join(lines))
 
 
@@ -52,26 +65,31 @@ def summary_junit(s: Summary, *, fail_on: Verdict, rules: Mapping[str, str] | No
     """JUnit XML for the run, with an XML declaration and a trailing newline.
 
     One `<testsuite name="oversub">` holding one `<testcase classname="oversub" name=RULE>`
-    per rule of `rules` (default: `analysis.verdict.RULES` then
-    `analysis.preflight.PREFLIGHT_RULES`), plus one per rule that fired but is not listed,
-    so no finding is ever dropped. `fail_on` semantics: a finding fails when
-    finding.verdict.rank >= fail_on.rank. Each failing finding becomes a
-    `<failure message=MESSAGE type=SEVERITY>` of its rule's test case (body: fix, pids,
+    per rule of `rules` (default: the rules of the mode that ran, `analysis.verdict.RULES`
+    for a run, `analysis.preflight.PREFLIGHT_RULES` for a static preflight), plus one per
+    rule that fired but is not listed, so no finding is ever dropped. `fail_on` semantics:
+    a finding fails when finding.verdict.rank >= fail_on.rank. Each failing finding becomes
+    a `<failure message=MESSAGE type=SEVERITY>` of its rule's test case (body: fix, pids,
     evidence); findings below `fail_on` become `<system-out>` text of their test case.
-    Suite attributes: `tests` = test cases, `failures` = test cases with at least one
-    failure, `errors` = 0, `skipped` = 0, `time` = the run's duration in seconds. Suite
-    `<properties>` record the verdict, fail-on, N and the root pid.
+    A run that was not judged fails nothing: every test case is `<skipped message="not
+    judged: REASON">` (findings still go to `<system-out>`). Suite attributes: `tests` =
+    test cases, `failures` = test cases with at least one failure, `errors` = 0,
+    `skipped` = skipped test cases, `time` = the run's duration in seconds. Suite
+    `<properties>` record the verdict ("not judged" without one), fail-on, N and the root
+    pid.
     """
-    catalogue = dict(_default_rules() if rules is None else rules)
+    catalogue = dict(_mode_rules(s) if rules is None else rules)
     by_rule: dict[str, list[Finding]] = {}
     for f in s.findings:
         by_rule.setdefault(f.rule, []).append(f)
         catalogue.setdefault(f.rule, "")
+    judged = s.verdict is not None
+    not_judged = f"not judged: {s.not_judged or 'nothing was measured'}"
 
     suite = ET.Element("testsuite", name=_CLASSNAME)
     properties = ET.SubElement(suite, "properties")
     for name, value in (
-        ("verdict", s.verdict.value),
+        ("verdict", "not judged" if s.verdict is None else s.verdict.value),
         ("fail_on", fail_on.value),
         ("vcpus", str(s.budget.vcpus)),
         ("budget", budget_limit_line(s.budget)),
@@ -86,15 +104,23 @@ def summary_junit(s: Summary, *, fail_on: Verdict, rules: Mapping[str, str] | No
             suite, "testcase", classname=_CLASSNAME, name=_x(rule), time=f"{s.duration_s:.3f}"
         )
         findings = by_rule.get(rule, [])
-        failing = [f for f in findings if fails(f, fail_on)]
-        passing = [f for f in findings if not fails(f, fail_on)]
+        failing = [f for f in findings if judged and fails(f, fail_on)]
+        passing = [f for f in findings if f not in failing]
+        if not judged:
+            ET.SubElement(case, "skipped", message=_x(not_judged))
         for f in failing:
             failure = ET.SubElement(case, "failure", message=_x(f.message), type=f.severity.value)
             failure.text = (_x(description) + "\n" if description else "") + _finding_text(f)
         if passing:
             out = ET.SubElement(case, "system-out")
             out.text = "\n\n".join(
-                f"below --fail-on {fail_on.value} (verdict {f.verdict.value}):\n" + _finding_text(f)
+                (
+                    f"below --fail-on {fail_on.value} (verdict {f.verdict.value})"
+                    if judged
+                    else f"measured, but the run is {not_judged}"
+                )
+                + ":\n"
+                + _finding_text(f)
                 for f in passing
             )
         failed_cases += bool(failing)
@@ -102,7 +128,7 @@ def summary_junit(s: Summary, *, fail_on: Verdict, rules: Mapping[str, str] | No
     suite.set("tests", str(len(catalogue)))
     suite.set("failures", str(failed_cases))
     suite.set("errors", "0")
-    suite.set("skipped", "0")
+    suite.set("skipped", "0" if judged else str(len(catalogue)))
     suite.set("time", f"{s.duration_s:.3f}")
     ET.indent(suite)
     body = ET.tostring(suite, encoding="unicode")

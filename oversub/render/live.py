@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 
 from oversub.model import Budget, Severity, Verdict
 from oversub.render.phrases import (
+    NOT_JUDGED,
     VERDICT_MEANING,
     budget_limit_line,
     env_text,
     finding_line,
+    headline,
     host_phrases,
     live_pools_line,
     number,
@@ -94,12 +96,19 @@ def _host_line(h: HostRates) -> str:
     return "host: " + (" · ".join(phrases) if phrases else "no context available")
 
 
-def _banner(verdict: Verdict) -> Text:
+NOT_JUDGED_STYLE = "bold white on grey37"
+"""Banner style of a run without a verdict: neither green nor red."""
+
+
+def _banner(verdict: Verdict | None, meaning: str) -> Text:
     from rich.text import Text
 
     text = Text()
-    text.append(f" {verdict.value.upper()} ", style=VERDICT_STYLE[verdict])
-    text.append(f"  {VERDICT_MEANING[verdict]}")
+    if verdict is None:
+        text.append(f" {NOT_JUDGED.upper()} ", style=NOT_JUDGED_STYLE)
+    else:
+        text.append(f" {verdict.value.upper()} ", style=VERDICT_STYLE[verdict])
+    text.append(f"  {meaning}")
     return text
 
 
@@ -221,7 +230,7 @@ def watch_renderable(
     if interval.unavailable:
         parts.append(Text(f"unavailable: {unavailable_text(interval.unavailable)}", style="dim"))
     parts += [
-        _banner(assessment.verdict),
+        _banner(assessment.verdict, VERDICT_MEANING[assessment.verdict]),
         _interval_table(interval.processes, interval.totals, interval.vcpus, max_processes),
     ]
     ordered = sorted(interval.processes, key=lambda r: r.cpu_percent, reverse=True)
@@ -302,7 +311,7 @@ def _summary_table(s: Summary) -> _FitOrList:
 
 
 def _run_line(s: Summary, sep: str = " · ") -> str:
-    if s.samples == 0 and s.root_pid == 0:
+    if s.preflight:
         return "static preflight, nothing sampled"
     exited = f"{sep}target exited" if s.target_exited else ""
     return f"pid {s.root_pid}{sep}{s.duration_s:.1f} s{sep}{s.samples} samples{exited}"
@@ -317,7 +326,7 @@ def summary_renderable(s: Summary) -> RenderableType:
     parts: list[RenderableType] = [
         Text(f"oversub summary · {_run_line(s)}", style="bold"),
         Text(budget_limit_line(s.budget)),
-        _banner(s.verdict),
+        _banner(s.verdict, headline(s)[1]),
         _findings(s.findings),
     ]
     if s.samples:  # a preflight or an unmeasured run has no table, totals or host context
@@ -354,8 +363,9 @@ def summary_text(s: Summary) -> str:
           fix: ...
         totals: 3 processes, 7 threads (4 active), CPU 200%, demand 4.00 ...; peak demand 4.20
     """
+    word, meaning = headline(s)
     lines = [
-        f"oversub: {s.verdict.value} ({VERDICT_MEANING[s.verdict]}), {_run_line(s, ', ')}",
+        f"oversub: {word} ({meaning}), {_run_line(s, ', ')}",
         budget_limit_line(s.budget),
     ]
     for f in s.findings:

@@ -11,11 +11,12 @@ import shlex
 from collections.abc import Sequence
 
 from oversub.model import Verdict
+from oversub.plural import count
 from oversub.render.phrases import (
-    VERDICT_MEANING,
     budget_limit_line,
     env_text,
     fails,
+    headline,
     host_phrases,
     number,
     percent,
@@ -64,14 +65,15 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def _findings_section(findings: tuple[Finding, ...], fail_on: Verdict) -> list[str]:
+def _findings_section(findings: tuple[Finding, ...], fail_on: Verdict | None) -> list[str]:
+    """The findings table; `fail_on` None (a run not judged): nothing is marked as failing."""
     if not findings:
         return ["No findings."]
     rows = [
         (
             f.rule,
             f.severity.value,
-            f.verdict.value + (" (fails)" if fails(f, fail_on) else ""),
+            f.verdict.value + (" (fails)" if fail_on is not None and fails(f, fail_on) else ""),
             f.message,
             f.fix,
         )
@@ -128,16 +130,26 @@ def summary_markdown(
     finding.verdict.rank >= fail_on.rank; the badge says FAILED when any finding fails
     (`exit_status` is printed as given, since the CLI may fail for other reasons).
     """
-    failing = [f for f in s.findings if fails(f, fail_on)]
-    outcome = "FAILED" if failing else "passed"
-    lines = [
-        f"## oversub: {s.verdict.value.upper()} ({outcome})",
-        "",
-        f"**Verdict: {s.verdict.value}**: {VERDICT_MEANING[s.verdict]}. "
-        f"{len(failing)} of {len(s.findings)} findings at or above "
-        f"`--fail-on {fail_on.value}`; oversub exit status {exit_status}.",
-        "",
-    ]
+    word, meaning = headline(s)
+    if s.verdict is None:
+        lines = [
+            f"## oversub: {word.upper()} (error)",
+            "",
+            f"**Not judged**: {meaning}. Nothing passes or fails; "
+            f"oversub exit status {exit_status}.",
+            "",
+        ]
+    else:
+        failing = [f for f in s.findings if fails(f, fail_on)]
+        outcome = "FAILED" if failing else "passed"
+        lines = [
+            f"## oversub: {word.upper()} ({outcome})",
+            "",
+            f"**Verdict: {word}**: {meaning}. "
+            f"{len(failing)} of {count(len(s.findings), 'finding')} at or above "
+            f"`--fail-on {fail_on.value}`; oversub exit status {exit_status}.",
+            "",
+        ]
     if command is not None:
         status = "no exit status" if command_status is None else f"exit status {command_status}"
         text = shlex.join(command)
@@ -146,13 +158,23 @@ def summary_markdown(
         else:
             lines += [f"Command: {_code(text)} ({status})", ""]
     exited = ", target exited" if s.target_exited else ""
+    watched = (
+        "Static preflight of a plan: nothing was sampled."
+        if s.preflight
+        else f"Watched pid {s.root_pid} for {s.duration_s:.1f} s "
+        f"({count(s.samples, 'sample')}{exited})."
+    )
     lines += [
-        f"Budget: {budget_limit_line(s.budget)}. "
-        f"Watched pid {s.root_pid} for {s.duration_s:.1f} s ({s.samples} samples{exited}).",
+        f"Budget: {budget_limit_line(s.budget)}. {watched}",
         "",
         "### Findings",
         "",
-        *_findings_section(s.findings, fail_on),
+        *_findings_section(s.findings, fail_on if s.judged else None),
+    ]
+    if s.preflight:
+        lines.extend(f"- Note: {note}" for note in s.notes)
+        return "\n".join(lines) + "\n"
+    lines += [
         "",
         "### Processes",
         "",

@@ -11,10 +11,12 @@ from collections.abc import Iterable, Mapping
 
 from oversub.model import Budget, Verdict
 from oversub.pools import RECOMMENDED_VARS
-from oversub.results import Finding, HostRates, ProcessSummary, Totals
+from oversub.results import Finding, HostRates, ProcessSummary, Summary, Totals
 from oversub.samples import DENIED_UNAVAILABLE
 
 __all__ = [
+    "NOT_JUDGED",
+    "PLAN_MEANING",
     "UNKNOWN",
     "VERDICT_MEANING",
     "budget_limit_line",
@@ -22,6 +24,7 @@ __all__ = [
     "env_text",
     "fails",
     "finding_line",
+    "headline",
     "host_phrases",
     "live_pools_line",
     "number",
@@ -42,6 +45,26 @@ VERDICT_MEANING: Mapping[Verdict, str] = {
     Verdict.OVERSUBSCRIBED: "the tree keeps more threads runnable than it has vCPUs",
 }
 """One clause per verdict, for banners and report headings."""
+
+PLAN_MEANING: Mapping[Verdict, str] = {
+    Verdict.OK: "the planned threads fit in the vCPUs",
+    Verdict.AT_RISK: "the plan fits, but a hazard can oversubscribe it",
+    Verdict.STARVED: "the plan's threads would wait for CPUs taken outside it",
+    Verdict.OVERSUBSCRIBED: "the plan needs more threads than there are vCPUs",
+}
+"""The same for a static preflight, which judges a plan: no tree exists yet."""
+
+NOT_JUDGED = "not judged"
+"""The headline word of a run without a verdict."""
+
+
+def headline(s: Summary) -> tuple[str, str]:
+    """The verdict word and its clause ("oversubscribed", "the tree keeps ..."), or
+    ("not judged", why) for a run without a verdict."""
+    if s.verdict is None:
+        return NOT_JUDGED, s.not_judged or "nothing was measured"
+    meaning = PLAN_MEANING if s.preflight else VERDICT_MEANING
+    return s.verdict.value, meaning[s.verdict]
 
 
 def fails(finding: Finding, fail_on: Verdict) -> bool:

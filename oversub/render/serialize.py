@@ -313,8 +313,13 @@ def summary_dict(s: Summary) -> dict[str, Any]:
     Keys:
       - `root_pid` (int), `vcpus` (int): the tree and its budget N.
       - `budget` (object): `budget_dict`.
-      - `verdict` (str): "ok", "at-risk", "starved" or "oversubscribed".
-      - `findings` (list): `finding_dict` objects, worst first.
+      - `verdict` (str | null): "ok", "at-risk", "starved" or "oversubscribed"; null when
+        the run was not judged.
+      - `judged` (bool): the run has a verdict.
+      - `not_judged_reason` (str | null): why there is no verdict (nothing was measured,
+        the command failed, ...); null when judged.
+      - `findings` (list): `finding_dict` objects, worst first (also when not judged: they
+        describe what was measured).
       - `processes` (list): per process `pid`, `ppid`, `name`, `cmdline`, `threads` (peak),
         mean and `_peak` of `cpu_percent`, `demand`, `run_delay_ratio`,
         `involuntary_ctx_per_s`, `voluntary_ctx_per_s`; `active_threads_peak`, `pools`,
@@ -334,7 +339,9 @@ def summary_dict(s: Summary) -> dict[str, Any]:
         "root_pid": s.root_pid,
         "vcpus": s.budget.vcpus,
         "budget": budget_dict(s.budget),
-        "verdict": s.verdict.value,
+        "verdict": None if s.verdict is None else s.verdict.value,
+        "judged": s.judged,
+        "not_judged_reason": s.not_judged,
         "findings": [finding_dict(f) for f in s.findings],
         "processes": [_process_summary_dict(p) for p in s.processes],
         "totals": _totals_dict(s.totals),
