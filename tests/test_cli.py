@@ -336,6 +336,9 @@ def test_static_preflight_report_has_no_run_line(capsys: pytest.CaptureFixture[s
     assert code == ExitStatus.FOUND
     assert "static preflight" in err.splitlines()[0]
     assert "samples" not in err and "pid 0" not in err
+    # Issue 11 item 7: a plan, not a tree that "keeps more threads runnable".
+    assert err.startswith("oversub: oversubscribed (the plan needs more threads than there are")
+    assert "tree" not in err and "runnable" not in err
 
 
 def test_closed_stdout_and_stderr_do_not_crash() -> None:

@@ -31,7 +31,10 @@ def test_multithread_teams_oversubscribed_are_critical() -> None:
     }
     assert "OMP_NUM_THREADS=1" in finding.fix
     assert "torch.set_num_threads(1)" in finding.fix
-    assert "4 threads on 2 vCPUs (2.0x)" in finding.message
+    assert (
+        finding.message
+        == "The plan runs 2 processes of 2 threads each = 4 threads on 2 vCPUs (2.0x)"
+    )
 
 
 def test_single_threads_over_budget_are_a_warning() -> None:
@@ -43,7 +46,7 @@ def test_single_threads_over_budget_are_a_warning() -> None:
 
 def test_fix_suggests_threads_for() -> None:
     (finding,) = preflight(synthetic_budget(8), 3, 8).findings
-    assert "use 2 thread(s) per process" in finding.fix
+    assert "use 2 threads per process" in finding.fix
     assert "OMP_NUM_THREADS=2" in finding.fix
     assert finding.evidence["ratio"] == 3.0
 
@@ -57,7 +60,7 @@ def test_workers_push_it_over() -> None:
     assert finding.evidence["total_threads"] == 8
     assert finding.evidence["workers"] == 2
     # Even 1 main thread + 2 workers x 2 procs = 6 > 4: fewer workers.
-    assert "at most 1 workers per process" in finding.fix
+    assert "at most 1 worker per process" in finding.fix
     assert "worker_init_fn" in finding.fix
 
 
@@ -65,14 +68,14 @@ def test_workers_push_it_over_fix_keeps_workers_when_possible() -> None:
     # 2 x 4 = 8 fits 8 vCPUs; +1 worker each = 10. T = (8 - 2) / 2 = 3 fits.
     (finding,) = preflight(synthetic_budget(8), 2, 4, workers=1).findings
     assert finding.rule == "preflight-workers"
-    assert "use 3 thread(s) per process" in finding.fix
+    assert "use 3 threads per process" in finding.fix
 
 
 def test_main_threads_over_budget_with_workers() -> None:
     # Main threads alone oversubscribe: the main rule, and the fix lowers workers too.
     (finding,) = preflight(synthetic_budget(4), 2, 4, workers=3).findings
     assert finding.rule == "preflight-oversubscribed"
-    assert "at most 1 workers per process" in finding.fix
+    assert "at most 1 worker per process" in finding.fix
 
 
 def test_idle_cpus_suggest_more_threads() -> None:
@@ -83,12 +86,33 @@ def test_idle_cpus_suggest_more_threads() -> None:
     assert finding.severity is Severity.INFO
     assert finding.verdict is Verdict.OK
     assert "use 6 threads per process" in finding.fix
-    assert "leave 8 idle" in finding.message
+    assert "leaving 8 vCPUs idle" in finding.message
 
 
 def test_idle_remainder_no_even_split_can_use() -> None:
     # 2 x 2 on 5 vCPUs leaves 1 idle, but T = 3 would need 6: nothing to suggest.
     assert preflight(synthetic_budget(5), 2, 2).findings == ()
+
+
+def test_never_advises_zero_workers() -> None:
+    # Issue 11 item 7: `--procs 2 --threads 1 --workers 2` on 2 vCPUs advised "at most 0
+    # workers per process".
+    for n, procs, threads, workers in [(2, 2, 1, 2), (2, 2, 2, 2), (3, 2, 1, 1), (1, 1, 1, 3)]:
+        for finding in preflight(synthetic_budget(n), procs, threads, workers).findings:
+            assert " 0 " not in f" {finding.fix} ", finding.fix
+            assert (
+                "worker" not in finding.fix
+                or "drop the workers" in finding.fix
+                or ("at most 1 worker" in finding.fix)
+            )
+
+
+def test_findings_speak_of_a_plan_not_a_tree() -> None:
+    # Issue 11 item 7: nothing runs yet, so no "tree keeps threads runnable".
+    for args in [(2, 2, 0), (2, 1, 2), (1, 1, 0), (4, 1, 1)]:
+        for f in preflight(synthetic_budget(2), *args).findings:
+            assert "tree" not in f.message + f.fix and "runnable" not in f.message
+            assert f.message.startswith(("The plan runs", "The plan's main threads fit"))
 
 
 def test_every_rule_is_documented() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from oversub.analysis.recommend import threads_for
 from oversub.model import Budget, Severity, Verdict
+from oversub.plural import count, noun
 from oversub.results import Assessment, Finding
 
 __all__ = ["PREFLIGHT_RULES", "preflight"]
@@ -56,66 +57,75 @@ def _set_threads(threads: int) -> str:
     )
 
 
-def _max_workers(vcpus: int, procs: int) -> int:
-    """Most workers per process that still fit with one main thread: M*(1+W) <= N."""
-    return max(0, vcpus // procs - 1)
+def _plan(procs: int, threads: int, workers: int) -> str:
+    """ "2 processes of 2 threads and 1 worker each" (a plan: no process exists yet)."""
+    each = count(threads, "thread") + (f" and {count(workers, 'worker')}" if workers else "")
+    return f"{count(procs, 'process')} of {each}" + (" each" if procs > 1 else "")
+
+
+def _fitting_advice(n: int, procs: int, threads: int, workers: int) -> str:
+    """The nearest plan that fits N: fewer threads, then fewer workers, then fewer processes.
+
+    Never a count of 0: without room for one worker, the advice is to drop the workers.
+    """
+    suggested = threads_for(n, procs, workers)
+    if procs * (suggested + workers) <= n:
+        advice = f"use {count(suggested, 'thread')} per process: {_set_threads(suggested)}"
+        if workers:
+            advice += "; set the workers' variables to 1 (worker_init_fn)"
+        return advice
+    if procs <= n:
+        most = n // procs - 1  # workers that leave each main process one CPU
+        main = threads_for(n, procs, most)
+        if most >= 1:
+            return (
+                f"use at most {count(most, 'worker')} per process, with 1 thread each "
+                f"(worker_init_fn), and {count(main, 'thread')} per process: "
+                f"{_set_threads(main)}"
+            )
+        return (
+            f"drop the workers (do their work in the main processes) and use "
+            f"{count(main, 'thread')} per process: {_set_threads(main)}"
+        )
+    each = " each" if n > 1 else ""
+    extra = " and no workers" if workers else ""
+    return f"run at most {count(n, 'process')}, with 1 thread{each}{extra}: {_set_threads(1)}"
 
 
 def _oversubscribed(budget: Budget, procs: int, threads: int, workers: int) -> Finding:
     n = budget.vcpus
     total = procs * (threads + workers)
-    suggested = threads_for(n, procs, workers)
-    if procs > n:
-        fix = f"run at most {n} processes, with 1 thread each: {_set_threads(1)}"
-    elif procs * (suggested + workers) > n:
-        fix = (
-            f"use at most {_max_workers(n, procs)} workers per process, and "
-            f"{_set_threads(threads_for(n, procs, _max_workers(n, procs)))}"
-        )
-    else:
-        fix = f"use {suggested} thread(s) per process: {_set_threads(suggested)}"
     return Finding(
         rule=OVERSUBSCRIBED,
         # Multi-thread teams that share CPUs cost multiples; single threads cost ~1.1x.
         severity=Severity.CRITICAL if threads >= 2 else Severity.WARNING,
         verdict=Verdict.OVERSUBSCRIBED,
         message=(
-            f"{procs} processes x {threads} threads"
-            + (f" + {workers} workers each" if workers else "")
-            + f" = {total} threads on {n} vCPUs ({total / n:.1f}x)"
+            f"The plan runs {_plan(procs, threads, workers)} = {count(total, 'thread')} on "
+            f"{count(n, 'vCPU')} ({total / n:.1f}x)"
         ),
         pids=(),
         evidence=_evidence(budget, procs, threads, workers),
-        fix=fix,
+        fix=_fitting_advice(n, procs, threads, workers),
     )
 
 
 def _workers_push_over(budget: Budget, procs: int, threads: int, workers: int) -> Finding:
     n = budget.vcpus
     total = procs * (threads + workers)
-    suggested = threads_for(n, procs, workers)
-    if procs * (suggested + workers) <= n:
-        fix = (
-            f"with {workers} workers per process use {suggested} thread(s) per process: "
-            f"{_set_threads(suggested)}; set the workers' variables to 1 (worker_init_fn)"
-        )
-    else:
-        fewer = _max_workers(n, procs)
-        fix = (
-            f"use at most {fewer} workers per process, with 1 thread each (worker_init_fn), "
-            f"and {_set_threads(threads_for(n, procs, fewer))}"
-        )
     return Finding(
         rule=WORKERS,
         severity=Severity.CRITICAL if threads >= 2 else Severity.WARNING,
         verdict=Verdict.OVERSUBSCRIBED,
         message=(
-            f"{procs} x {threads} threads fit in {n} vCPUs, but {procs} x {workers} workers "
-            f"bring the total to {total} ({total / n:.1f}x)"
+            f"The plan's main threads fit ({procs} x {count(threads, 'thread')} on "
+            f"{count(n, 'vCPU')}), but {count(workers, 'worker')} per process "
+            f"{noun(workers, 'brings', 'bring')} it to "
+            f"{count(total, 'thread')} ({total / n:.1f}x)"
         ),
         pids=(),
         evidence=_evidence(budget, procs, threads, workers),
-        fix=fix,
+        fix=_fitting_advice(n, procs, threads, workers),
     )
 
 
@@ -126,10 +136,13 @@ def _idle(budget: Budget, procs: int, threads: int, workers: int, suggested: int
         rule=IDLE,
         severity=Severity.INFO,
         verdict=Verdict.OK,
-        message=f"{total} threads on {n} vCPUs leave {n - total} idle",
+        message=(
+            f"The plan runs {count(total, 'thread')} on {count(n, 'vCPU')}, "
+            f"leaving {count(n - total, 'vCPU')} idle"
+        ),
         pids=(),
         evidence=_evidence(budget, procs, threads, workers),
-        fix=f"use {suggested} threads per process: {_set_threads(suggested)}",
+        fix=f"use {count(suggested, 'thread')} per process: {_set_threads(suggested)}",
     )
 
 
