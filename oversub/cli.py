@@ -167,6 +167,23 @@ def recommend(procs: int | str, workers: int, pid: int | None, ncpus: int | None
         assert isinstance(procs, int)
         plan = make_plan(budget, procs, workers)
     _emit(render_recommend(plan, RecommendFormat(fmt)))
+    _warn(plan.warnings, severe=plan.oversubscribed)
+
+
+def _colour_stderr() -> bool:
+    """Colour on stderr only for a terminal that wants it (NO_COLOR, TERM=dumb)."""
+    return sys.stderr.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def _warn(warnings: tuple[str, ...], *, severe: bool) -> None:
+    """Diagnostics on stderr, most important first, in every format: `eval "$(oversub
+    recommend --format env)"` must not swallow "8 processes on 2 vCPUs oversubscribe"."""
+    colour = _colour_stderr()
+    for warning in warnings:
+        line = f"oversub: warning: {warning}"
+        if colour:
+            line = click.style(line, fg="red" if severe else "yellow", bold=severe)
+        click.echo(line, err=True)
 
 
 @cli.command(context_settings=CONTEXT)

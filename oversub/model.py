@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-LimitSource = Literal["affinity", "quota", "cpuset", "none"]
-"""What sets the effective budget N (`limited_by` in JSON)."""
+LimitSource = Literal["affinity", "quota", "cpuset", "launcher", "none"]
+"""What sets the effective budget N (`limited_by` in JSON). "launcher": a launcher's
+per-task share (SLURM_CPUS_PER_TASK) narrower than what the process sees."""
 
 MAX_VCPUS = 65536
 """The largest budget N accepted as input (`--cpus`, `cpus=`): no Linux kernel runs more CPUs
@@ -87,6 +88,9 @@ class Budget:
     """CPU model name (only with `--detail`)."""
     cpu_flags: tuple[str, ...] = ()
     """CPU feature flags (only with `--detail`)."""
+    launcher: str | None = None
+    """The launcher setting that sets N when `limited_by` is "launcher", e.g.
+    "SLURM_CPUS_PER_TASK=1"; None otherwise."""
 
 
 # --------------------------------------------------------------------------- recommend
@@ -118,6 +122,9 @@ class Plan:
     """Plain-language warnings (M > N, workers eat the budget, ...)."""
     procs_source: str | None = None
     """Launcher variable M came from with `--procs auto` (e.g. "LOCAL_WORLD_SIZE")."""
+    launcher_procs: int | None = None
+    """Processes the launcher starts on this node, when the plan is for one of them (a
+    SLURM task with its own CPUs: `procs` is 1 and this is SLURM_NTASKS_PER_NODE)."""
 
 
 # --------------------------------------------------------------------------- verdicts

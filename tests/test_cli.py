@@ -76,6 +76,21 @@ def test_recommend_env_is_only_exports(capsys: pytest.CaptureFixture[str]) -> No
     assert "export OMP_NUM_THREADS=4" in lines
 
 
+@pytest.mark.parametrize("fmt", ["env", "json", "text"])
+def test_recommend_warnings_go_to_stderr_in_every_format(
+    fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 11 item 12: `eval "$(oversub recommend --procs 8 --format env)"` lost the
+    # "8 processes on 2 vCPUs" warning; the text format printed it on stdout, last.
+    code, out, err = run(["recommend", "--procs", "8", "--cpus", "2", "--format", fmt], capsys)
+    assert code == 0
+    warnings = err.splitlines()
+    assert warnings[0].startswith("oversub: warning: 8 processes on 2 vCPUs: even one thread")
+    assert all(line.startswith("oversub: warning: ") for line in warnings)
+    if fmt != "json":  # JSON keeps them as data too
+        assert "warning" not in out
+
+
 def test_recommend_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["recommend", "--procs", "5", "--cpus", "4", "--format", "json"], capsys)
     assert code == 0

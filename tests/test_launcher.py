@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from oversub.analysis.launcher import (
@@ -13,6 +15,7 @@ from oversub.analysis.launcher import (
 )
 from oversub.analysis.recommend import make_plan, synthetic_budget
 from oversub.errors import ExitStatus, UsageError
+from oversub.model import Budget
 
 
 @pytest.mark.parametrize(
@@ -113,16 +116,22 @@ def test_plain_launcher_shares_the_budget() -> None:
     assert plan.threads_per_process == 2
 
 
+def measured(vcpus: int) -> Budget:
+    """A measured budget of `vcpus` CPUs (a given one, pid 0, gets no binding)."""
+    return dataclasses.replace(synthetic_budget(vcpus), pid=4242, notes=())
+
+
 def test_slurm_task_confined_to_its_cpus() -> None:
     # SLURM bound the task: the process sees exactly its 4 CPUs.
-    budget = synthetic_budget(4)
+    budget = measured(4)
     info = LauncherInfo(procs=8, source="SLURM_NTASKS_PER_NODE", per_task_cpus=4)
     assert task_vcpus(budget, info) == 4
     plan = plan_for_launcher(budget, info, workers=1)
     assert (plan.procs, plan.threads_per_process, plan.workers) == (1, 3, 1)
     assert not plan.oversubscribed
     assert plan.binding == ((0, 1, 2, 3),)
-    assert plan.procs_source == "SLURM_NTASKS_PER_NODE"
+    assert plan.procs_source == "SLURM_NTASKS_PER_NODE" and plan.launcher_procs == 8
+    assert plan.budget.limited_by == budget.limited_by  # its own limit confines it
     assert "one SLURM task" in plan.warnings[0]
 
 
@@ -134,10 +143,46 @@ def test_slurm_task_sees_whole_node() -> None:
     plan = plan_for_launcher(budget, info, workers=0)
     assert (plan.procs, plan.threads_per_process, plan.leftover) == (1, 8, 0)
     assert plan.budget.vcpus == 8
-    assert any("SLURM_CPUS_PER_TASK" in note for note in plan.budget.notes)
+    assert plan.budget.limited_by == "launcher"
+    assert plan.budget.launcher == "SLURM_CPUS_PER_TASK=8"
     # Every task sees the same CPUs: one binding would pin them all together.
     assert plan.binding == ()
     assert "--cpu-bind" in plan.warnings[0]
+    assert not any("binding exists" in w for w in plan.warnings)
+
+
+def test_slurm_labels_agree_with_the_numbers() -> None:
+    # Issue 11 item 3: `SLURM_NTASKS_PER_NODE=2 SLURM_CPUS_PER_TASK=1 recommend --procs auto`
+    # on 2 CPUs said "N 1 usable vCPUs (all host CPUs)", "M 1 (from SLURM_NTASKS_PER_NODE)"
+    # and "no limit: all 2 logical CPUs"; the JSON had limited_by "none" beside vcpus 1.
+    import io
+
+    from rich.console import Console
+
+    from oversub.render.phrases import budget_limit_line
+    from oversub.render.plan_text import plan_renderable
+    from oversub.render.serialize import plan_dict
+
+    info = procs_from_env({"SLURM_NTASKS_PER_NODE": "2", "SLURM_CPUS_PER_TASK": "1"})
+    plan = plan_for_launcher(measured(2), info)
+    assert budget_limit_line(plan.budget) == (
+        "N = 1 usable vCPU (limited by launcher: SLURM_CPUS_PER_TASK=1 per task)"
+    )
+    d = plan_dict(plan)
+    assert (d["vcpus"], d["budget"]["limited_by"], d["budget"]["launcher"]) == (
+        1,
+        "launcher",
+        "SLURM_CPUS_PER_TASK=1",
+    )
+    assert (d["procs"], d["launcher_procs"]) == (1, 2)
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(plan_renderable(plan))
+    text = out.getvalue()
+    n_row = next(line for line in text.splitlines() if line.strip().startswith("N "))
+    m_row = next(line for line in text.splitlines() if line.strip().startswith("M "))
+    assert "usable vCPU (limited by launcher)" in n_row
+    assert "one task of the 2 that SLURM_NTASKS_PER_NODE starts" in m_row
+    assert "all host CPUs" not in text and "no limit" not in text and "1 usable vCPUs" not in text
 
 
 def test_slurm_tasks_overcommit_shared_cpus() -> None:

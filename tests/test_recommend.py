@@ -89,8 +89,13 @@ def test_threads_for_rejects_bad_counts(procs: int, workers: int) -> None:
 # --------------------------------------------------------------------------- make_plan
 
 
+def measured(vcpus: int) -> Budget:
+    """`vcpus` CPUs, one per core, as if measured (pid != 0): a binding is planned."""
+    return dataclasses.replace(synthetic_budget(vcpus), pid=4242, notes=())
+
+
 def test_plan_divides_budget_and_exports_every_variable() -> None:
-    plan = make_plan(synthetic_budget(8), 3)
+    plan = make_plan(measured(8), 3)
     assert plan.threads_per_process == 2
     assert plan.leftover == 2
     assert not plan.oversubscribed
@@ -101,8 +106,16 @@ def test_plan_divides_budget_and_exports_every_variable() -> None:
     assert plan.binding == ((0, 1), (2, 3), (4, 5))
 
 
+def test_a_budget_given_with_cpus_gets_no_binding() -> None:
+    # Issue 11 item 5: `--procs 2 --workers 1 --cpus 8` on a 2-CPU host printed
+    # `taskset -c 4-7`: CPUs that do not exist here.
+    plan = make_plan(synthetic_budget(8), 2, 1)
+    assert plan.binding == ()
+    assert not any("binding" in w for w in plan.warnings)
+
+
 def test_plan_more_processes_than_cpus() -> None:
-    plan = make_plan(synthetic_budget(2), 4)
+    plan = make_plan(measured(2), 4)
     assert plan.threads_per_process == 1
     assert plan.oversubscribed
     assert plan.leftover == -2
@@ -111,8 +124,17 @@ def test_plan_more_processes_than_cpus() -> None:
     assert any("no exclusive CPU binding" in w for w in plan.warnings)
 
 
+def test_warnings_come_most_important_first() -> None:
+    # Issue 11 item 12: "cannot fit" before the binding, the quota and the worker advice.
+    plan = make_plan(measured(2), 3, 2)
+    assert "even one thread each oversubscribes" in plan.warnings[0]
+    assert "alone fill the 2 vCPUs" in plan.warnings[1]
+    assert "no exclusive CPU binding" in plan.warnings[2]
+    assert "worker_init_fn" in plan.warnings[-1]
+
+
 def test_plan_with_workers_shares_cpus_with_them() -> None:
-    plan = make_plan(synthetic_budget(16), 4, 2)
+    plan = make_plan(measured(16), 4, 2)
     assert plan.threads_per_process == 2
     assert plan.leftover == 0
     assert not plan.oversubscribed

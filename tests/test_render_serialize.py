@@ -48,6 +48,7 @@ BUDGET_KEYS = [
     "cpuset_cgroup",
     "numa",
     "limited_by",
+    "launcher",
     "rounding",
     "notes",
 ]
@@ -63,6 +64,7 @@ PLAN_KEYS = [
     "binding",
     "warnings",
     "procs_source",
+    "launcher_procs",
     "budget",
 ]
 FINDING_KEYS = ["rule", "severity", "verdict", "message", "pids", "evidence", "fix"]

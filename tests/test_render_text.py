@@ -146,11 +146,38 @@ def test_plan_text_workers_and_warnings() -> None:
     out = render(plan_renderable(p))
     assert "given" in line_with(out, "N ")
     assert "note: budget given with --cpus" in out
-    assert "-4" in line_with(out, "leftover")
     assert "oversub.worker_init_fn" in out
     assert "export MKL_NUM_THREADS=1" in out  # the workers' variables
-    assert "warning: 8 threads on 4 vCPUs: reduce workers" in out
+    # Warnings are diagnostics: the CLI prints them on stderr, not in the plan.
+    assert "reduce workers" not in out
     assert "taskset" not in out
+    assert "Binding: none, since --cpus gives a count" in out
+
+
+def test_plan_text_over_budget_says_by_how_much() -> None:
+    # Issue 11 item 6: "leftover -7 ... CPUs not handed out".
+    p = make_plan(
+        procs=3,
+        workers=2,
+        threads_per_process=1,
+        leftover=-5,
+        oversubscribed=True,
+        budget=make_budget(),
+    )
+    out = render(plan_renderable(p))
+    assert "leftover" not in out and "-5" not in out
+    row = line_with(out, "over by")
+    assert " 5 " in row and "the plan needs 9 threads on 4 vCPUs (2.2x)" in row
+
+
+def test_plan_text_prints_one_export_block_when_workers_get_the_same() -> None:
+    # Issue 11 item 12: with workers and T = 1 the same block was printed twice.
+    env = {"OMP_NUM_THREADS": "1"}
+    plan = make_plan(workers=1, threads_per_process=1, env=env, worker_env=env)
+    out = render(plan_renderable(plan))
+    assert out.count("export OMP_NUM_THREADS=1") == 1
+    assert "main processes and workers alike" in out
+    assert "In each worker's environment" not in out
 
 
 # --------------------------------------------------------------------------- live

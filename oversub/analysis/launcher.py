@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from oversub.analysis.recommend import make_plan
 from oversub.errors import UsageError
 from oversub.model import Budget, Plan
+from oversub.plural import count, noun
 
 __all__ = ["LAUNCHER_VARS", "LauncherInfo", "plan_for_launcher", "procs_from_env"]
 
@@ -133,35 +134,50 @@ def plan_for_launcher(budget: Budget, info: LauncherInfo, workers: int = 0) -> P
     per_task = task_vcpus(budget, info)
     cpus_per_task = info.per_task_cpus
     if cpus_per_task is None or per_task is None:
-        plan = make_plan(budget, info.procs, workers, procs_source=info.source)
         if cpus_per_task is None:
-            return plan
+            return make_plan(budget, info.procs, workers, procs_source=info.source)
         note = (
             f"{SLURM_CPUS}={cpus_per_task} x {info.procs} tasks = "
             f"{cpus_per_task * info.procs} CPUs, but this task sees {budget.vcpus} vCPUs "
             f"shared by all {info.procs} tasks: planned on that share"
         )
-        return dataclasses.replace(plan, warnings=(note, *plan.warnings))
+        return make_plan(budget, info.procs, workers, procs_source=info.source, context=(note,))
     if budget.vcpus <= cpus_per_task:
         # Confined: the CPUs this process sees are its task's own, so binding inside them
-        # is exact.
-        plan = make_plan(budget, 1, workers, procs_source=info.source)
+        # is exact, and N keeps the limit that confines it (affinity, cgroup).
         note = (
-            f"planned for one SLURM task of {info.procs} on this node: its {per_task} vCPUs "
-            f"are its own ({SLURM_CPUS}={cpus_per_task})"
+            f"planned for one SLURM task of {info.procs} on this node: its "
+            f"{count(per_task, 'vCPU')} {noun(per_task, 'is', 'are')} its own "
+            f"({SLURM_CPUS}={cpus_per_task})"
         )
-        return dataclasses.replace(plan, warnings=(note, *plan.warnings))
+        return make_plan(
+            budget,
+            1,
+            workers,
+            procs_source=info.source,
+            launcher_procs=info.procs,
+            context=(note,),
+        )
     # Unconfined: every task sees the same CPUs, so one binding computed here would pin
-    # all tasks onto the same CPUs. SLURM must place them.
+    # all tasks onto the same CPUs. SLURM must place them. N is the task's share: a limit
+    # of its own, the launcher's.
     task_budget = dataclasses.replace(
         budget,
         vcpus=per_task,
-        notes=(*budget.notes, f"budget of one SLURM task: {SLURM_CPUS}={cpus_per_task}"),
+        limited_by="launcher",
+        launcher=f"{SLURM_CPUS}={cpus_per_task}",
     )
-    plan = make_plan(task_budget, 1, workers, procs_source=info.source)
     note = (
         f"planned for one SLURM task of {info.procs} on this node ({SLURM_CPUS}="
-        f"{cpus_per_task}); every task sees all {budget.vcpus} vCPUs, so bind them with "
-        "srun --cpu-bind=cores"
+        f"{cpus_per_task}); every task sees all {count(budget.vcpus, 'vCPU')}, so bind them "
+        "with srun --cpu-bind=cores"
     )
-    return dataclasses.replace(plan, binding=(), warnings=(note, *plan.warnings))
+    return make_plan(
+        task_budget,
+        1,
+        workers,
+        procs_source=info.source,
+        launcher_procs=info.procs,
+        context=(note,),
+        bind=False,
+    )

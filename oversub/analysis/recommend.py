@@ -12,9 +12,10 @@ import math
 from collections.abc import Iterable, Mapping
 
 from oversub.model import MAX_VCPUS, Budget, Plan
+from oversub.plural import count, noun
 from oversub.pools import RECOMMENDED_VARS
 
-__all__ = ["binding_plan", "make_plan", "synthetic_budget", "threads_for"]
+__all__ = ["binding_plan", "is_given", "make_plan", "synthetic_budget", "threads_for"]
 
 
 def threads_for(vcpus: int, procs: int, workers: int = 0) -> int:
@@ -242,33 +243,41 @@ def _fewer_workers(n: int, procs: int) -> str:
     return f"use at most {most} worker{'s' if most > 1 else ''} per process"
 
 
-def _plan_warnings(budget: Budget, procs: int, workers: int, threads: int) -> list[str]:
-    """Plain-language warnings for a plan; the binding warning is added by the caller."""
+def is_given(budget: Budget) -> bool:
+    """A budget given as a count (`--cpus N`, `cpus=`), not measured: pid 0 marks it
+    (`synthetic_budget`). Its CPU ids are not this machine's."""
+    return budget.pid == 0
+
+
+def _oversubscription_warnings(budget: Budget, procs: int, workers: int, threads: int) -> list[str]:
+    """Warnings that the plan itself cannot fit N: the most important ones, first."""
     n = budget.vcpus
     warnings: list[str] = []
     if procs > n:
         warnings.append(
-            f"{procs} processes on {n} vCPUs: even one thread each oversubscribes by "
-            f"M/N = {_ratio(procs, n)}: run at most {n} processes"
+            f"{procs} processes on {count(n, 'vCPU')}: even one thread each oversubscribes "
+            f"by M/N = {_ratio(procs, n)}: run at most {count(n, 'process')}"
         )
     if workers > 0 and procs * workers >= n:
         warnings.append(
-            f"the {procs * workers} workers ({procs} x {workers}) alone fill the {n} vCPUs: "
-            f"the main processes get 1 thread each and still oversubscribe; "
+            f"the {count(procs * workers, 'worker')} ({procs} x {workers}) alone fill the "
+            f"{count(n, 'vCPU')}: the main {noun(procs, 'process gets', 'processes get')} "
+            f"1 thread{' each' if procs > 1 else ''} and still oversubscribe; "
             + _fewer_workers(n, procs)
         )
     elif workers > 0 and procs <= n and procs * (threads + workers) > n:
         warnings.append(
-            f"{procs} x (1 thread + {workers} workers) = {procs * (1 + workers)} threads on "
-            f"{n} vCPUs: the workers leave less than one CPU per main process; "
-            + _fewer_workers(n, procs)
+            f"{procs} x (1 thread + {count(workers, 'worker')}) = "
+            f"{count(procs * (1 + workers), 'thread')} on {count(n, 'vCPU')}: the workers "
+            "leave less than one CPU per main process; " + _fewer_workers(n, procs)
         )
-    if workers > 0:
-        warnings.append(
-            "set the same variables to 1 inside the workers (worker_init_fn): torch sets "
-            "only its own pool to 1 there; NumPy's OpenBLAS keeps the size it started with "
-            f"(all {n} vCPUs by default)"
-        )
+    return warnings
+
+
+def _advice(budget: Budget, workers: int) -> list[str]:
+    """Warnings about how to apply the plan: after the ones that say it cannot fit."""
+    n = budget.vcpus
+    warnings: list[str] = []
     quota = budget.quota
     # Only when N really is the rounded quota: a caller may narrow vcpus below it (a SLURM
     # task's share), and then the quota's rounding explains nothing.
@@ -282,6 +291,12 @@ def _plan_warnings(budget: Budget, procs: int, workers: int, threads: int) -> li
             f"the cgroup quota is {quota.cpus:g} CPUs; T was derived from the rounded-down "
             f"quota N = {n}"
         )
+    if workers > 0:
+        warnings.append(
+            "set the same variables to 1 inside the workers (worker_init_fn): torch sets "
+            "only its own pool to 1 there; NumPy's OpenBLAS keeps the size it started with "
+            f"(all {count(n, 'vCPU')} by default)"
+        )
     return warnings
 
 
@@ -290,12 +305,23 @@ def _thread_env(threads: int) -> Mapping[str, str]:
 
 
 def make_plan(
-    budget: Budget, procs: int, workers: int = 0, *, procs_source: str | None = None
+    budget: Budget,
+    procs: int,
+    workers: int = 0,
+    *,
+    procs_source: str | None = None,
+    launcher_procs: int | None = None,
+    context: tuple[str, ...] = (),
+    bind: bool = True,
 ) -> Plan:
     """Divide `budget` among `procs` main processes, each with `workers` single-thread helpers.
 
     T = threads_for(N, M, W); the plan is oversubscribed when even T = 1 needs more than N
-    threads (M*(T+W) > N). Each process is bound to T + W CPUs: its workers share them.
+    threads (M*(T+W) > N). Each process is bound to T + W CPUs: its workers share them. No
+    binding with `bind=False` (the launcher places the processes) or for a budget given as
+    a count (`is_given`), whose CPU ids are not this machine's. Warnings come most
+    important first: the plan cannot fit, then `context` (the launcher's say on N and M),
+    then no binding, then how to apply the plan.
     """
     if procs < 1:
         raise ValueError(f"procs must be >= 1, got {procs}")
@@ -304,13 +330,17 @@ def make_plan(
     n = budget.vcpus
     threads = threads_for(n, procs, workers)
     needed = procs * (threads + workers)
-    binding = binding_plan(budget, procs, threads + workers)
-    warnings = _plan_warnings(budget, procs, workers, threads)
-    if not binding:
-        warnings.append(
-            f"no exclusive CPU binding exists: {procs} x {threads + workers} CPUs needed, "
-            f"{len(allowed_cpus(budget))} allowed"
-        )
+    warnings = [*_oversubscription_warnings(budget, procs, workers, threads), *context]
+    if not bind or is_given(budget):
+        binding: tuple[tuple[int, ...], ...] = ()
+    else:
+        binding = binding_plan(budget, procs, threads + workers)
+        if not binding:
+            warnings.append(
+                f"no exclusive CPU binding exists: {procs} x {count(threads + workers, 'CPU')} "
+                f"needed, {len(allowed_cpus(budget))} allowed"
+            )
+    warnings += _advice(budget, workers)
     return Plan(
         budget=budget,
         procs=procs,
@@ -323,4 +353,5 @@ def make_plan(
         binding=binding,
         warnings=tuple(warnings),
         procs_source=procs_source,
+        launcher_procs=launcher_procs,
     )

@@ -63,6 +63,8 @@ def budget_renderable(b: Budget) -> RenderableType:
         ("quota", "cgroup quota", _quota_text(b)),
         ("cpuset", "cgroup cpuset", _cpuset_text(b)),
     ]
+    if b.launcher is not None:
+        rows.append(("launcher", "Launcher share", f"{b.launcher} per task"))
     table = Table(box=box.SIMPLE, show_header=True, header_style="bold")
     table.add_column("Limit")
     table.add_column("Value")

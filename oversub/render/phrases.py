@@ -102,6 +102,8 @@ def budget_limit_line(b: Budget) -> str:
         why = f"affinity: {_count(len(b.affinity))}"
     elif b.limited_by == "cpuset" and b.cpuset is not None:
         why = f"cpuset: {_count(len(b.cpuset.cpus))}"
+    elif b.limited_by == "launcher" and b.launcher is not None:
+        why = f"launcher: {b.launcher} per task"
     elif b.limited_by == "none" and b.pid == 0:
         # pid 0 marks a budget given with --cpus (analysis.recommend.synthetic_budget).
         return f"{head} (given, not measured)"

@@ -10,7 +10,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from oversub.analysis.recommend import is_given
 from oversub.model import Plan
+from oversub.plural import count, noun
 from oversub.render.phrases import budget_limit_line
 from oversub.render.serialize import export_lines, plan_env
 
@@ -55,56 +57,90 @@ def _numbers_table(p: Plan) -> Table:
     table.add_column("Quantity", style="bold")
     table.add_column("Value")
     table.add_column("Meaning", style="dim")
+    n = p.budget.vcpus
     if p.budget.limited_by != "none":
         source = f"limited by {p.budget.limited_by}"
     else:
-        # pid 0 marks a budget given with --cpus (analysis.recommend.synthetic_budget).
-        source = "given" if p.budget.pid == 0 else "all host CPUs"
-    table.add_row("N", str(p.budget.vcpus), f"usable vCPUs ({source})")
-    procs_meaning = "main processes sharing N"
-    if p.procs_source:
-        procs_meaning += f" (from {p.procs_source})"
+        source = "given with --cpus" if is_given(p.budget) else "all host CPUs"
+    table.add_row("N", str(n), f"usable {noun(n, 'vCPU')} ({source})")
+    if p.launcher_procs is not None and p.launcher_procs != p.procs:
+        procs_meaning = (
+            f"{noun(p.procs, 'process')} planned: one task of the {p.launcher_procs} that "
+            f"{p.procs_source} starts on this node, each with its own N"
+        )
+    else:
+        procs_meaning = f"main {noun(p.procs, 'process')} sharing N"
+        if p.procs_source:
+            procs_meaning += f" (from {p.procs_source})"
     table.add_row("M", str(p.procs), procs_meaning)
-    table.add_row("W", str(p.workers), "single-thread workers per main process")
-    table.add_row("T", str(p.threads_per_process), "threads per main process")
-    leftover_style = "red" if p.leftover < 0 else None
     table.add_row(
-        "leftover",
-        Text(str(p.leftover), style=leftover_style or ""),
-        "N - M*(T + W): CPUs not handed out",
+        "W", str(p.workers), f"single-thread {noun(p.workers, 'worker')} per main process"
     )
+    table.add_row(
+        "T", str(p.threads_per_process), f"{noun(p.threads_per_process, 'thread')} per main process"
+    )
+    if p.leftover >= 0:
+        table.add_row(
+            "leftover",
+            str(p.leftover),
+            f"N - M*(T + W): {noun(p.leftover, 'CPU')} not handed out",
+        )
+    else:
+        needed = n - p.leftover
+        table.add_row(
+            "over by",
+            Text(str(-p.leftover), style="red"),
+            f"M*(T + W) - N: the plan needs {count(needed, 'thread')} on "
+            f"{count(n, 'vCPU')} ({needed / n:.1f}x), even at 1 thread per process",
+        )
     return table
+
+
+def _exports(p: Plan) -> list[RenderableType]:
+    """The export blocks: one for the main processes and one for the workers, or a single
+    one when both get the same values (T = 1)."""
+    exports = plan_env(p)
+    worker_exports = export_lines(p.worker_env)
+    if worker_exports == exports:
+        heading = "Before starting the job (main processes and workers alike):"
+        return [Text(heading, style="bold"), Text(exports.rstrip("\n"), style="cyan")]
+    parts: list[RenderableType] = []
+    if exports:
+        parts.append(Text("Before starting the job:", style="bold"))
+        parts.append(Text(exports.rstrip("\n"), style="cyan"))
+    if worker_exports:
+        parts.append(Text("In each worker's environment:", style="bold"))
+        parts.append(Text(worker_exports.rstrip("\n"), style="cyan"))
+    return parts
 
 
 def plan_renderable(p: Plan) -> RenderableType:
     """The plan for a terminal: numbers table, budget sentence, export lines, code lines,
-    warnings (red when the plan itself oversubscribes, yellow otherwise), binding lines."""
+    notes, binding lines. The warnings are not here: they are diagnostics, which the CLI
+    prints on stderr (`warning_lines`) whatever the format."""
     parts: list[RenderableType] = [
         _numbers_table(p),
         Text(budget_limit_line(p.budget), style="bold"),
         Text(""),
+        *_exports(p),
+        Text(""),
+        Text("Or in code:", style="bold"),
+        Text("\n".join(code_lines(p)), style="cyan"),
     ]
-    exports = plan_env(p)
-    if exports:
-        parts.append(Text("Before starting the job:", style="bold"))
-        parts.append(Text(exports.rstrip("\n"), style="cyan"))
-    worker_exports = export_lines(p.worker_env)
-    if worker_exports:
-        parts.append(Text("In each worker's environment:", style="bold"))
-        parts.append(Text(worker_exports.rstrip("\n"), style="cyan"))
-    parts.append(Text(""))
-    parts.append(Text("Or in code:", style="bold"))
-    parts.append(Text("\n".join(code_lines(p)), style="cyan"))
-
     for note in p.budget.notes:
         parts.append(Text(f"note: {note}", style="dim"))
-    warning_style = "bold red" if p.oversubscribed else "yellow"
-    for warning in p.warnings:
-        parts.append(Text(f"warning: {warning}", style=warning_style))
 
     bindings = binding_lines(p)
     if bindings:
         parts.append(Text(""))
         parts.append(Text("Binding (optional, one CPU set per process):", style="bold"))
         parts.append(Text("\n".join(bindings)))
+    elif is_given(p.budget):
+        parts.append(
+            Text(
+                "Binding: none, since --cpus gives a count, not this machine's CPUs; run "
+                "`oversub recommend` on the machine itself for a binding plan.",
+                style="dim",
+            )
+        )
     return Group(*parts)

@@ -81,7 +81,10 @@ def budget_dict(b: Budget) -> dict[str, Any]:
       - `cpuset` (list[int] | null): CPUs the cgroup cpuset allows, null if none.
       - `cpuset_cgroup` (str | null): the cgroup the cpuset was read from.
       - `numa` (object): NUMA node id as a string -> list of its CPU ids ({} if unknown).
-      - `limited_by` (str): "affinity", "quota", "cpuset" or "none" (the host's CPUs).
+      - `limited_by` (str): "affinity", "quota", "cpuset", "launcher" (a launcher's
+        per-task share, see `launcher`) or "none" (the host's CPUs).
+      - `launcher` (str | null): the launcher setting that sets N when `limited_by` is
+        "launcher" (e.g. "SLURM_CPUS_PER_TASK=1"); null otherwise.
       - `rounding` (str): the rounding rule, always "fractional quotas round down; at least 1".
       - `notes` (list[str]): what could not be read and what that means.
       - `cpu_model` (str): CPU model name; present only when known (`--detail`).
@@ -106,6 +109,7 @@ def budget_dict(b: Budget) -> dict[str, Any]:
         "cpuset_cgroup": None if b.cpuset is None else b.cpuset.cgroup,
         "numa": {str(node): list(cpus) for node, cpus in sorted(b.numa.items())},
         "limited_by": b.limited_by,
+        "launcher": b.launcher,
         "rounding": ROUNDING_RULE,
         "notes": list(b.notes),
     }
@@ -128,9 +132,13 @@ def plan_dict(p: Plan) -> dict[str, Any]:
       - `oversubscribed` (bool): even this plan needs more threads than N.
       - `env` (object): variable -> value for the main processes.
       - `worker_env` (object): variable -> value for the helpers ({} when W = 0).
-      - `binding` (list[list[int]]): one CPU list per main process ([] when none sensible).
+      - `binding` (list[list[int]]): one CPU list per main process; [] when none fits, when
+        the launcher places the processes, or for a budget given with `--cpus` (its CPU
+        ids are not this machine's).
       - `warnings` (list[str]): plain-language warnings.
       - `procs_source` (str | null): launcher variable M came from (`--procs auto`).
+      - `launcher_procs` (int | null): processes the launcher starts on this node when the
+        plan is for one of them (a SLURM task with its own CPUs: `procs` is 1); else null.
       - `budget` (object): `budget_dict` of the budget.
     """
     return {
@@ -145,6 +153,7 @@ def plan_dict(p: Plan) -> dict[str, Any]:
         "binding": [list(cpus) for cpus in p.binding],
         "warnings": list(p.warnings),
         "procs_source": p.procs_source,
+        "launcher_procs": p.launcher_procs,
         "budget": budget_dict(p.budget),
     }
 
