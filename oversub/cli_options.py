@@ -65,51 +65,60 @@ def config_float(config: dict[str, object], key: str, default: float) -> float:
     return float(value)
 
 
+THRESHOLD_HELP: dict[str, str] = {
+    "margin": "demand may exceed N by this fraction of N (measurement noise)",
+    "delay_ratio": (
+        'delay ratio above which threads "wait" (healthy ≈ 0.01, 2× oversubscribed ≈ 0.5)'
+    ),
+    "active_cpu": (
+        'share of the interval a thread must be runnable (running or waiting) to count as "active"'
+    ),
+    "throttle_ratio": "share of quota periods throttled that counts as the quota biting",
+    "outside_cpu": "CPUs used outside the tree that count as the cause of waiting",
+    "idle_seconds": "idle time after which a forked OpenMP child is reported hung",
+    "min_wait": ("CPU-seconds per second of waiting below which nothing counts as waiting"),
+}
+"""What each threshold means: the `--help` text, word for word the README's table."""
+
+
 def threshold_options(f: F) -> F:
     """The verdict thresholds (defaults in README); also read from pyproject."""
     d = Thresholds()
+
+    def help_for(key: str) -> str:
+        return f"{THRESHOLD_HELP[key]} [{getattr(d, key)}]."
+
     opts = [
         click.option(
-            "--margin",
-            type=click.FloatRange(min=0),
-            default=None,
-            help=f"Demand may exceed N by this fraction before it counts [{d.margin}].",
+            "--margin", type=click.FloatRange(min=0), default=None, help=help_for("margin")
         ),
         click.option(
             "--delay-ratio",
             type=click.FloatRange(0, 1),
             default=None,
-            help=f"Waiting share of runnable time that counts as waiting [{d.delay_ratio}].",
+            help=help_for("delay_ratio"),
         ),
         click.option(
             "--active-cpu",
             type=click.FloatRange(0, 1, min_open=True),
             default=None,
-            help=f"CPU share that makes a thread active [{d.active_cpu}].",
+            help=help_for("active_cpu"),
         ),
         click.option(
             "--throttle-ratio",
             type=click.FloatRange(0, 1),
             default=None,
-            help=f"Throttled share of quota periods that counts [{d.throttle_ratio}].",
+            help=help_for("throttle_ratio"),
         ),
         click.option(
             "--outside-cpu",
             type=click.FloatRange(min=0),
             default=None,
-            help=f"CPUs used outside the tree that count as the cause [{d.outside_cpu}].",
+            help=help_for("outside_cpu"),
         ),
+        click.option("--idle-seconds", type=SECONDS, default=None, help=help_for("idle_seconds")),
         click.option(
-            "--idle-seconds",
-            type=SECONDS,
-            default=None,
-            help=f"Idle time after which a forked OpenMP child is called hung [{d.idle_seconds}].",
-        ),
-        click.option(
-            "--min-wait",
-            type=click.FloatRange(min=0),
-            default=None,
-            help=f"CPU-seconds per second the tree must wait before threads 'wait' [{d.min_wait}].",
+            "--min-wait", type=click.FloatRange(min=0), default=None, help=help_for("min_wait")
         ),
     ]
     for opt in reversed(opts):

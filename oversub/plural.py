@@ -9,14 +9,19 @@ from __future__ import annotations
 
 __all__ = ["count", "noun"]
 
-_IRREGULAR = {"process": "processes", "is": "are", "was": "were", "has": "have"}
+_IRREGULAR = {"is": "are", "was": "were", "has": "have"}
 
 
 def noun(n: int | float, singular: str, plural: str | None = None) -> str:
-    """`singular` when `n` is exactly 1, else `plural` (default: the regular plural)."""
+    """`singular` when `n` is exactly 1, else `plural` (default: the regular plural of the
+    last word: "busy process" -> "busy processes", "CPU" -> "CPUs")."""
     if n == 1:
         return singular
-    return plural if plural is not None else _IRREGULAR.get(singular, singular + "s")
+    if plural is not None:
+        return plural
+    if singular in _IRREGULAR:
+        return _IRREGULAR[singular]
+    return singular + ("es" if singular.endswith(("s", "x", "z", "ch", "sh")) else "s")
 
 
 def count(n: int, singular: str, plural: str | None = None) -> str:

@@ -28,6 +28,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
 from oversub.errors import ExitStatus
+from oversub.plural import count
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -149,7 +150,8 @@ def run_stress(
     _validate(procs, threads, idle, seconds)
     out = stderr if stderr is not None else sys.stderr
     print(
-        f"oversub stress: root pid {os.getpid()} ({procs} processes x {threads} busy threads,"
+        f"oversub stress: root pid {os.getpid()} ({count(procs, 'process')} x "
+        f"{count(threads, 'busy thread')},"
         f" {idle} idle, {seconds:g} s)",
         file=out,
         flush=True,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from oversub.errors import OutputClosed
 from oversub.model import Budget
+from oversub.plural import count
 from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
 from oversub.results import Assessment, Interval, Summary
 
@@ -53,11 +54,14 @@ class WatchView:
 
             self._console = make_console()
             # auto_refresh off: the sampling loop owns the clock and refreshes after each sample.
+            # Transient: the last frame is erased when the run ends, so the screen never shows
+            # a frame's verdict (one interval's) above the summary's (the whole run's); and
+            # off a terminal no frame is printed at all, only the summary.
             self._live = Live(
-                Text(f"sampling every interval; N = {self.budget.vcpus} vCPUs ..."),
+                Text(f"sampling every interval; N = {count(self.budget.vcpus, 'vCPU')} ..."),
                 console=self._console,
                 auto_refresh=False,
-                transient=False,
+                transient=True,
             )
             self._live.start(refresh=True)
         return self

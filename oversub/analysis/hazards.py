@@ -23,6 +23,7 @@ from oversub.analysis.wording import (
     who,
 )
 from oversub.model import Severity, Thresholds, Verdict
+from oversub.plural import count
 from oversub.pools import POOLS_BY_KEY, is_openmp
 from oversub.results import Finding, Interval, ProcessRates
 
@@ -66,7 +67,7 @@ def pool_default_finding(interval: Interval, skip_pids: frozenset[int]) -> Findi
     message = (
         f"{who(pids)} hold multi-thread {join_and(POOLS_BY_KEY[key].label for key in keys)} "
         f"pools: {_sizes_text(sizes)}; {how}when they run at once, {total} threads compete "
-        f"for {n} CPUs."
+        f"for {count(n, 'CPU')}."
     )
     return Finding(
         rule="pool-default",

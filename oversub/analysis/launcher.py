@@ -137,9 +137,10 @@ def plan_for_launcher(budget: Budget, info: LauncherInfo, workers: int = 0) -> P
         if cpus_per_task is None:
             return make_plan(budget, info.procs, workers, procs_source=info.source)
         note = (
-            f"{SLURM_CPUS}={cpus_per_task} x {info.procs} tasks = "
-            f"{cpus_per_task * info.procs} CPUs, but this task sees {budget.vcpus} vCPUs "
-            f"shared by all {info.procs} tasks: planned on that share"
+            f"{SLURM_CPUS}={cpus_per_task} x {count(info.procs, 'task')} = "
+            f"{count(cpus_per_task * info.procs, 'CPU')}, but this task sees "
+            f"{count(budget.vcpus, 'vCPU')} shared by all {count(info.procs, 'task')}: "
+            "planned on that share"
         )
         return make_plan(budget, info.procs, workers, procs_source=info.source, context=(note,))
     if budget.vcpus <= cpus_per_task:

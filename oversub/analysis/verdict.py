@@ -33,6 +33,7 @@ from oversub.analysis.wording import (
     verb,
 )
 from oversub.model import Severity, Thresholds, Verdict
+from oversub.plural import count, noun
 from oversub.pools import POOLS_BY_KEY
 from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates
 
@@ -90,16 +91,19 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         "multi_thread_processes": len(multi),
         "throttled_ratio": rounded(interval.host.throttled_ratio),
     }
-    head = f"The tree keeps {t.demand:.1f} threads runnable on {n} CPUs ({t.demand / n:.1f}x); "
+    head = (
+        f"The tree keeps {t.demand:.1f} threads runnable on {count(n, 'CPU')} "
+        f"({t.demand / n:.1f}x); "
+    )
     pooled = [p for p in multi if not app_threads(p, n, threads)]
     if pooled:
         pools = pool_order(s.key for p in pooled for s in blamed(p, n, threads))
         evidence |= {"threads_per_process": threads, "pools": ",".join(pools) or None}
         who = f"each of the {m} busy processes" if m > 1 else "the busy process"
-        fix = f"Give {who} {threads} {verb(threads, 'thread', 'threads')} ({n} CPUs / {m}): "
+        fix = f"Give {who} {count(threads, 'thread')} ({count(n, 'CPU')} / {m}): "
         fix += thread_fix(contending, threads, n)
         if m > n:
-            fix += f"; and run at most {n} busy process{'es' if n > 1 else ''} at a time"
+            fix += f"; and run at most {count(n, 'busy process')} at a time"
         return Finding(
             rule="oversubscribed-pools",
             severity=Severity.CRITICAL,
@@ -107,7 +111,8 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
             message=head
             + f"{count_processes(len(pooled))} {verb(len(pooled), 'runs', 'run')} "
             + (
-                f"multi-thread {join_and(POOLS_BY_KEY[k].label for k in pools)} pools"
+                f"multi-thread {join_and(POOLS_BY_KEY[k].label for k in pools)} "
+                + noun(len(pools) * len(pooled), "pool")
                 if pools
                 else "several busy threads each"
             )
@@ -135,13 +140,14 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         rule="oversubscribed-processes",
         severity=Severity.WARNING,
         verdict=Verdict.OVERSUBSCRIBED,
-        message=head + f"they are {m} single-thread processes sharing {n} CPUs, "
+        message=head + f"they are {m} single-thread {noun(m, 'process')} sharing "
+        f"{count(n, 'CPU')}, "
         "which costs little (1.0-1.2x measured); on a machine shared with other load, "
         "fewer processes win fairness and latency, not throughput (the job's share of "
         "the CPUs shrinks).",
         pids=pids_of(contending),
         evidence=evidence,
-        fix=f"Run at most {n} busy process{'es' if n > 1 else ''} at a time "
+        fix=f"Run at most {count(n, 'busy process')} at a time "
         f"(e.g. Pool(processes={n})); "
         "fewer threads per process will not help, they already run one each.",
     )
@@ -228,8 +234,8 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
                 severity=Severity.INFO,
                 verdict=Verdict.STARVED,
                 message=f"The tree's threads waited {ratio:.0%} of their runnable time "
-                f"({waited:.2f} CPU-seconds per second) with {t.demand:.1f} runnable on {n} "
-                f"CPUs; {_unexplained(h, waited)}.",
+                f"({waited:.2f} CPU-seconds per second) with {t.demand:.1f} runnable on "
+                f"{count(n, 'CPU')}; {_unexplained(h, waited)}.",
                 pids=(interval.root_pid,),
                 evidence=evidence,
                 fix="Check what else shares these CPUs (other containers, real-time or niced "
@@ -270,13 +276,13 @@ def _busy_threads(interval: Interval) -> Finding:
         rule="busy-threads-exceed",
         severity=Severity.WARNING,
         verdict=Verdict.AT_RISK,
-        message=f"{t.active_threads} threads were busy on {n} CPUs; they have not waited yet, "
+        message=f"{t.active_threads} threads were busy on {count(n, 'CPU')}; they have not "
+        "waited yet, "
         "but when they run at once they will contend.",
         pids=pids_of(busy),
         evidence=_base_evidence(interval)
         | {"processes": len(busy), "threads_per_process": threads},
-        fix=f"Keep busy threads at most {n}: {threads} {verb(threads, 'thread', 'threads')} "
-        "in "
+        fix=f"Keep busy threads at most {n}: {count(threads, 'thread')} in "
         + (f"each of the {m} busy processes; " if m > 1 else "the busy process; ")
         + thread_fix(busy, threads, n)
         + ".",
@@ -291,7 +297,7 @@ def _over_unexplained(interval: Interval) -> Finding:
         rule="demand-exceeds-budget",
         severity=Severity.WARNING,
         verdict=Verdict.AT_RISK,
-        message=f"The tree keeps {t.demand:.1f} threads runnable on {n} CPUs, yet they "
+        message=f"The tree keeps {t.demand:.1f} threads runnable on {count(n, 'CPU')}, yet they "
         f"hardly wait ({(t.run_delay_ratio or 0.0):.0%}): some of its processes run on CPUs "
         "outside the root's budget (their own affinity, cpuset or cgroup).",
         pids=pids_of(busy),

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from oversub.model import Budget, Severity, Verdict
+from oversub.plural import count
 from oversub.render.phrases import (
     NOT_JUDGED,
     VERDICT_MEANING,
@@ -156,7 +157,7 @@ def _interval_table(
     table.add_section()
     total = (
         "total",
-        f"{totals.processes} procs",
+        count(totals.processes, "proc"),
         f"{totals.active_threads}/{totals.threads}",
         f"{totals.cpu_percent:.0f}",
         f"{totals.demand:.2f} / {vcpus}",
@@ -176,7 +177,8 @@ def _interval_table(
     if hidden > 0:
         rows.append(f"… {hidden} more")
     rows.append(
-        f"total {totals.processes} procs: threads {totals.active_threads}/{totals.threads}, "
+        f"total {count(totals.processes, 'proc')}: "
+        f"threads {totals.active_threads}/{totals.threads}, "
         f"CPU {totals.cpu_percent:.0f}%, demand {totals.demand:.2f} / {vcpus}, "
         f"delay {percent(totals.run_delay_ratio)}, "
         f"invol/s {rate(totals.involuntary_ctx_per_s)}"
@@ -218,7 +220,7 @@ def watch_renderable(
     from rich.text import Text
 
     header = Text(
-        f"oversub watch · pid {interval.root_pid} · {elapsed:.1f} s · {samples} samples · "
+        f"oversub watch · pid {interval.root_pid} · {elapsed:.1f} s · {count(samples, 'sample')} · "
         f"last interval {interval.seconds:.2f} s",
         style="bold",
     )
@@ -283,7 +285,7 @@ def _summary_table(s: Summary) -> _FitOrList:
     cells.append(
         (
             "total",
-            f"{t.processes} procs",
+            count(t.processes, "proc"),
             f"{peak.active_threads}/{peak.threads}",
             f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
             f"{t.demand:.2f}/{peak.demand:.2f}",
@@ -302,7 +304,7 @@ def _summary_table(s: Summary) -> _FitOrList:
         for p in ordered
     ]
     rows.append(
-        f"total {t.processes} procs: peak threads {peak.active_threads}/{peak.threads}, "
+        f"total {count(t.processes, 'proc')}: peak threads {peak.active_threads}/{peak.threads}, "
         f"mean/peak CPU {t.cpu_percent:.0f}/{peak.cpu_percent:.0f}%, "
         f"demand {t.demand:.2f}/{peak.demand:.2f}, "
         f"delay {percent(t.run_delay_ratio)}/{percent(peak.run_delay_ratio)}"
@@ -314,7 +316,7 @@ def _run_line(s: Summary, sep: str = " · ") -> str:
     if s.preflight:
         return "static preflight, nothing sampled"
     exited = f"{sep}target exited" if s.target_exited else ""
-    return f"pid {s.root_pid}{sep}{s.duration_s:.1f} s{sep}{s.samples} samples{exited}"
+    return f"pid {s.root_pid}{sep}{s.duration_s:.1f} s{sep}{count(s.samples, 'sample')}{exited}"
 
 
 def summary_renderable(s: Summary) -> RenderableType:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from oversub.model import Budget, Verdict
+from oversub.plural import count, noun
 from oversub.pools import RECOMMENDED_VARS
 from oversub.results import Finding, HostRates, ProcessSummary, Summary, Totals
 from oversub.samples import DENIED_UNAVAILABLE
@@ -72,24 +73,18 @@ def fails(finding: Finding, fail_on: Verdict) -> bool:
     return finding.verdict.rank >= fail_on.rank
 
 
-def _count(n: int) -> str:
-    return f"{n} CPU" if n == 1 else f"{n} CPUs"
-
-
 def cpus_phrase(cpus: tuple[int, ...]) -> str:
     """ "2 CPUs: 0-1" (count, then the kernel cpu-list syntax); "none" when empty."""
     from oversub.probe.topology import format_cpulist
 
     if not cpus:
         return "none"
-    noun = "CPU" if len(cpus) == 1 else "CPUs"
-    return f"{len(cpus)} {noun}: {format_cpulist(cpus)}"
+    return f"{count(len(cpus), 'CPU')}: {format_cpulist(cpus)}"
 
 
 def budget_limit_line(b: Budget) -> str:
     """One sentence for N: "N = 1 usable vCPU (limited by quota: 1.5 CPUs rounded down)"."""
-    noun = "vCPU" if b.vcpus == 1 else "vCPUs"
-    head = f"N = {b.vcpus} usable {noun}"
+    head = f"N = {b.vcpus} usable {noun(b.vcpus, 'vCPU')}"
     if b.limited_by == "quota" and b.quota is not None:
         exact = b.quota.cpus
         if exact < 1:
@@ -97,11 +92,11 @@ def budget_limit_line(b: Budget) -> str:
         elif exact != int(exact):
             why = f"quota: {exact:g} CPUs rounded down"
         else:
-            why = f"quota: {exact:g} CPUs"
+            why = f"quota: {exact:g} {noun(exact, 'CPU')}"
     elif b.limited_by == "affinity":
-        why = f"affinity: {_count(len(b.affinity))}"
+        why = f"affinity: {count(len(b.affinity), 'CPU')}"
     elif b.limited_by == "cpuset" and b.cpuset is not None:
-        why = f"cpuset: {_count(len(b.cpuset.cpus))}"
+        why = f"cpuset: {count(len(b.cpuset.cpus), 'CPU')}"
     elif b.limited_by == "launcher" and b.launcher is not None:
         why = f"launcher: {b.launcher} per task"
     elif b.limited_by == "none" and b.pid == 0:
@@ -207,8 +202,8 @@ def totals_line(t: Totals, vcpus: int) -> str:
         else f", {t.involuntary_ctx_per_cpu_s:.0f} involuntary switches per CPU-second"
     )
     return (
-        f"{t.processes} process{'es' if t.processes != 1 else ''}, "
-        f"{t.threads} thread{'s' if t.threads != 1 else ''} ({t.active_threads} active), "
+        f"{count(t.processes, 'process')}, "
+        f"{count(t.threads, 'thread')} ({t.active_threads} active), "
         f"{pool_threads_phrase(t)}, "
         f"CPU {t.cpu_percent:.0f}%, demand {t.demand:.2f} runnable threads on N = {vcpus}, "
         f"run delay {percent(t.run_delay_ratio)}{per_cpu}"

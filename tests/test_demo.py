@@ -1,0 +1,18 @@
+"""`make demo`'s closing words match what the reports above them showed (issue 11 item 9)."""
+
+from __future__ import annotations
+
+from oversub.demo import _outcome
+
+
+def test_a_green_run_that_was_starved_is_not_called_healthy() -> None:
+    # On a busy machine the second run printed STARVED and pass, then "(0 = healthy)".
+    text = _outcome("green", 0, "starved")
+    assert "healthy" not in text
+    assert "passed" in text and "starved" in text and "--fail-on starved" in text
+
+
+def test_each_outcome_names_its_verdict() -> None:
+    assert _outcome("green", 0, "ok").endswith("verdict ok (healthy)")
+    assert _outcome("red", 1, "oversubscribed").endswith("failed, verdict oversubscribed")
+    assert "not judged" in _outcome("red", 3, None)
