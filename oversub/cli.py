@@ -240,7 +240,7 @@ def watch(
         stop_signals_interrupt(),
         TreeSampler.for_budget(pid, budget) as sampler,
         ExitWatch(pid) as target,
-        WatchView(chosen, budget) as view,
+        WatchView(chosen, budget, thresholds=thresholds) as view,
     ):
         # A target that exits mid-interval ends the run now, not at the end of the interval.
         result = run_session(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from oversub.model import Budget, Severity, Verdict
+from oversub.model import Budget, Severity, Thresholds, Verdict
 
 
 @dataclass(frozen=True)
@@ -183,6 +183,9 @@ class Summary:
     target_exited: bool
     unavailable: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    """The thresholds the run was judged with (renderers need `min_wait` to tell a delay
+    ratio of almost nothing from real waiting)."""
     preflight: bool = False
     """A static preflight (`check --procs M --threads T`): a plan judged, nothing sampled."""
     not_judged: str | None = None

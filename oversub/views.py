@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
 from oversub.errors import OutputClosed
-from oversub.model import Budget
+from oversub.model import Budget, Thresholds
 from oversub.plural import count
 from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
 from oversub.results import Assessment, Interval, Summary
@@ -40,9 +40,17 @@ def make_console(*, stderr: bool = False) -> Console:
 class WatchView:
     """Receives each interval and the final summary and writes them in one format."""
 
-    def __init__(self, fmt: WatchFormat, budget: Budget, *, out: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        fmt: WatchFormat,
+        budget: Budget,
+        *,
+        out: TextIO | None = None,
+        thresholds: Thresholds | None = None,
+    ) -> None:
         self.fmt = fmt
         self.budget = budget
+        self.thresholds = thresholds
         self.out = out if out is not None else sys.stdout
         self._console: Console | None = None
         self._live: Live | None = None
@@ -74,7 +82,13 @@ class WatchView:
 
     def interval(self, iv: Interval, assessment: Assessment, samples: int, elapsed: float) -> None:
         frame = render_watch_interval(
-            iv, assessment, self.budget, self.fmt, elapsed=elapsed, samples=samples
+            iv,
+            assessment,
+            self.budget,
+            self.fmt,
+            elapsed=elapsed,
+            samples=samples,
+            thresholds=self.thresholds,
         )
         if self._live is not None and frame is not None:
             with _reader_may_leave():

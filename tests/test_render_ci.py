@@ -88,7 +88,7 @@ def test_markdown_has_heading_findings_processes_and_budget() -> None:
     assert "critical" in rows[0] and "oversubscribed (fails)" in rows[0]
     assert "export OMP_NUM_THREADS=1 before starting the job." in rows[0]
     assert "| pool-default | warning | at-risk |" in md  # below fail-on: no "(fails)"
-    assert any(line.startswith("| 2001 | python |") for line in md.splitlines())
+    assert any(line.startswith("| 2001 | python train.py --worker |") for line in md.splitlines())
     assert "### Totals" in md and "demand 4.00 runnable threads on N = 2" in md
 
 
@@ -96,7 +96,7 @@ def test_markdown_escapes_pipes_and_newlines_in_cells() -> None:
     weird = make_finding(message="a|b\nc", fix="use `x | y`")
     s = make_summary(
         findings=(weird,),
-        processes=(make_process_summary(name="py|thon", thread_env={"OMP_NUM_THREADS": "1|2"}),),
+        processes=(make_process_summary(cmdline="py|thon", thread_env={"OMP_NUM_THREADS": "1|2"}),),
     )
     md = summary_markdown(s, command=None, exit_status=0, command_status=None, fail_on=Verdict.OK)
     row = next(line for line in md.splitlines() if line.startswith("| oversubscribed-pools"))

@@ -28,6 +28,7 @@ from tests.model_fixtures import (
     make_quota,
     make_quota_budget,
     make_summary,
+    make_totals,
 )
 
 
@@ -40,6 +41,13 @@ def render(renderable: RenderableType, width: int = 120) -> str:
 def line_with(text: str, needle: str) -> str:
     matches = [line for line in text.splitlines() if needle in line]
     assert matches, f"{needle!r} not in output:\n{text}"
+    return matches[0]
+
+
+def row_starting(text: str, first_cell: str) -> str:
+    """The table row whose first cell is `first_cell` (a header may contain the word)."""
+    matches = [line for line in text.splitlines() if line.split()[:1] == [first_cell]]
+    assert matches, f"no row {first_cell!r} in output:\n{text}"
     return matches[0]
 
 
@@ -195,13 +203,17 @@ def test_watch_frame_has_header_verdict_table_and_fix() -> None:
     assert "unavailable: run delay (no schedstat in this kernel)" in out
     assert "OVERSUBSCRIBED" in out
     row = line_with(out, "2001")
-    for cell in ("python", "2/3", "100", "2.00", "50%", "260", "libgomp, torch"):
+    for cell in ("python train.py --worker", "2/3", "100", "2.00", "50%", "260"):
         assert cell in row
-    # Thread variables sit in the pools table below the numbers (80-column terminals).
-    assert any("2001" in line and "default" in line for line in out.splitlines()[1:] if line != row)
-    launcher = line_with(out, "launcher")
-    assert "?" in launcher and "-" in launcher  # unknown pools and delay
-    total = line_with(out, "total")
+    assert "active/total" in out  # the Threads column says what its two numbers are
+    # Issue 11 item 14: pools once, in the table below the numbers, with the variables that
+    # size them, set or unset.
+    assert "libgomp, torch" not in row
+    pools_rows = [line for line in out.splitlines() if "libgomp, torch" in line]
+    assert len(pools_rows) == 2 and all("OMP_NUM_THREADS unset" in line for line in pools_rows)
+    root = next(line for line in out.splitlines() if line.strip().startswith("1234"))
+    assert "python train.py" in root and "-" in root  # the root's label, unknown delay
+    total = row_starting(out, "total")
     assert "4.00 / 2" in total and "4/7" in total
     assert "[critical] oversubscribed-pools:" in out
     assert "fix: export OMP_NUM_THREADS=1" in out
@@ -209,7 +221,7 @@ def test_watch_frame_has_header_verdict_table_and_fix() -> None:
 
 def test_watch_frame_sorts_by_cpu_and_caps_rows() -> None:
     procs = tuple(
-        make_process_rates(pid=3000 + i, name=f"w{i}", cpu_percent=float(i)) for i in range(5)
+        make_process_rates(pid=3000 + i, cmdline=f"w{i}", cpu_percent=float(i)) for i in range(5)
     )
     iv = make_interval(processes=procs)
     ok = make_assessment(verdict=Verdict.OK, findings=())
@@ -249,7 +261,7 @@ def test_summary_renderable_reports_mean_peak_and_notes() -> None:
     assert "97/100" in line_with(out, "2001")
     assert "(exited)" in line_with(out, "2002")
     assert out.index("2001") < out.index("2002")  # sorted by CPU
-    assert "4.00/4.20" in line_with(out, "total")
+    assert "4.00/4.20" in row_starting(out, "total")
     assert "fix: export OMP_NUM_THREADS=1" in out
     assert "note: schedstat missing for 1 thread" in out
 
@@ -386,3 +398,72 @@ def test_a_run_not_judged_has_no_verdict_in_the_terminal_or_plain_report() -> No
     assert "NOT JUDGED" in terminal and "no complete interval was sampled" in terminal
     for out in (text, terminal):
         assert " OK " not in out and "fit in its vCPUs" not in out
+
+
+def test_a_delay_ratio_of_almost_nothing_is_shown_as_low() -> None:
+    # Issue 11 item 10: an idle tree showed "run delay 94%" next to "demand 0.00".
+    idle = make_process_rates(active_threads=0, cpu_percent=0.1, demand=0.002, run_delay_ratio=0.94)
+    totals = make_totals(
+        processes=1,
+        threads=3,
+        active_threads=0,
+        cpu_percent=0.1,
+        demand=0.002,
+        run_delay_ratio=0.94,
+    )
+    iv = make_interval(processes=(idle,), totals=totals)
+    ok = make_assessment(verdict=Verdict.OK, findings=())
+    frame = render(watch_renderable(iv, ok, make_budget(), elapsed=1.0, samples=1))
+    assert "94%" not in frame
+    assert " low " in row_starting(frame, "2001") and " low " in row_starting(frame, "total")
+    s = make_summary(totals=totals, totals_peak=totals, findings=(), verdict=Verdict.OK)
+    text = summary_text(s)
+    assert "94%" not in text
+    assert "run delay low (0.00 CPU-s/s waited, below --min-wait 0.05)" in text
+    # Real waiting keeps its percentage.
+    busy = render(
+        watch_renderable(make_interval(), make_assessment(), make_budget(), elapsed=1.0, samples=1)
+    )
+    assert "50%" in row_starting(busy, "total")
+
+
+def test_names_tell_the_root_workers_and_helpers_apart() -> None:
+    # Issue 11 item 14: every process was "python".
+    root = make_process_rates(
+        pid=10, ppid=1, cmdline="/venv/bin/python -m oversub stress --procs 2"
+    )
+    tracker = make_process_rates(
+        pid=11,
+        ppid=10,
+        cmdline="/venv/bin/python -B -c from multiprocessing.resource_tracker import main;main(3)",
+    )
+    spawned = make_process_rates(
+        pid=12,
+        ppid=10,
+        cmdline="/venv/bin/python -B -c from multiprocessing.spawn import spawn_main; "
+        "spawn_main(tracker_fd=4, pipe_handle=6) --multiprocessing-fork",
+    )
+    forked = make_process_rates(pid=13, ppid=10, cmdline=root.cmdline)
+    iv = make_interval(processes=(root, tracker, spawned, forked))
+    frame = render(watch_renderable(iv, make_assessment(), make_budget(), elapsed=1.0, samples=1))
+    assert "python -m oversub stress" in row_starting(frame, "10")
+    assert "resource tracker" in row_starting(frame, "11")
+    assert "spawn worker" in row_starting(frame, "12")
+    assert "fork of 10" in row_starting(frame, "13")
+
+
+def test_sizing_variables_not_tuning_ones() -> None:
+    # Issue 11 item 14: OPENBLAS_CORETYPE=Haswell filled the column; OPENBLAS_NUM_THREADS
+    # unset, the fact that matters, was only in the fix.
+    from oversub.render.phrases import sizing_vars_text
+
+    env = {"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512"}
+    assert sizing_vars_text(("openblas",), env) == "OPENBLAS_NUM_THREADS unset"
+    assert sizing_vars_text(("libgomp", "openblas"), {"OMP_NUM_THREADS": "1"}) == (
+        "OMP_NUM_THREADS=1"
+    )
+    assert sizing_vars_text((), {"MKL_NUM_THREADS": "2", "KMP_BLOCKTIME": "0"}) == (
+        "MKL_NUM_THREADS=2"
+    )
+    assert sizing_vars_text(("openblas",), None) == "?"
+    assert sizing_vars_text((), env) == "-"

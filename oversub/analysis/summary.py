@@ -353,6 +353,7 @@ class RunSummary:
                 target_exited=target_exited,
                 unavailable=tuple(self._unavailable),
                 notes=notes,
+                thresholds=thresholds,
             )
         accs = list(self._processes.values())
         rates = [a.rates() for a in accs]
@@ -386,4 +387,5 @@ class RunSummary:
             target_exited=target_exited,
             unavailable=tuple(self._unavailable),
             notes=notes,
+            thresholds=thresholds,
         )

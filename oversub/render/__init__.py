@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from oversub.model import Budget, Plan
+    from oversub.model import Budget, Plan, Thresholds
     from oversub.results import Assessment, Interval, Summary
 
 __all__ = [
@@ -110,13 +110,21 @@ def render_watch_interval(
     *,
     elapsed: float,
     samples: int,
+    thresholds: Thresholds | None = None,
 ) -> RenderableType | None:
     """One interval in `fmt`: the live frame (LIVE), one JSON line with newline (NDJSON),
     or None (JSON prints only the summary)."""
     if fmt is WatchFormat.LIVE:
         from oversub.render.live import watch_renderable
 
-        return watch_renderable(interval, assessment, budget, elapsed=elapsed, samples=samples)
+        return watch_renderable(
+            interval,
+            assessment,
+            budget,
+            elapsed=elapsed,
+            samples=samples,
+            thresholds=thresholds,
+        )
     elif fmt is WatchFormat.NDJSON:
         from oversub.render.serialize import interval_dict, to_json
 

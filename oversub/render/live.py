@@ -12,25 +12,35 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from oversub.model import Budget, Severity, Verdict
+from oversub.model import Budget, Severity, Thresholds, Verdict
 from oversub.plural import count
 from oversub.render.phrases import (
     NOT_JUDGED,
     VERDICT_MEANING,
     budget_limit_line,
-    env_text,
+    delay_text,
     finding_line,
     headline,
     host_phrases,
     live_pools_line,
     number,
-    percent,
     pools_text,
+    process_label,
     rate,
+    sizing_vars_text,
     totals_line,
     unavailable_text,
 )
-from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates, Summary, Totals
+from oversub.results import (
+    Assessment,
+    Finding,
+    HostRates,
+    Interval,
+    ProcessRates,
+    ProcessSummary,
+    Summary,
+    Totals,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
@@ -64,32 +74,36 @@ class _FitOrList:
 
     rich would squeeze a too-wide table into "1…" cells or drop columns; a pid or a delay
     cut to an ellipsis is worse than a longer report. Decided at render time, when the
-    width is known, so the frame builders stay pure.
+    width is known, by measuring the table's natural width (padding and edges included),
+    so the frame builders stay pure.
     """
 
-    def __init__(self, table: Table, needs: int, rows: list[str]) -> None:
+    def __init__(self, table: Table, rows: list[str]) -> None:
         self.table = table
-        self.needs = needs
         self.rows = rows
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.measure import Measurement
         from rich.text import Text
 
-        if self.needs <= options.max_width:
+        # The minimum: the Name column may wrap (a long command line folds onto a second
+        # line), every number column must stay whole.
+        needs = Measurement.get(console, options.update(width=10**6), self.table).minimum
+        if needs <= options.max_width:
             yield self.table
             return
         for row in self.rows:
             yield Text(row)
 
 
-def _width_of(cells: Sequence[tuple[str, ...]], gap: int) -> int:
-    """Columns needed by unwrapped cells (multi-line headers count their longest line) with
-    `gap` columns of padding each: what the table needs before rich starts cutting cells."""
-    widest = [
-        max(len(line) for cell in column for line in cell.split("\n"))
-        for column in zip(*cells, strict=True)
-    ]
-    return sum(widest) + gap * len(widest)
+def _add_columns(table: Table, headers: Sequence[str]) -> None:
+    """Numbers right-aligned and never wrapped; the Name (a command line) left-aligned and
+    folded onto more lines when the terminal is narrow."""
+    for name in headers:
+        if name == "Name":
+            table.add_column(name, justify="left", overflow="fold", min_width=12)
+        else:
+            table.add_column(name, justify="right", no_wrap=True)
 
 
 def _host_line(h: HostRates) -> str:
@@ -113,7 +127,21 @@ def _banner(verdict: Verdict | None, meaning: str) -> Text:
     return text
 
 
+def _hanging(prefix: str, text: str, style: str = "") -> RenderableType:
+    """`prefix` then `text`, whose continuation lines start under the text, not at column 0
+    (a one-row grid: rich's Text has no hanging indent)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=0)
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(Text(prefix, style=style), Text(text, style=style))
+    return grid
+
+
 def _findings(findings: tuple[Finding, ...]) -> RenderableType:
+    """Each finding and its fix, with continuation lines indented on a terminal."""
     from rich.console import Group
     from rich.text import Text
 
@@ -121,36 +149,47 @@ def _findings(findings: tuple[Finding, ...]) -> RenderableType:
         return Text("No findings.", style="green")
     lines: list[RenderableType] = []
     for f in findings:
-        lines.append(Text(finding_line(f), style=_SEVERITY_STYLE[f.severity]))
-        lines.append(Text(f"  fix: {f.fix}"))
+        style = _SEVERITY_STYLE[f.severity]
+        lines.append(_hanging(f"[{f.severity.value}] ", f"{f.rule}: {f.message}", style))
+        lines.append(_hanging("  fix: ", f.fix))
     return Group(*lines)
 
 
+def _labels(processes: Sequence[ProcessRates] | Sequence[ProcessSummary]) -> dict[int, str]:
+    """pid -> what the process is ("spawn worker", "fork of 12", "python train.py"), from
+    the command lines of the processes and of their parents."""
+    cmdlines = {p.pid: p.cmdline for p in processes}
+    return {
+        p.pid: process_label(p.name, p.cmdline, cmdlines.get(p.ppid), p.ppid) for p in processes
+    }
+
+
 def _interval_table(
-    processes: tuple[ProcessRates, ...], totals: Totals, vcpus: int, max_processes: int
+    processes: tuple[ProcessRates, ...],
+    totals: Totals,
+    vcpus: int,
+    max_processes: int,
+    th: Thresholds,
 ) -> _FitOrList:
     from rich import box
     from rich.table import Table
 
     table = Table(box=box.SIMPLE, header_style="bold", show_footer=False)
-    headers = ("PID", "Name", "Threads", "CPU%", "Demand", "Delay", "Invol/s")
-    for name in headers:
-        table.add_column(name, justify="left" if name == "Name" else "right", no_wrap=True)
-    table.add_column("Pools", overflow="fold")
+    headers = ("PID", "Name", "Threads\nactive/total", "CPU%", "Demand", "Delay", "Invol/s")
+    _add_columns(table, headers)
     ordered = sorted(processes, key=lambda r: r.cpu_percent, reverse=True)
-    cells = [headers]
+    labels = _labels(processes)
     for r in ordered[:max_processes]:
         cell = (
             str(r.pid),
-            r.name,
+            labels[r.pid] + (" (exited)" if r.exited else ""),
             f"{r.active_threads}/{r.threads}",
             f"{r.cpu_percent:.0f}",
             f"{r.demand:.2f}",
-            percent(r.run_delay_ratio),
+            delay_text(r.run_delay_ratio, r.demand, th),
             rate(r.involuntary_ctx_per_s),
         )
-        cells.append(cell)
-        table.add_row(*cell, pools_text(r.pools, r.live_pools), style="dim" if r.exited else None)
+        table.add_row(*cell, style="dim" if r.exited else None)
     hidden = len(ordered) - max_processes
     if hidden > 0:
         table.add_row("", f"… {hidden} more", style="dim")
@@ -161,46 +200,51 @@ def _interval_table(
         f"{totals.active_threads}/{totals.threads}",
         f"{totals.cpu_percent:.0f}",
         f"{totals.demand:.2f} / {vcpus}",
-        percent(totals.run_delay_ratio),
+        delay_text(totals.run_delay_ratio, totals.demand, th),
         rate(totals.involuntary_ctx_per_s),
     )
-    cells.append(total)
-    table.add_row(*total, "", style="bold")
-    # Pools fold, so they need only a short word's width ("libgomp") beside the numbers.
-    needs = _width_of(cells, gap=2) + len("libgomp") + 2
+    table.add_row(*total, style="bold")
     rows = [
-        f"pid {r.pid} {r.name}: threads {r.active_threads}/{r.threads}, "
-        f"CPU {r.cpu_percent:.0f}%, demand {r.demand:.2f}, delay {percent(r.run_delay_ratio)}, "
-        f"invol/s {rate(r.involuntary_ctx_per_s)}, pools {pools_text(r.pools, r.live_pools)}"
+        f"pid {r.pid} {labels[r.pid]}{' (exited)' if r.exited else ''}: threads "
+        f"{r.active_threads}/{r.threads} active/total, CPU {r.cpu_percent:.0f}%, "
+        f"demand {r.demand:.2f}, delay {delay_text(r.run_delay_ratio, r.demand, th)}, "
+        f"invol/s {rate(r.involuntary_ctx_per_s)}"
         for r in ordered[:max_processes]
     ]
     if hidden > 0:
         rows.append(f"… {hidden} more")
     rows.append(
         f"total {count(totals.processes, 'proc')}: "
-        f"threads {totals.active_threads}/{totals.threads}, "
+        f"threads {totals.active_threads}/{totals.threads} active/total, "
         f"CPU {totals.cpu_percent:.0f}%, demand {totals.demand:.2f} / {vcpus}, "
-        f"delay {percent(totals.run_delay_ratio)}, "
+        f"delay {delay_text(totals.run_delay_ratio, totals.demand, th)}, "
         f"invol/s {rate(totals.involuntary_ctx_per_s)}"
     )
-    return _FitOrList(table, needs, rows)
+    return _FitOrList(table, rows)
 
 
-def _pools_and_vars(rows: list[tuple[int, str, str]]) -> Table | None:
-    """Pools and thread variables per process, below the numbers so that both stay readable
-    in an 80-column terminal; None when no process has either."""
+def _pools_and_vars(
+    processes: Sequence[ProcessRates] | Sequence[ProcessSummary],
+) -> Table | None:
+    """Per process that maps a pool or sets a sizing variable: the pools, and the variables
+    that size them, set or unset (the fact that decides their size); below the numbers so
+    that both stay readable in an 80-column terminal. None when there is nothing to show."""
     from rich import box
     from rich.table import Table
 
-    shown = [row for row in rows if row[1] != pools_text(()) or row[2] != env_text({})]
+    shown = [
+        p for p in processes if p.pools != () or sizing_vars_text(p.pools, p.thread_env) != "-"
+    ]
     if not shown:
         return None
     table = Table(box=box.SIMPLE, header_style="bold")
     table.add_column("PID", justify="right", no_wrap=True)
     table.add_column("Pools", overflow="fold")
-    table.add_column("Thread vars", overflow="fold")
-    for pid, pools, env in shown:
-        table.add_row(str(pid), pools, env)
+    table.add_column("Sizing variables", overflow="fold")
+    for p in shown:
+        table.add_row(
+            str(p.pid), pools_text(p.pools, p.live_pools), sizing_vars_text(p.pools, p.thread_env)
+        )
     return table
 
 
@@ -212,16 +256,19 @@ def watch_renderable(
     elapsed: float,
     samples: int,
     max_processes: int = 30,
+    thresholds: Thresholds | None = None,
 ) -> RenderableType:
     """One live frame: header (pid, time, N and its limit, host context), verdict banner,
-    per-process table sorted by CPU (at most `max_processes` rows) with a totals row, then
-    the findings with their fixes."""
+    per-process table sorted by CPU (at most `max_processes` rows) with a totals row, the
+    pools and their sizing variables, then the findings with their fixes. `thresholds`
+    (default: the defaults) decide when a delay ratio is too small to mean anything."""
     from rich.console import Group
     from rich.text import Text
 
+    th = thresholds if thresholds is not None else Thresholds()
     header = Text(
-        f"oversub watch · pid {interval.root_pid} · {elapsed:.1f} s · {count(samples, 'sample')} · "
-        f"last interval {interval.seconds:.2f} s",
+        f"oversub watch · pid {interval.root_pid} · {elapsed:.1f} s · "
+        f"{count(samples, 'sample')} · last interval {interval.seconds:.2f} s",
         style="bold",
     )
     parts: list[RenderableType] = [
@@ -233,15 +280,10 @@ def watch_renderable(
         parts.append(Text(f"unavailable: {unavailable_text(interval.unavailable)}", style="dim"))
     parts += [
         _banner(assessment.verdict, VERDICT_MEANING[assessment.verdict]),
-        _interval_table(interval.processes, interval.totals, interval.vcpus, max_processes),
+        _interval_table(interval.processes, interval.totals, interval.vcpus, max_processes, th),
     ]
     ordered = sorted(interval.processes, key=lambda r: r.cpu_percent, reverse=True)
-    extra = _pools_and_vars(
-        [
-            (r.pid, pools_text(r.pools, r.live_pools), env_text(r.thread_env))
-            for r in ordered[:max_processes]
-        ]
-    )
+    extra = _pools_and_vars(ordered[:max_processes])
     if extra is not None:
         parts.append(extra)
     parts.append(_findings(assessment.findings))
@@ -252,64 +294,64 @@ def _summary_table(s: Summary) -> _FitOrList:
     from rich import box
     from rich.table import Table
 
+    th = s.thresholds
     # One space between columns and two-line headers keep it inside 80 columns.
     table = Table(box=box.SIMPLE, header_style="bold", padding=(0, 1, 0, 0), pad_edge=False)
     headers = (
         "PID",
         "Name",
-        "Threads\npeak",
+        "Threads peak\nactive/total",
         "CPU%\nmean/peak",
         "Demand\nmean/peak",
         "Delay\nmean/peak",
         "Invol/s\nmean/peak",
     )
-    for name in headers:
-        table.add_column(name, justify="left" if name == "Name" else "right", no_wrap=True)
+    _add_columns(table, headers)
     ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
-    cells = [headers]
+    labels = _labels(s.processes)
+
+    def delays(ratio: float | None, demand: float, peak: float | None, top: float) -> str:
+        # The peak ratio and the peak demand may come from different intervals: the peak
+        # demand bounds the demand behind the peak ratio, so "low" stays true.
+        return f"{delay_text(ratio, demand, th)}/{delay_text(peak, top, th)}"
+
     for p in ordered:
-        cells.append(
-            (
-                str(p.pid),
-                p.name + (" (exited)" if p.exited else ""),
-                f"{p.active_threads_peak}/{p.threads}",
-                f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}",
-                f"{p.demand:.2f}/{p.demand_peak:.2f}",
-                f"{percent(p.run_delay_ratio)}/{percent(p.run_delay_ratio_peak)}",
-                f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
-            )
+        table.add_row(
+            str(p.pid),
+            labels[p.pid] + (" (exited)" if p.exited else ""),
+            f"{p.active_threads_peak}/{p.threads}",
+            f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}",
+            f"{p.demand:.2f}/{p.demand_peak:.2f}",
+            delays(p.run_delay_ratio, p.demand, p.run_delay_ratio_peak, p.demand_peak),
+            f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
         )
-        table.add_row(*cells[-1])
     table.add_section()
     t, peak = s.totals, s.totals_peak
-    cells.append(
-        (
-            "total",
-            count(t.processes, "proc"),
-            f"{peak.active_threads}/{peak.threads}",
-            f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
-            f"{t.demand:.2f}/{peak.demand:.2f}",
-            f"{percent(t.run_delay_ratio)}/{percent(peak.run_delay_ratio)}",
-            f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
-        )
+    table.add_row(
+        "total",
+        count(t.processes, "proc"),
+        f"{peak.active_threads}/{peak.threads}",
+        f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
+        f"{t.demand:.2f}/{peak.demand:.2f}",
+        delays(t.run_delay_ratio, t.demand, peak.run_delay_ratio, peak.demand),
+        f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
+        style="bold",
     )
-    table.add_row(*cells[-1], style="bold")
-    needs = _width_of(cells, gap=1)
     rows = [
-        f"pid {p.pid} {p.name}{' (exited)' if p.exited else ''}: peak threads "
-        f"{p.active_threads_peak}/{p.threads}, mean/peak CPU "
+        f"pid {p.pid} {labels[p.pid]}{' (exited)' if p.exited else ''}: peak threads "
+        f"{p.active_threads_peak}/{p.threads} active/total, mean/peak CPU "
         f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}%, "
         f"demand {p.demand:.2f}/{p.demand_peak:.2f}, "
-        f"delay {percent(p.run_delay_ratio)}/{percent(p.run_delay_ratio_peak)}"
+        f"delay {delays(p.run_delay_ratio, p.demand, p.run_delay_ratio_peak, p.demand_peak)}"
         for p in ordered
     ]
     rows.append(
-        f"total {count(t.processes, 'proc')}: peak threads {peak.active_threads}/{peak.threads}, "
-        f"mean/peak CPU {t.cpu_percent:.0f}/{peak.cpu_percent:.0f}%, "
+        f"total {count(t.processes, 'proc')}: peak threads {peak.active_threads}/{peak.threads} "
+        f"active/total, mean/peak CPU {t.cpu_percent:.0f}/{peak.cpu_percent:.0f}%, "
         f"demand {t.demand:.2f}/{peak.demand:.2f}, "
-        f"delay {percent(t.run_delay_ratio)}/{percent(peak.run_delay_ratio)}"
+        f"delay {delays(t.run_delay_ratio, t.demand, peak.run_delay_ratio, peak.demand)}"
     )
-    return _FitOrList(table, needs, rows)
+    return _FitOrList(table, rows)
 
 
 def _run_line(s: Summary, sep: str = " · ") -> str:
@@ -333,14 +375,12 @@ def summary_renderable(s: Summary) -> RenderableType:
     ]
     if s.samples:  # a preflight or an unmeasured run has no table, totals or host context
         ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
-        extra = _pools_and_vars(
-            [(p.pid, pools_text(p.pools, p.live_pools), env_text(p.thread_env)) for p in ordered]
-        )
+        extra = _pools_and_vars(ordered)
         parts += [
             _summary_table(s),
             *([extra] if extra is not None else []),
             Text(
-                f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
+                f"totals: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}; "
                 f"peak demand {number(s.totals_peak.demand)}"
             ),
             Text(_host_line(s.host), style="dim"),
@@ -375,7 +415,7 @@ def summary_text(s: Summary) -> str:
         lines.append(f"  fix: {f.fix}")
     if s.samples:
         lines.append(
-            f"totals: {totals_line(s.totals, s.budget.vcpus)}; "
+            f"totals: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}; "
             f"peak demand {number(s.totals_peak.demand)}"
         )
         live = live_pools_line(s.processes, s.budget.vcpus)

@@ -14,14 +14,15 @@ from oversub.model import Verdict
 from oversub.plural import count
 from oversub.render.phrases import (
     budget_limit_line,
-    env_text,
+    delay_text,
     fails,
     headline,
     host_phrases,
     number,
-    percent,
     pools_text,
+    process_label,
     rate,
+    sizing_vars_text,
     totals_line,
     unavailable_text,
 )
@@ -94,19 +95,23 @@ def _process_section(s: Summary) -> list[str]:
         "Run delay mean/peak",
         "Invol/s mean/peak",
         "Pools",
-        "Thread vars",
+        "Sizing variables",
     )
+    th = s.thresholds
+    cmdlines = {p.pid: p.cmdline for p in s.processes}
     rows = [
         (
             str(p.pid),
-            p.name + (" (exited)" if p.exited else ""),
+            process_label(p.name, p.cmdline, cmdlines.get(p.ppid), p.ppid)
+            + (" (exited)" if p.exited else ""),
             f"{p.active_threads_peak}/{p.threads}",
             f"{p.cpu_percent:.0f} / {p.cpu_percent_peak:.0f}",
             f"{p.demand:.2f} / {p.demand_peak:.2f}",
-            f"{percent(p.run_delay_ratio)} / {percent(p.run_delay_ratio_peak)}",
+            f"{delay_text(p.run_delay_ratio, p.demand, th)} / "
+            f"{delay_text(p.run_delay_ratio_peak, p.demand_peak, th)}",
             f"{rate(p.involuntary_ctx_per_s)} / {rate(p.involuntary_ctx_per_s_peak)}",
             pools_text(p.pools, p.live_pools),
-            env_text(p.thread_env),
+            sizing_vars_text(p.pools, p.thread_env),
         )
         for p in sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
     ]
@@ -182,9 +187,10 @@ def summary_markdown(
         "",
         "### Totals",
         "",
-        f"- Mean: {totals_line(s.totals, s.budget.vcpus)}",
+        f"- Mean: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}",
         f"- Peak: demand {number(s.totals_peak.demand)}, CPU {s.totals_peak.cpu_percent:.0f}%, "
-        f"run delay {percent(s.totals_peak.run_delay_ratio)}",
+        "run delay "
+        + delay_text(s.totals_peak.run_delay_ratio, s.totals_peak.demand, s.thresholds),
     ]
     host = host_phrases(s.host)
     if host:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from oversub.model import Budget, Verdict
+from oversub.model import Budget, Thresholds, Verdict
 from oversub.plural import count, noun
-from oversub.pools import RECOMMENDED_VARS
+from oversub.pools import POOL_KINDS, POOLS_BY_KEY, RECOMMENDED_VARS, controlling_value
 from oversub.results import Finding, HostRates, ProcessSummary, Summary, Totals
 from oversub.samples import DENIED_UNAVAILABLE
 
@@ -22,6 +22,7 @@ __all__ = [
     "VERDICT_MEANING",
     "budget_limit_line",
     "cpus_phrase",
+    "delay_text",
     "env_text",
     "fails",
     "finding_line",
@@ -32,7 +33,9 @@ __all__ = [
     "percent",
     "pool_threads_phrase",
     "pools_text",
+    "process_label",
     "rate",
+    "sizing_vars_text",
     "totals_line",
 ]
 
@@ -135,6 +138,75 @@ def pools_text(pools: tuple[str, ...] | None, live: Mapping[str, int] | None = N
     return ", ".join(f"{k}={live[k]} (live)" if k in live else k for k in pools)
 
 
+def sizing_vars_text(pools: tuple[str, ...] | None, env: Mapping[str, str] | None) -> str:
+    """The variables that size each mapped pool, set or unset, e.g. "OMP_NUM_THREADS=1,
+    OPENBLAS_NUM_THREADS unset": what decides how many threads the pools start; then any
+    other sizing variable that is set (it sizes a pool loaded later). Tuning variables
+    (OPENBLAS_CORETYPE, KMP_BLOCKTIME, ...) are left out. "?" when the environment is
+    unknown; "-" when there is nothing to show."""
+    if env is None:
+        return "?"
+    shown: dict[str, str] = {}
+    for key in pools or ():
+        kind = POOLS_BY_KEY.get(key)
+        if kind is None or not kind.variables:
+            continue
+        ctl = controlling_value(key, env)
+        if ctl is not None:
+            shown.setdefault(ctl[0], f"{ctl[0]}={ctl[1]}")
+        else:
+            shown.setdefault(kind.variables[0], f"{kind.variables[0]} unset")
+    for name in SIZING_VARS:
+        if env.get(name, "").strip():
+            shown.setdefault(name, f"{name}={env[name]}")
+    return ", ".join(shown.values()) if shown else UNKNOWN
+
+
+SIZING_VARS: tuple[str, ...] = tuple(
+    dict.fromkeys([*RECOMMENDED_VARS, *(v for kind in POOL_KINDS for v in kind.variables)])
+)
+"""Variables that set how many threads a pool starts (the rest only tune it)."""
+
+_LABELS = (
+    ("multiprocessing.resource_tracker", "resource tracker"),
+    ("multiprocessing.forkserver", "forkserver"),
+    ("multiprocessing.spawn", "spawn worker"),
+)
+"""Command lines multiprocessing gives its helpers (`python -c "from multiprocessing..."`),
+and what to call them: all of them are "python", and their code is not what tells them apart."""
+
+LABEL_WIDTH = 30
+"""Characters of a process label: room for a short command line in an 80-column table."""
+
+
+def process_label(
+    name: str, cmdline: str, parent_cmdline: str | None, ppid: int, width: int = LABEL_WIDTH
+) -> str:
+    """What a process is, in at most `width` characters: "resource tracker", "spawn worker",
+    "fork of 1234" (a plain fork keeps its parent's command line), else the command line
+    with its program's directory dropped ("python train.py --epochs 1"), cut with "…";
+    the name (comm) when the command line is empty (a zombie, a kernel thread)."""
+    for marker, label in _LABELS:
+        if marker in cmdline:
+            return label
+    if cmdline and cmdline == parent_cmdline:
+        return f"fork of {ppid}"
+    if not cmdline.strip():
+        return name
+    program, _, rest = cmdline.partition(" ")
+    text = f"{program.rsplit('/', 1)[-1]} {rest}".strip()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def delay_text(ratio: float | None, demand: float, th: Thresholds) -> str:
+    """A delay ratio for a table cell: "low" when it would look alarming (above
+    `delay-ratio`) but the waiting behind it is below `min-wait` (an idle tree's few
+    wake-ups can wait 90% of almost nothing), else the percentage."""
+    if ratio is not None and ratio > th.delay_ratio and demand * ratio < th.min_wait:
+        return "low"
+    return percent(ratio)
+
+
 def env_text(env: Mapping[str, str] | None) -> str:
     """Thread variables as "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1" (recommended order first);
     "default" when none is set; "?" when the environment was unreadable."""
@@ -194,8 +266,16 @@ def host_phrases(h: HostRates) -> list[str]:
     return out
 
 
-def totals_line(t: Totals, vcpus: int) -> str:
-    """The tree in one line: processes, threads, CPU, demand against N, delay, switches."""
+def totals_line(t: Totals, vcpus: int, th: Thresholds | None = None) -> str:
+    """The tree in one line: processes, threads, CPU, demand against N, delay, switches.
+
+    A delay ratio below the `min-wait` floor of `th` is called low, with the waiting behind
+    it, rather than shown as an alarming percentage of almost nothing."""
+    th = th if th is not None else Thresholds()
+    delay = f"run delay {percent(t.run_delay_ratio)}"
+    if delay_text(t.run_delay_ratio, t.demand, th) == "low":
+        waited = t.demand * (t.run_delay_ratio or 0.0)
+        delay = f"run delay low ({waited:.2f} CPU-s/s waited, below --min-wait {th.min_wait:g})"
     per_cpu = (
         ""
         if t.involuntary_ctx_per_cpu_s is None
@@ -206,7 +286,7 @@ def totals_line(t: Totals, vcpus: int) -> str:
         f"{count(t.threads, 'thread')} ({t.active_threads} active), "
         f"{pool_threads_phrase(t)}, "
         f"CPU {t.cpu_percent:.0f}%, demand {t.demand:.2f} runnable threads on N = {vcpus}, "
-        f"run delay {percent(t.run_delay_ratio)}{per_cpu}"
+        f"{delay}{per_cpu}"
     )
 
 
