@@ -169,6 +169,33 @@ def test_nonexistent_pid(tmp_path: Path) -> None:
         read_budget(0, root=tree.root)
 
 
+def test_a_thread_id_names_its_process(tmp_path: Path) -> None:
+    # Issue 11 item 11: `watch TID` said "cannot read /proc/TID/stat" with no hint.
+    tree = host_tree(tmp_path)
+    tree.write(f"/proc/{PID + 1}/status", f"Name:\tpython\nTgid:\t{PID}\nPid:\t{PID + 1}\n")
+    with pytest.raises(NoSuchProcess, match=f"{PID + 1} is a thread of process {PID}"):
+        read_budget(PID + 1, root=tree.root)
+
+
+def test_a_real_thread_id_names_its_process() -> None:
+    import threading
+
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait)
+    thread.start()
+    try:
+        tid = thread.native_id
+        assert tid is not None
+        with pytest.raises(NoSuchProcess) as caught:
+            read_budget(tid)
+        assert str(caught.value) == (
+            f"{tid} is a thread of process {os.getpid()}, not a process: use pid {os.getpid()}"
+        )
+    finally:
+        release.set()
+        thread.join()
+
+
 def test_detail_on_a_fake_tree_reads_its_cpuinfo(tmp_path: Path) -> None:
     tree = host_tree(tmp_path)
     tree.write(

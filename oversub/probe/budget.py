@@ -69,6 +69,7 @@ def _check_exists(pid: int, root: str) -> None:
     if pid <= 0:
         raise NoSuchProcess(f"no process with pid {pid}")
     if os.path.isdir(rooted(root, f"/proc/{pid}")):
+        _refuse_a_thread(pid, root)
         return
     if root == "/" and os.name == "posix":
         # /proc mounted with hidepid hides other users' processes: tell that from "gone".
@@ -81,6 +82,25 @@ def _check_exists(pid: int, root: str) -> None:
         else:
             raise PermissionDenied(f"cannot read process {pid}: permission denied")
     raise NoSuchProcess(f"no process with pid {pid}")
+
+
+def _refuse_a_thread(pid: int, root: str) -> None:
+    """NoSuchProcess naming the process when `pid` is a thread id (/proc lists every thread
+    id as a directory, though `ls /proc` does not show them): its Tgid is another pid."""
+    try:
+        with open(rooted(root, f"/proc/{pid}/status"), encoding="ascii", errors="replace") as fh:
+            status = fh.read()
+    except OSError:
+        return  # gone or refused: the reads that follow say so
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key == "Tgid":
+            tgid = value.strip()
+            if tgid.isdigit() and int(tgid) != pid:
+                raise NoSuchProcess(
+                    f"{pid} is a thread of process {tgid}, not a process: use pid {tgid}"
+                )
+            return
 
 
 def _affinity_from_status(pid: int, root: str, notes: list[str]) -> tuple[int, ...] | None:
