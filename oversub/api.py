@@ -6,9 +6,10 @@
     loader = DataLoader(ds, num_workers=4, worker_init_fn=oversub.worker_init_fn)
 
 Call `apply` before numpy/torch create their pools where possible: OpenBLAS and OpenMP
-read their variables once, when first loaded. Pools that already exist are resized only
-through libraries that are already imported (torch.set_num_threads, threadpoolctl):
-`apply` never imports them, so it costs nothing in a job that does not use them.
+read their variables once, when first loaded. Pools that are already loaded are resized
+through threadpoolctl (a dependency: it finds every loaded OpenBLAS, MKL, BLIS and OpenMP
+library, whoever loaded it) and torch.set_num_threads when torch is imported. Both are
+imported inside `apply`, never by `import oversub`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -93,17 +95,22 @@ def _apply_threads(threads: int, env: Mapping[str, str]) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(threads)
-    threadpoolctl = sys.modules.get("threadpoolctl")
-    if threadpoolctl is None and ("numpy" in sys.modules or "scipy" in sys.modules):
-        # NumPy's OpenBLAS read the variables when it loaded (typical in spawned workers), so
-        # only threadpoolctl can still resize it; use it when it is installed.
-        try:
-            threadpoolctl = importlib.import_module("threadpoolctl")
-        except ImportError:
-            threadpoolctl = None
-    if threadpoolctl is not None:
-        # Resizes BLAS/OpenMP pools that are already loaded, which the variables cannot.
-        _threadpool_limiter = threadpoolctl.threadpool_limits(limits=threads)
+    # A library that is already loaded read the variables when it loaded (NumPy's OpenBLAS
+    # in a spawned worker, an OpenMP runtime another extension pulled in): only
+    # threadpoolctl can still resize it. It looks at the loaded libraries themselves, so it
+    # runs whatever was imported; imported here so that `import oversub` stays cheap.
+    try:
+        threadpoolctl = importlib.import_module("threadpoolctl")
+    except ImportError:
+        warnings.warn(
+            "oversub.apply: threadpoolctl is not installed (it is a dependency of oversub), "
+            "so BLAS/OpenMP pools that are already loaded keep their size; only the "
+            "environment variables were set",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    _threadpool_limiter = threadpoolctl.threadpool_limits(limits=threads)
 
 
 def apply(plan: Plan, *, role: Literal["main", "worker"] = "main") -> int:
@@ -111,8 +118,8 @@ def apply(plan: Plan, *, role: Literal["main", "worker"] = "main") -> int:
 
     role "main": T threads (`plan.env`). role "worker": 1 thread (`plan.worker_env`, or
     every variable at 1 when the plan has no workers). Sets the thread variables in
-    os.environ, and, only when already imported, calls torch.set_num_threads and
-    threadpoolctl.threadpool_limits.
+    os.environ, limits every BLAS/OpenMP pool already loaded with
+    threadpoolctl.threadpool_limits, and calls torch.set_num_threads when torch is imported.
     """
     if role == "main":
         threads, env = plan.threads_per_process, plan.env
@@ -130,8 +137,7 @@ def worker_init_fn(worker_id: int) -> None:
 
     torch already sets its own pool to 1 in DataLoader workers, but not OpenBLAS/MKL/OpenMP
     pools (NumPy's keeps all N threads); this sets every thread variable to 1 and resizes
-    the pools threadpoolctl can reach when it is imported (or when NumPy/SciPy are loaded
-    and threadpoolctl is installed).
+    every loaded pool with threadpoolctl.
     """
     del worker_id  # the same for every worker
     _apply_threads(1, {name: "1" for name in RECOMMENDED_VARS})

@@ -182,19 +182,54 @@ print(json.dumps([main, worker, main_env, worker_env, calls, kept]))
     assert kept
 
 
-def test_apply_imports_nothing() -> None:
+def test_apply_imports_threadpoolctl_not_torch() -> None:
     result = run_python(
         """
         import json, os, sys
         import oversub
+        before = "threadpoolctl" in sys.modules
         plan = oversub.recommend(1, cpus=3)
         threads = oversub.apply(plan)
-        print(json.dumps([threads, os.environ["OMP_NUM_THREADS"],
+        print(json.dumps([threads, os.environ["OMP_NUM_THREADS"], before,
                           "torch" in sys.modules, "threadpoolctl" in sys.modules]))
         """
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == [3, "3", False, False]
+    assert json.loads(result.stdout) == [3, "3", False, False, True]
+
+
+def test_threadpoolctl_is_a_dependency() -> None:
+    # Issue 11 item 13: without it `apply` silently left NumPy's pools at N threads.
+    from importlib.metadata import requires
+
+    assert any(
+        r.split(">")[0].split("=")[0].strip() == "threadpoolctl" for r in requires("oversub") or []
+    )
+
+
+def test_apply_resizes_an_openmp_pool_loaded_before_it() -> None:
+    # Issue 11 item 13: a pool loaded before `apply` (here libgomp, as NumPy's OpenBLAS is in
+    # a spawned worker) read its size at load time; apply must still cap it. No NumPy here:
+    # `make test-real` shows the same with NumPy's OpenBLAS.
+    import ctypes.util
+
+    gomp = ctypes.util.find_library("gomp")
+    if gomp is None:
+        pytest.skip("libgomp is not installed on this machine")
+    result = run_python(
+        f"""
+        import ctypes, json
+        lib = ctypes.CDLL({gomp!r})
+        before = lib.omp_get_max_threads()
+        import oversub
+        threads = oversub.apply(oversub.recommend(1, cpus=1))
+        print(json.dumps([before, threads, lib.omp_get_max_threads()]))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    before, threads, after = json.loads(result.stdout)
+    assert threads == 1 and after == 1
+    assert before == len(os.sched_getaffinity(0))  # the default: every CPU
 
 
 def test_apply_worker_role_without_workers_in_plan() -> None:
@@ -221,6 +256,7 @@ def test_worker_init_fn_sets_one_thread() -> None:
         FAKES
         + """
 sys.modules["torch"] = torch
+sys.modules["threadpoolctl"] = tpc
 import oversub
 oversub.worker_init_fn(3)
 print(json.dumps([{k: os.environ[k] for k in os.environ if k.endswith("_THREADS")}, calls]))
@@ -229,4 +265,4 @@ print(json.dumps([{k: os.environ[k] for k in os.environ if k.endswith("_THREADS"
     assert result.returncode == 0, result.stderr
     env, calls = json.loads(result.stdout)
     assert {k: env[k] for k in RECOMMENDED_VARS} == dict.fromkeys(RECOMMENDED_VARS, "1")
-    assert calls == {"torch": [1], "threadpoolctl": []}
+    assert calls == {"torch": [1], "threadpoolctl": [1]}

@@ -14,6 +14,7 @@ import pytest
 from tests.real.conftest import (
     PROCS,
     SELF_INFLICTED,
+    VCPUS,
     WORKLOAD_S,
     example,
     recommended_env,
@@ -51,3 +52,33 @@ def test_default_openblas_oversubscribes_and_the_env_fixes_it(tmp_path: Path, fi
     # ok, unless other load on the machine starves the tree (starved-*): never self-inflicted.
     assert not fixed.rules() & SELF_INFLICTED, fixed.describe()
     assert fixed.summary["verdict"] in {"ok", "starved"}, fixed.describe()
+
+
+def test_apply_caps_openblas_that_numpy_loaded_first() -> None:
+    # Issue 11 item 13: `oversub.apply()` after `import numpy` did nothing without
+    # threadpoolctl (it returned 1, and `check` still saw 2 active threads). NumPy's OpenBLAS
+    # read its size when it loaded; apply and worker_init_fn must still cap it.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json, numpy, threadpoolctl, oversub\n"
+        "def blas():\n"
+        "    return sorted({p['num_threads'] for p in threadpoolctl.threadpool_info()"
+        " if p['user_api'] == 'blas'})\n"
+        "before = blas()\n"
+        "oversub.apply(oversub.recommend(procs=1, cpus=1))\n"
+        "main = blas()\n"
+        "oversub.worker_init_fn(0)\n"
+        "print(json.dumps([before, main, blas()]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    before, main, worker = json.loads(done.stdout)
+    assert before and (before[0] > 1 or VCPUS == 1), before  # sized by default: every CPU
+    assert main == [1] and worker == [1], (main, worker)
