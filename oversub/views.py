@@ -23,9 +23,24 @@ if TYPE_CHECKING:
     from rich.live import Live
 
 
+UNWRAPPED_WIDTH = 100_000
+"""Console width off a terminal: wide enough that no line is ever hard-wrapped."""
+
+
 def make_console(*, stderr: bool = False) -> Console:
-    """A Console for this invocation; rich itself honours NO_COLOR and non-terminals."""
+    """A Console for this invocation; rich itself honours NO_COLOR and non-terminals.
+
+    Off a terminal (a pipe, a file, a CI log) lines are not wrapped at 80 columns: a wrapped
+    "oversubscribes by M/N = ⏎2.0x" breaks grep. COLUMNS, when set, still wins.
+    """
+    import os
+
     from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if "COLUMNS" not in os.environ and not _isatty(stream):
+        width = UNWRAPPED_WIDTH
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:
@@ -34,7 +49,14 @@ def make_console(*, stderr: bool = False) -> Console:
             self.quiet = True
             raise OutputClosed("stdout was closed by its reader")
 
-    return _Console(stderr=stderr, highlight=False)
+    return _Console(stderr=stderr, highlight=False, width=width)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed or not a real file
+        return False
 
 
 class WatchView:
@@ -89,6 +111,7 @@ class WatchView:
             elapsed=elapsed,
             samples=samples,
             thresholds=self.thresholds,
+            timestamp=utc_timestamp(),
         )
         if self._live is not None and frame is not None:
             with _reader_may_leave():
@@ -99,13 +122,24 @@ class WatchView:
                 self.out.flush()
 
     def summary(self, summary: Summary) -> None:
-        report = render_watch_summary(summary, self.fmt)
+        report = render_watch_summary(summary, self.fmt, timestamp=utc_timestamp())
         with _reader_may_leave():
             if isinstance(report, str):
                 self.out.write(report)
             else:
                 (self._console or make_console()).print(report)
             self.out.flush()
+
+
+def utc_timestamp() -> str:
+    """Now, wall clock, UTC, ISO 8601 to the millisecond: "2025-01-31T12:00:00.123Z".
+
+    NDJSON records carry it beside `t` (monotonic seconds, only differences mean anything)
+    so that a log line can be matched with other logs."""
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return now.replace("+00:00", "Z")
 
 
 @contextmanager

@@ -311,6 +311,14 @@ def test_watch_json_summary_and_ndjson_lines(spawned: list[subprocess.Popen[byte
     lines = oversub(["watch", str(target.pid), "--once", "--interval", "0.5"])  # a pipe: ndjson
     records = [json.loads(x) for x in lines.stdout.splitlines()]
     assert [r["type"] for r in records] == ["interval", "summary"]
+    # Issue 11 item 17: every record carries the wall clock, UTC, ISO 8601.
+    from datetime import datetime, timedelta, timezone
+
+    for record in records:
+        stamp = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
+        assert stamp.tzinfo is not None and stamp.utcoffset() == timedelta(0)
+        assert record["timestamp"].endswith("Z")
+        assert abs(datetime.now(timezone.utc) - stamp) < timedelta(minutes=10)
 
 
 def test_watch_sees_starvation_from_outside(spawned: list[subprocess.Popen[bytes]]) -> None:

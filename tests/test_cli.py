@@ -91,6 +91,21 @@ def test_recommend_warnings_go_to_stderr_in_every_format(
         assert "warning" not in out
 
 
+def test_text_off_a_terminal_is_not_hard_wrapped(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 11 item 16: piped text was wrapped at 80 columns, which breaks grep.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, _ = run(["recommend", "--procs", "3", "--workers", "2", "--cpus", "2"], capsys)
+    assert code == 0
+    assert any(
+        "M*(T + W) - N: the plan needs 9 threads on 2 vCPUs (4.5x), even at 1 thread per process"
+        in line
+        for line in out.splitlines()
+    ), out
+    assert "Binding: none, since --cpus gives a count, not this machine's CPUs; run " in out
+
+
 def test_recommend_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["recommend", "--procs", "5", "--cpus", "4", "--format", "json"], capsys)
     assert code == 0

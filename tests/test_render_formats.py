@@ -67,17 +67,36 @@ def test_render_recommend_every_format(fmt: RecommendFormat) -> None:
 @pytest.mark.parametrize("fmt", list(WatchFormat))
 def test_render_watch_every_format(fmt: WatchFormat) -> None:
     iv, assessment, summary = make_interval(), make_assessment(), make_summary()
-    frame = render_watch_interval(iv, assessment, make_budget(), fmt, elapsed=2.0, samples=3)
-    final = render_watch_summary(summary, fmt)
+    stamp = "2025-01-31T12:00:00.123Z"
+    frame = render_watch_interval(
+        iv, assessment, make_budget(), fmt, elapsed=2.0, samples=3, timestamp=stamp
+    )
+    final = render_watch_summary(summary, fmt, timestamp=stamp)
     if fmt is WatchFormat.LIVE:
         assert frame is not None and "OVERSUBSCRIBED" in render(frame)
         assert "oversub summary" in render(final)
     elif fmt is WatchFormat.NDJSON:
         assert isinstance(frame, str) and isinstance(final, str)
         assert frame.count("\n") == 1 and final.count("\n") == 1
-        assert json.loads(frame) == {"type": "interval", **interval_dict(iv, assessment)}
-        assert json.loads(final) == {"type": "summary", **summary_dict(summary)}
+        assert json.loads(frame) == {
+            "type": "interval",
+            "timestamp": stamp,
+            **interval_dict(iv, assessment),
+        }
+        assert json.loads(final) == {"type": "summary", "timestamp": stamp, **summary_dict(summary)}
     else:
         assert frame is None  # JSON prints only the summary
         assert isinstance(final, str) and json.loads(final) == summary_dict(summary)
         assert final.count("\n") > 1  # indented for people
+
+
+def test_utc_timestamp_is_iso_8601_utc() -> None:
+    import re
+    from datetime import datetime, timedelta, timezone
+
+    from oversub.views import utc_timestamp
+
+    stamp = utc_timestamp()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), stamp
+    parsed = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    assert abs(datetime.now(timezone.utc) - parsed) < timedelta(minutes=1)

@@ -111,9 +111,11 @@ def render_watch_interval(
     elapsed: float,
     samples: int,
     thresholds: Thresholds | None = None,
+    timestamp: str | None = None,
 ) -> RenderableType | None:
     """One interval in `fmt`: the live frame (LIVE), one JSON line with newline (NDJSON),
-    or None (JSON prints only the summary)."""
+    or None (JSON prints only the summary). `timestamp` (wall clock, UTC, ISO 8601) goes
+    into the NDJSON record as "timestamp"; the caller reads the clock."""
     if fmt is WatchFormat.LIVE:
         from oversub.render.live import watch_renderable
 
@@ -128,7 +130,7 @@ def render_watch_interval(
     elif fmt is WatchFormat.NDJSON:
         from oversub.render.serialize import interval_dict, to_json
 
-        record = {"type": "interval", **interval_dict(interval, assessment)}
+        record = {"type": "interval", "timestamp": timestamp, **interval_dict(interval, assessment)}
         return to_json(record, indent=None) + "\n"
     elif fmt is WatchFormat.JSON:
         return None
@@ -136,9 +138,11 @@ def render_watch_interval(
         _unreachable(fmt)
 
 
-def render_watch_summary(summary: Summary, fmt: WatchFormat) -> RenderableType:
-    """The run's summary in `fmt`: a rich report (LIVE), one JSON line (NDJSON), or indented
-    JSON (JSON); strings end in a newline."""
+def render_watch_summary(
+    summary: Summary, fmt: WatchFormat, *, timestamp: str | None = None
+) -> RenderableType:
+    """The run's summary in `fmt`: a rich report (LIVE), one JSON line (NDJSON, with
+    "timestamp" as for intervals), or indented JSON (JSON); strings end in a newline."""
     if fmt is WatchFormat.LIVE:
         from oversub.render.live import summary_renderable
 
@@ -146,7 +150,7 @@ def render_watch_summary(summary: Summary, fmt: WatchFormat) -> RenderableType:
     elif fmt is WatchFormat.NDJSON:
         from oversub.render.serialize import summary_dict, to_json
 
-        record = {"type": "summary", **summary_dict(summary)}
+        record = {"type": "summary", "timestamp": timestamp, **summary_dict(summary)}
         return to_json(record, indent=None) + "\n"
     elif fmt is WatchFormat.JSON:
         from oversub.render.serialize import summary_dict, to_json

@@ -253,7 +253,9 @@ def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:
     """One interval and its assessment: one line of `--format ndjson`.
 
     Keys:
-      - `t` (float): end of the interval, monotonic seconds (only differences mean anything).
+      - `t` (float): end of the interval on the monotonic clock (CLOCK_MONOTONIC: seconds
+        since boot on Linux, not counting suspend); only differences between records mean
+        anything. The NDJSON record adds `timestamp`, the wall clock (UTC, ISO 8601).
       - `seconds` (float): length of the interval.
       - `root_pid` (int), `vcpus` (int): the watched tree and its budget N.
       - `verdict` (str): "ok", "at-risk", "starved" or "oversubscribed".
