@@ -47,6 +47,8 @@ class CheckOptions:
     json_path: Path | None = None
     junit_path: Path | None = None
     markdown_path: Path | None = None
+    progress_every: float = 10.0
+    """Seconds between progress lines on stderr when it is not a terminal (a CI log)."""
 
 
 @dataclass
@@ -159,9 +161,13 @@ def check_command(
     stopped they are ignored until it is gone, so a second signal cannot leave it running.
     """
     from oversub.probe.sampler import TreeSampler
+    from oversub.progress import CheckProgress, shown_command
     from oversub.runner import TreeReaper, start_command
 
     validate_report_paths(opts)
+    progress = CheckProgress(
+        err if err is not None else sys.stderr, budget, every=opts.progress_every
+    )
     proc: subprocess.Popen[bytes] | None = None
     reaper: TreeReaper | None = None
     result: SessionResult | None = None
@@ -173,6 +179,15 @@ def check_command(
             proc = start_command(argv)
             reaper = TreeReaper(proc)
             started = time.monotonic()
+            until = "until it exits" + (
+                f" (--timeout ends it after {opts.timeout:g} s)" if opts.timeout is not None else ""
+            )
+            progress.start(
+                f"started pid {proc.pid} ({shown_command(report_command(argv))})",
+                interval=opts.session.interval,
+                warmup=opts.session.warmup,
+                until=until,
+            )
 
             def should_stop() -> bool:
                 nonlocal timed_out
@@ -184,9 +199,10 @@ def check_command(
                     return True
                 return False
 
-            def observe(iv: Interval, _a: Assessment, _n: int, _e: float) -> None:
+            def observe(iv: Interval, a: Assessment, samples: int, elapsed: float) -> None:
                 assert reaper is not None
                 reaper.observe(p.pid for p in iv.processes)
+                progress.interval(iv, a, samples, elapsed)
 
             with TreeSampler.for_budget(proc.pid, budget) as sampler:
                 result = run_session(
@@ -195,6 +211,7 @@ def check_command(
         except KeyboardInterrupt:
             result = None
         finally:
+            progress.close()
             if proc is not None:
                 late_interrupt = _stop_tree(proc, reaper, opts.grace)
     assert proc is not None  # start_command either returned or raised out of this function
@@ -237,13 +254,33 @@ def check_pid(
 ) -> ExitStatus:
     """Attach to a running tree for `opts.session.duration` seconds (or until it exits)."""
     from oversub.probe.sampler import TreeSampler
+    from oversub.progress import CheckProgress
 
     validate_report_paths(opts)
+    progress = CheckProgress(
+        err if err is not None else sys.stderr, budget, every=opts.progress_every
+    )
+    duration = opts.session.duration
     with (
         stop_signals_interrupt(),
         TreeSampler.for_budget(pid, budget) as sampler,
     ):
-        result: SessionResult = run_session(sampler, budget, opts.session)
+        progress.start(
+            f"attached to pid {pid}",
+            interval=opts.session.interval,
+            warmup=opts.session.warmup,
+            until=(
+                f"for {duration:g} s, or until the target exits"
+                if duration is not None
+                else "until the target exits (no --duration given)"
+            ),
+        )
+        try:
+            result: SessionResult = run_session(
+                sampler, budget, opts.session, on_interval=progress.interval
+            )
+        finally:
+            progress.close()
     outcome = _Outcome(summary=result.summary, interrupted=result.interrupted)
     return report(outcome, opts, err=err)
 
