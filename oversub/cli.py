@@ -170,20 +170,25 @@ def recommend(procs: int | str, workers: int, pid: int | None, ncpus: int | None
     _warn(plan.warnings, severe=plan.oversubscribed)
 
 
-def _colour_stderr() -> bool:
-    """Colour on stderr only for a terminal that wants it (NO_COLOR, TERM=dumb)."""
-    return sys.stderr.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
-
-
 def _warn(warnings: tuple[str, ...], *, severe: bool) -> None:
     """Diagnostics on stderr, most important first, in every format: `eval "$(oversub
-    recommend --format env)"` must not swallow "8 processes on 2 vCPUs oversubscribe"."""
-    colour = _colour_stderr()
+    recommend --format env)"` must not swallow "8 processes on 2 vCPUs oversubscribe".
+
+    Plain lines off a terminal (no rich import: launch scripts); on a terminal through a
+    Console, wrapped with continuation lines under the text, coloured unless NO_COLOR."""
+    if not warnings:
+        return
+    if not sys.stderr.isatty():
+        for warning in warnings:
+            click.echo(f"oversub: warning: {warning}", err=True)
+        return
+    from oversub.render.live import hanging
+    from oversub.views import make_console
+
+    console = make_console(stderr=True)
+    style = "bold red" if severe else "yellow"
     for warning in warnings:
-        line = f"oversub: warning: {warning}"
-        if colour:
-            line = click.style(line, fg="red" if severe else "yellow", bold=severe)
-        click.echo(line, err=True)
+        console.print(hanging("oversub: warning: ", warning, style))
 
 
 @cli.command(context_settings=CONTEXT)

@@ -275,8 +275,10 @@ def test_ctrl_c_kills_the_whole_tree(spawned: list[subprocess.Popen[bytes]]) -> 
     )
     spawned.append(check)
     assert check.stderr is not None
-    line = check.stderr.readline().decode()  # stress announces its root pid first
-    assert "root pid" in line, line
+    # check's start line, then stress announces its root pid.
+    lines = [check.stderr.readline().decode() for _ in range(2)]
+    assert lines[0].startswith("oversub check: started pid "), lines
+    assert "root pid" in lines[1], lines
     deadline = time.monotonic() + 30
     tree: set[int] = set()
     while time.monotonic() < deadline and len(tree) < 4:  # command, stress root, 2 workers

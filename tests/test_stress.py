@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="ne
 
 PROCS, THREADS, IDLE = 2, 2, 1
 BANNER = re.compile(
-    r"oversub stress: root pid (\d+) \((\d+) processes x (\d+) busy threads, (\d+) idle, (\S+) s\)"
+    r"oversub stress: root pid (\d+) \((\d+) process(?:es)? x (\d+) busy threads?, (\d+) idle, "
+    r"(\S+) s\)"
 )
 
 

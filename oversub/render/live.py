@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VERDICT_STYLE",
+    "hanging",
     "summary_renderable",
     "summary_text",
     "watch_renderable",
@@ -127,7 +128,7 @@ def _banner(verdict: Verdict | None, meaning: str) -> Text:
     return text
 
 
-def _hanging(prefix: str, text: str, style: str = "") -> RenderableType:
+def hanging(prefix: str, text: str, style: str = "") -> RenderableType:
     """`prefix` then `text`, whose continuation lines start under the text, not at column 0
     (a one-row grid: rich's Text has no hanging indent)."""
     from rich.table import Table
@@ -150,8 +151,8 @@ def _findings(findings: tuple[Finding, ...]) -> RenderableType:
     lines: list[RenderableType] = []
     for f in findings:
         style = _SEVERITY_STYLE[f.severity]
-        lines.append(_hanging(f"[{f.severity.value}] ", f"{f.rule}: {f.message}", style))
-        lines.append(_hanging("  fix: ", f.fix))
+        lines.append(hanging(f"[{f.severity.value}] ", f"{f.rule}: {f.message}", style))
+        lines.append(hanging("  fix: ", f.fix))
     return Group(*lines)
 
 

@@ -175,7 +175,7 @@ _LABELS = (
 """Command lines multiprocessing gives its helpers (`python -c "from multiprocessing..."`),
 and what to call them: all of them are "python", and their code is not what tells them apart."""
 
-LABEL_WIDTH = 30
+LABEL_WIDTH = 40
 """Characters of a process label: room for a short command line in an 80-column table."""
 
 

@@ -1,0 +1,160 @@
+"""The terminal as a person sees it: oversub inside tmux, read back with capture-pane.
+
+A pty recording (test_output_hardening) holds every byte, frames that were later erased
+included; what a person reads is the screen the bytes leave behind. tmux keeps that screen
+(and its scroll-back), so these tests look at it: after `watch` ends only the summary's
+verdict is on the screen (issue 11 item 4); a live frame names the processes, says
+"active/total" and shows the pools' sizing variables (item 14); `check` draws one status
+line while it runs and erases it before the report (item 15).
+
+Each test uses a tmux server of its own (`-L`), which it kills at the end, and every
+process it starts runs inside that server's pane, so killing the server ends them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        shutil.which("tmux") is None, reason="tmux is not installed (make test installs it)"
+    ),
+]
+
+OVERSUB = [sys.executable, "-m", "oversub"]
+WAIT_S = 90.0
+"""Bound on every wait (a run takes seconds); never asserted as a time."""
+DONE = "__oversub_test_done__"
+VCPUS = len(os.sched_getaffinity(0))
+BANNER = re.compile(r"^ ?(OK|AT-RISK|STARVED|OVERSUBSCRIBED|NOT JUDGED) ", re.MULTILINE)
+
+
+@dataclass
+class Pane:
+    server: str
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(
+            ["tmux", "-L", self.server, *args], capture_output=True, text=True, timeout=30
+        ).stdout
+
+    def screen(self) -> str:
+        """The visible screen and the whole scroll-back above it."""
+        return self.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "t")
+
+    def wait_for(self, found: Callable[[str], bool]) -> str:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            text = self.screen()
+            if found(text):
+                return text
+            time.sleep(0.2)
+        raise AssertionError(f"not seen within {WAIT_S} s:\n{self.screen()}")
+
+
+@pytest.fixture
+def pane() -> Iterator[Callable[[str, int], Pane]]:
+    servers: list[str] = []
+
+    def start(command: str, width: int = 100) -> Pane:
+        server = f"oversub-test-{uuid.uuid4().hex[:8]}"
+        servers.append(server)
+        script = f"{command}; echo {DONE} $?; sleep 600"
+        env = {**os.environ, "TERM": "xterm-256color"}
+        env.pop("NO_COLOR", None)
+        env.pop("COLUMNS", None)
+        subprocess.run(
+            [
+                "tmux",
+                "-L",
+                server,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "t",
+                "-x",
+                str(width),
+                "-y",
+                "50",
+                "sh",
+                "-c",
+                script,
+            ],
+            check=True,
+            timeout=30,
+            env=env,
+        )
+        return Pane(server)
+
+    yield start
+    for server in servers:
+        subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, timeout=30)
+
+
+def stress(procs: int, threads: int, seconds: float) -> str:
+    return shlex.join(
+        [
+            *OVERSUB,
+            "stress",
+            "--procs",
+            str(procs),
+            "--threads",
+            str(threads),
+            "--seconds",
+            str(seconds),
+        ]
+    )
+
+
+def test_after_watch_the_screen_holds_one_verdict(pane: Callable[[str, int], Pane]) -> None:
+    # Issue 11 item 4: the last frame said "OK ... No findings." with exited workers
+    # unmarked, right above a summary that said OVERSUBSCRIBED.
+    command = (
+        f"{stress(2, max(2, VCPUS), 4)} 2>/dev/null & {shlex.join(OVERSUB)} watch $! --interval 0.5"
+    )
+    p = pane(command, 100)
+    text = p.wait_for(lambda screen: DONE in screen)
+    assert "oversub summary" in text, text
+    assert "oversub watch ·" not in text, text  # the last frame was erased
+    assert len(BANNER.findall(text)) == 1, text
+    assert "(exited)" in text, text  # the workers ended before the root
+
+
+def test_a_live_frame_tells_processes_apart(pane: Callable[[str, int], Pane]) -> None:
+    # Issue 11 item 14: every row said "python"; "Threads 2/3" without saying which is which.
+    command = (
+        f"{stress(2, 1, 6)} 2>/dev/null & "
+        f"{shlex.join(OVERSUB)} watch $! --interval 0.5 --duration 4"
+    )
+    p = pane(command, 120)
+    frame = p.wait_for(lambda screen: screen.count("spawn worker") >= 2)
+    assert "active/total" in frame, frame
+    assert "resource tracker" in frame, frame
+    assert "python -m oversub stress --procs 2" in frame, frame
+    p.wait_for(lambda screen: DONE in screen)
+
+
+def test_check_draws_a_status_line_then_erases_it(pane: Callable[[str, int], Pane]) -> None:
+    # Issue 11 item 15: check printed nothing until the command ended.
+    command = f"{shlex.join(OVERSUB)} check --interval 0.5 -- {stress(1, 1, 4)}"
+    p = pane(command, 100)
+    status = re.compile(r"oversub check: \d+ s · \d+ samples? · demand \d+\.\d\d on N = \d+ · now ")
+    running = p.wait_for(lambda screen: bool(status.search(screen)))
+    assert "oversub check: started pid " in running, running
+    done = p.wait_for(lambda screen: DONE in screen)
+    assert not status.search(done), done  # erased before the report
+    assert "oversub check: pass: verdict" in done or "oversub check: FAIL" in done, done
