@@ -75,7 +75,7 @@ def run_session(
     The first sample raises (NoSuchProcess, PermissionDenied) when the target cannot be
     observed at all; after that, vanishing processes are normal and end the run quietly.
     """
-    run = RunSummary()
+    run = RunSummary(root_pid=sampler.root_pid)
     th = options.thresholds
     target_exited = False
     interrupted = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -242,6 +243,13 @@ def test_command_exiting_before_first_sample_is_exit_3() -> None:
     assert result.returncode == ExitStatus.UNOBSERVABLE
     assert "nothing was measured" in result.stderr
     assert "\noversub: not judged (nothing was measured" in result.stderr, result.stderr
+    # The headline names the command's pid, the one the start line gave, not oversub's own.
+    started = re.search(r"oversub check: started pid (\d+) ", result.stderr)
+    assert started is not None, result.stderr
+    assert "oversub: not judged (nothing was measured: the command exited before a full " in (
+        result.stderr
+    )
+    assert f", pid {started.group(1)}, 0.0 s, 0 samples" in result.stderr, result.stderr
 
 
 def test_timeout_ends_the_tree_and_is_not_a_failure(tmp_path: Path) -> None:

@@ -345,3 +345,10 @@ def test_the_latest_live_size_wins_over_a_run() -> None:
     s = line.result()
     assert s.totals.pool_threads == 0
     assert s.findings == ()
+
+
+def test_a_run_with_no_interval_names_the_watched_pid() -> None:
+    # `check -- CMD` reads the budget of oversub itself; a command that failed at once was
+    # reported as "pid <oversub's own pid>" (issue 11: every line true).
+    s = RunSummary(root_pid=4321).result(budget(2, pid=99), TH, target_exited=True)
+    assert s.root_pid == 4321

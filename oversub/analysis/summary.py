@@ -292,14 +292,16 @@ _EMPTY_HOST = HostRates(None, None, None, None, None)
 class RunSummary:
     """Accumulates intervals of one run; `result()` turns them into a `Summary`. No I/O."""
 
-    def __init__(self) -> None:
+    def __init__(self, root_pid: int | None = None) -> None:
+        """`root_pid`: the watched pid, so that a run with no interval still names it
+        (without it, the budget's pid, which may be oversub's own)."""
         self._processes: dict[tuple[int, int | None], _ProcessAccumulator] = {}
         """By process identity: pid and start time (a reused pid is another process)."""
         self._tree = _TreeAccumulator()
         self._intervals = 0
         self._t0: float | None = None
         self._t1: float | None = None
-        self._root_pid: int | None = None
+        self._root_pid: int | None = root_pid
         self._vcpus: int | None = None
         self._unavailable: dict[str, None] = {}
 
