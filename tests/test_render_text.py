@@ -4,6 +4,7 @@ and the plain stderr report."""
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import replace
 
 import pytest
@@ -467,3 +468,14 @@ def test_sizing_variables_not_tuning_ones() -> None:
     )
     assert sizing_vars_text(("openblas",), None) == "?"
     assert sizing_vars_text((), env) == "-"
+
+
+def test_on_a_terminal_a_long_fix_continues_under_its_text() -> None:
+    # Issue 11 item 16: continuation lines of a fix started at column 0.
+    long_fix = "set OMP_NUM_THREADS=1 " * 12
+    s = make_summary(findings=(make_finding(fix=long_fix.strip()),))
+    out = render(summary_renderable(s), width=60)
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("  fix: "))
+    continuation = lines[first + 1 : first + 3]
+    assert continuation and all(re.match(r" {7}\S", line) for line in continuation), out

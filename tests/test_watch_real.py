@@ -108,3 +108,33 @@ def test_busy_worker_whose_parent_died_is_an_orphan(
     doc = _watch(root.pid, 4)
     assert "orphan" in _rules(doc), doc["findings"]
     assert doc["verdict"] in {"at-risk", "starved", "oversubscribed"}
+
+
+def test_live_format_on_a_pipe_prints_the_summary_alone() -> None:
+    # Issue 11 item 9: piped, the live format printed its last frame without a newline,
+    # "No findings.oversub summary", and that frame's verdict above the summary's.
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        out = subprocess.run(
+            [
+                *OVERSUB,
+                "watch",
+                str(target.pid),
+                "--format",
+                "live",
+                "--duration",
+                "1",
+                "--interval",
+                "0.5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        target.kill()
+        target.wait()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("oversub summary · pid "), out.stdout
+    assert "oversub watch ·" not in out.stdout and "No findings.oversub" not in out.stdout
+    assert out.stdout.count("No findings.") == 1, out.stdout
