@@ -28,16 +28,13 @@ COMMAND_WIDTH = 60
 """Characters of the command line in the start line."""
 
 
-def _printable(text: str) -> str:
-    """One line whatever the text holds: control characters shown escaped (`\\x1b`)."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-
-
 def shown_command(argv: list[str], width: int = COMMAND_WIDTH) -> str:
     """The command for the start line: shell-quoted, control characters escaped, cut."""
     import shlex
 
-    text = _printable(shlex.join(argv))
+    from oversub.render.escape import terminal
+
+    text = terminal(shlex.join(argv))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

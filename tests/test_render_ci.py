@@ -6,6 +6,7 @@ in force, importing the bare name would clash with the future feature."""
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -81,7 +82,7 @@ def test_markdown_has_heading_findings_processes_and_budget() -> None:
     assert md.endswith("\n")
     assert "1 of 3 findings at or above `--fail-on oversubscribed`" in md
     assert "exit status 1" in md
-    assert "Command: `python train.py --lr 0.1` (exit status 0)" in md
+    assert "Command: <code>python train.py --lr 0.1</code> (exit status 0)" in md
     assert "N = 2 usable vCPUs (limited by affinity: 2 CPUs)" in md
     rows = [line for line in md.splitlines() if line.startswith("| oversubscribed-pools")]
     assert len(rows) == 1
@@ -100,7 +101,7 @@ def test_markdown_escapes_pipes_and_newlines_in_cells() -> None:
     )
     md = summary_markdown(s, command=None, exit_status=0, command_status=None, fail_on=Verdict.OK)
     row = next(line for line in md.splitlines() if line.startswith("| oversubscribed-pools"))
-    assert "a\\|b<br>c" in row and "use `x \\| y`" in row
+    assert "a\\|b<br>c" in row and "use \\`x \\| y\\`" in row
     # Unescaped pipes split cells: the row keeps exactly 5 cells (6 separators).
     assert row.replace("\\|", "").count("|") == 6
     assert "py\\|thon" in md and "OMP_NUM_THREADS=1\\|2" in md
@@ -118,7 +119,7 @@ def test_markdown_passing_run_and_backticks_in_command() -> None:
     )
     assert md.startswith("## oversub: OK (passed)")
     assert "No findings." in md and "No process was observed." in md
-    assert "``sh -c 'echo `date`'``" in md and "(no exit status)" in md
+    assert "<code>sh -c 'echo \\`date\\`'</code>" in md and "(no exit status)" in md
 
 
 # --------------------------------------------------------------------------- junit
@@ -245,8 +246,10 @@ def test_escape_functions_escape_percent_first() -> None:
     assert github.escape_property("a:%,\n") == "a%3A%25%2C%0A"
 
 
-def test_markdown_multiline_command_uses_a_fenced_block() -> None:
-    script = "import os\nprint(os.getpid())"
+def test_markdown_multiline_command_stays_one_line() -> None:
+    # A newline in an argument must not start a line of Markdown (a heading, raw HTML): the
+    # command stays on its line, its line breaks as <br>, its HTML as entities.
+    script = "import os\nprint(os.getpid())\n<script>alert(1)</script>"
     md = summary_markdown(
         make_summary(),
         command=["python", "-c", script],
@@ -254,10 +257,12 @@ def test_markdown_multiline_command_uses_a_fenced_block() -> None:
         command_status=-15,
         fail_on=Verdict.OVERSUBSCRIBED,
     )
-    lines = md.splitlines()
-    start = lines.index("```sh")
-    assert lines[start - 2] == "Command (exit status -15):"
-    assert lines[start + 1 : start + 4] == ["python -c 'import os", "print(os.getpid())'", "```"]
+    (line,) = [line for line in md.splitlines() if line.startswith("Command:")]
+    assert line == (
+        "Command: <code>python -c 'import os<br>print(os.getpid())<br>"
+        "&lt;script&gt;alert(1)&lt;/script&gt;'</code> (exit status -15)"
+    )
+    assert not any(line.startswith("<script>") for line in md.splitlines())
 
 
 def test_markdown_host_line_leaves_out_unknown_signals() -> None:
@@ -272,3 +277,65 @@ def test_markdown_host_line_leaves_out_unknown_signals() -> None:
         bare, command=None, exit_status=0, command_status=None, fail_on=Verdict.OK
     )
     assert "- Host:" not in bare_md
+
+
+# --------------------------------------------------------------------------- hostile text
+
+FORGED = "8\x1b]0;x\x07\x1b[2J\n::error::forged\r\noversub check: pass <script>alert(1)</script>"
+"""A thread-variable value (or process name) that would drive a terminal, forge workflow
+commands and a verdict line, and inject HTML."""
+
+
+def hostile_summary() -> Summary:
+    finding = make_finding(message=f"pid 7 {FORGED}", fix=f"unset `{FORGED}` | & [x](y)")
+    # No command line: the name (comm) labels the process (a zombie, a kernel thread).
+    name = "\x1b[2J<b>x</b>"
+    process = make_process_summary(name=name, cmdline="", thread_env={"OMP_NUM_THREADS": FORGED})
+    return make_summary(findings=(finding,), processes=(process,), notes=(FORGED,))
+
+
+def test_markdown_has_no_raw_html_and_no_line_of_its_own_for_untrusted_text() -> None:
+    md = summary_markdown(
+        hostile_summary(),
+        command=["sh", "-c", FORGED],
+        exit_status=1,
+        command_status=0,
+        fail_on=Verdict.OVERSUBSCRIBED,
+    )
+    assert "<script>" not in md and "<b>" not in md and "\x1b" not in md and "\r" not in md
+    assert "&lt;script&gt;" in md and "&lt;b&gt;" in md
+    assert not any(line.startswith(("::", "oversub check", "&lt;")) for line in md.splitlines())
+    row = next(line for line in md.splitlines() if line.startswith("| oversubscribed-pools"))
+    assert row.replace("\\|", "").count("|") == 6  # one row, five cells: nothing broke out
+    assert "\\[x\\](y)" in row and "\\`" in row and "&amp;" in row
+
+
+def test_annotations_cannot_forge_a_workflow_command() -> None:
+    lines = github.annotations(hostile_summary(), fail_on=Verdict.AT_RISK)
+    assert len(lines) == 1
+    (line,) = lines
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\x07" not in line
+    assert "%0A::error::forged%0D%0Aoversub check: pass" in line
+    assert "\\x1b]0;x\\x07" in line
+
+
+def test_markdown_fits_the_job_summary_limit_by_leaving_out_processes() -> None:
+    processes = tuple(
+        make_process_summary(pid=10_000 + i, cpu_percent=float(i % 97), thread_env={"OMP_X": "y"})
+        for i in range(20_000)
+    )
+    s = make_summary(processes=processes)
+    common = {"command": ["python", "train.py"], "exit_status": 0, "command_status": 0}
+    whole = summary_markdown(s, fail_on=Verdict.OVERSUBSCRIBED, **common)  # type: ignore[arg-type]
+    assert len(whole.encode()) > 1 << 20
+    limit = (1 << 20) - 5000
+    cut = summary_markdown(s, fail_on=Verdict.OVERSUBSCRIBED, max_bytes=limit, **common)  # type: ignore[arg-type]
+    assert len(cut.encode()) <= limit
+    assert "### Totals" in cut and "more processes (the lowest CPU) left out" in cut
+    kept = {int(m[1]) for m in re.finditer(r"^\| (\d+) \| python", cut, re.MULTILINE)}
+    assert 1000 < len(kept) < 20_000
+    # The busiest are kept: every kept process used at least as much CPU as any left out.
+    by_pid = {p.pid: p.cpu_percent for p in processes}
+    assert min(by_pid[pid] for pid in kept) >= max(
+        cpu for pid, cpu in by_pid.items() if pid not in kept
+    )

@@ -479,3 +479,47 @@ def test_on_a_terminal_a_long_fix_continues_under_its_text() -> None:
     first = next(i for i, line in enumerate(lines) if line.startswith("  fix: "))
     continuation = lines[first + 1 : first + 3]
     assert continuation and all(re.match(r" {7}\S", line) for line in continuation), out
+
+
+# --------------------------------------------------------------------------- hostile text
+
+HOSTILE_NAME = "\x1b[2J\x1b]0;x\x07[/]"
+"""A process name (comm, 15 bytes) that clears the screen, sets the window title, and is
+rich markup that does not parse; shown when the command line is empty."""
+HOSTILE_VALUE = "8\x1b]0;x\x07\x1b[2J\n::error::forged\noversub check: pass"
+
+
+def hostile_summary() -> object:
+    finding = make_finding(message=f"pid 7 {HOSTILE_NAME} runs", fix=f"set {HOSTILE_VALUE}")
+    process = make_process_summary(
+        name=HOSTILE_NAME, cmdline="", thread_env={"OMP_NUM_THREADS": HOSTILE_VALUE}
+    )
+    return make_summary(findings=(finding,), processes=(process,), notes=(HOSTILE_VALUE,))
+
+
+@pytest.mark.parametrize("width", [200, 40])
+def test_live_frame_and_summary_show_control_characters_escaped(width: int) -> None:
+    rates = make_process_rates(
+        name=HOSTILE_NAME, cmdline="", thread_env={"OMP_NUM_THREADS": HOSTILE_VALUE}
+    )
+    frame = watch_renderable(
+        make_interval(processes=(rates,)),
+        make_assessment(findings=(make_finding(fix=HOSTILE_VALUE),)),
+        make_budget(),
+        elapsed=1.0,
+        samples=1,
+    )
+    summary = summary_renderable(hostile_summary())  # type: ignore[arg-type]
+    for out in (render(frame, width), render(summary, width)):
+        assert "\x1b" not in out and "\x07" not in out  # no colour here: any ESC is theirs
+        assert "\\x1b]0;x\\x07" in out.replace("\n", "")  # shown, as paths are
+        assert not any(line.startswith("::error::") for line in out.splitlines())
+        assert "[/]" in out  # a name, not markup
+
+
+def test_plain_report_keeps_one_line_per_fact() -> None:
+    text = summary_text(hostile_summary())  # type: ignore[arg-type]
+    lines = text.splitlines()
+    assert not any(line.startswith(("::", "oversub check:")) for line in lines), text
+    assert "\x1b" not in text and "\x07" not in text
+    assert f"note: {HOSTILE_VALUE.encode('unicode_escape').decode()}" in lines

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from oversub.model import Budget
+from oversub.render.escape import terminal
 from oversub.render.phrases import budget_limit_line, cpus_phrase
 from oversub.render.serialize import ROUNDING_RULE
 
@@ -73,7 +74,8 @@ def budget_renderable(b: Budget) -> RenderableType:
         binds = key == binding_row
         table.add_row(
             label,
-            value,
+            # cgroup paths are named by whoever made the cgroup: shown, never obeyed.
+            Text(terminal(value)),
             Text("◀ binds", style="bold green") if binds else "",
             style="bold" if binds else None,
         )
@@ -84,9 +86,9 @@ def budget_renderable(b: Budget) -> RenderableType:
         Text(f"Rounding: {ROUNDING_RULE}.", style="dim"),
     ]
     for note in b.notes:
-        parts.append(Text(f"note: {note}", style="dim"))
+        parts.append(Text(terminal(f"note: {note}"), style="dim"))
     if b.cpu_model is not None:
-        parts.append(Text(f"CPU model: {b.cpu_model}"))
+        parts.append(Text(terminal(f"CPU model: {b.cpu_model}")))
     if b.cpu_flags:
-        parts.append(Text(f"CPU flags: {' '.join(b.cpu_flags)}", style="dim"))
+        parts.append(Text(terminal(f"CPU flags: {' '.join(b.cpu_flags)}"), style="dim"))
     return Group(*parts)

@@ -3,27 +3,22 @@
 Pure: returns lines; the CLI writes them (to stderr) only when GITHUB_ACTIONS=true.
 Escaping follows the runner's rules (actions/toolkit `command.ts`): in the message, % CR
 LF become %25 %0D %0A; in properties, also ':' and ',' become %3A and %2C, because they
-separate properties. Without it a message with a newline ends the command early.
+separate properties. Without it a message with a newline ends the command early and the
+rest of the line is a command of its own (a forged `::error::`). Anything else that is not
+printable is shown escaped (`oversub.render.escape`), so an escape sequence in a process
+name cannot drive the log viewer either.
 """
 
 # No `from __future__ import annotations` here: that import binds the name `annotations`,
 # which is this module's public function. Every annotation below is valid at runtime on 3.10.
 
 from oversub.model import Severity, Verdict
+from oversub.render.escape import github_data as escape_data
+from oversub.render.escape import github_property as escape_property
 from oversub.render.phrases import fails
 from oversub.results import Summary
 
 __all__ = ["annotations", "escape_data", "escape_property"]
-
-
-def escape_data(text: str) -> str:
-    """A workflow-command message: % CR LF escaped (% first, so escapes are not re-escaped)."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    """A workflow-command property value: like `escape_data`, plus ':' and ','."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def annotations(s: Summary, *, fail_on: Verdict) -> list[str]:

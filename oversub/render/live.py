@@ -5,6 +5,11 @@ Pure: every function returns a renderable or a string; the caller owns the Conso
 `Live` and the clock (as in rich's examples/top_lite_simulator.py: a pure function builds
 the frame, the app refreshes it). rich is imported inside the rich functions only, so
 `summary_text` (the non-terminal path) costs no rich import.
+
+Names, command lines, thread variables, messages and notes come from the watched processes
+and the user: every text built here goes through `escape.terminal` (`_text`, `_add_row`,
+`hanging`, each line of `summary_text`), so an escape sequence or a newline in them is
+shown, never obeyed, and table cells are Text, which rich never parses as markup.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from oversub.model import Budget, Severity, Thresholds, Verdict
 from oversub.plural import count
+from oversub.render.escape import terminal
 from oversub.render.phrases import (
     NOT_JUDGED,
     VERDICT_MEANING,
@@ -94,7 +100,22 @@ class _FitOrList:
             yield self.table
             return
         for row in self.rows:
-            yield Text(row)
+            yield Text(terminal(row))
+
+
+def _text(content: str, style: str = "") -> Text:
+    """A rich Text of untrusted `content`, control characters shown escaped."""
+    from rich.text import Text
+
+    return Text(terminal(content), style=style)
+
+
+def _add_row(table: Table, cells: Sequence[str], style: str | None = None) -> None:
+    """A table row of untrusted cells: control characters shown escaped, and each cell a
+    Text, which rich never parses as markup (a process named "[/]" is a name)."""
+    from rich.text import Text
+
+    table.add_row(*(Text(terminal(cell)) for cell in cells), style=style)
 
 
 def _add_columns(table: Table, headers: Sequence[str]) -> None:
@@ -124,7 +145,7 @@ def _banner(verdict: Verdict | None, meaning: str) -> Text:
         text.append(f" {NOT_JUDGED.upper()} ", style=NOT_JUDGED_STYLE)
     else:
         text.append(f" {verdict.value.upper()} ", style=VERDICT_STYLE[verdict])
-    text.append(f"  {meaning}")
+    text.append(terminal(f"  {meaning}"))
     return text
 
 
@@ -137,7 +158,7 @@ def hanging(prefix: str, text: str, style: str = "") -> RenderableType:
     grid = Table.grid(padding=0)
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
-    grid.add_row(Text(prefix, style=style), Text(text, style=style))
+    grid.add_row(Text(terminal(prefix), style=style), Text(terminal(text), style=style))
     return grid
 
 
@@ -190,10 +211,10 @@ def _interval_table(
             delay_text(r.run_delay_ratio, r.demand, th),
             rate(r.involuntary_ctx_per_s),
         )
-        table.add_row(*cell, style="dim" if r.exited else None)
+        _add_row(table, cell, "dim" if r.exited else None)
     hidden = len(ordered) - max_processes
     if hidden > 0:
-        table.add_row("", f"… {hidden} more", style="dim")
+        _add_row(table, ("", f"… {hidden} more"), "dim")
     table.add_section()
     total = (
         "total",
@@ -204,7 +225,7 @@ def _interval_table(
         delay_text(totals.run_delay_ratio, totals.demand, th),
         rate(totals.involuntary_ctx_per_s),
     )
-    table.add_row(*total, style="bold")
+    _add_row(table, total, "bold")
     rows = [
         f"pid {r.pid} {labels[r.pid]}{' (exited)' if r.exited else ''}: threads "
         f"{r.active_threads}/{r.threads} active/total, CPU {r.cpu_percent:.0f}%, "
@@ -243,8 +264,13 @@ def _pools_and_vars(
     table.add_column("Pools", overflow="fold")
     table.add_column("Sizing variables", overflow="fold")
     for p in shown:
-        table.add_row(
-            str(p.pid), pools_text(p.pools, p.live_pools), sizing_vars_text(p.pools, p.thread_env)
+        _add_row(
+            table,
+            (
+                str(p.pid),
+                pools_text(p.pools, p.live_pools),
+                sizing_vars_text(p.pools, p.thread_env),
+            ),
         )
     return table
 
@@ -264,21 +290,20 @@ def watch_renderable(
     pools and their sizing variables, then the findings with their fixes. `thresholds`
     (default: the defaults) decide when a delay ratio is too small to mean anything."""
     from rich.console import Group
-    from rich.text import Text
 
     th = thresholds if thresholds is not None else Thresholds()
-    header = Text(
+    header = _text(
         f"oversub watch · pid {interval.root_pid} · {elapsed:.1f} s · "
         f"{count(samples, 'sample')} · last interval {interval.seconds:.2f} s",
-        style="bold",
+        "bold",
     )
     parts: list[RenderableType] = [
         header,
-        Text(budget_limit_line(budget)),
-        Text(_host_line(interval.host), style="dim"),
+        _text(budget_limit_line(budget)),
+        _text(_host_line(interval.host), "dim"),
     ]
     if interval.unavailable:
-        parts.append(Text(f"unavailable: {unavailable_text(interval.unavailable)}", style="dim"))
+        parts.append(_text(f"unavailable: {unavailable_text(interval.unavailable)}", "dim"))
     parts += [
         _banner(assessment.verdict, VERDICT_MEANING[assessment.verdict]),
         _interval_table(interval.processes, interval.totals, interval.vcpus, max_processes, th),
@@ -317,26 +342,32 @@ def _summary_table(s: Summary) -> _FitOrList:
         return f"{delay_text(ratio, demand, th)}/{delay_text(peak, top, th)}"
 
     for p in ordered:
-        table.add_row(
-            str(p.pid),
-            labels[p.pid] + (" (exited)" if p.exited else ""),
-            f"{p.active_threads_peak}/{p.threads}",
-            f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}",
-            f"{p.demand:.2f}/{p.demand_peak:.2f}",
-            delays(p.run_delay_ratio, p.demand, p.run_delay_ratio_peak, p.demand_peak),
-            f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
+        _add_row(
+            table,
+            (
+                str(p.pid),
+                labels[p.pid] + (" (exited)" if p.exited else ""),
+                f"{p.active_threads_peak}/{p.threads}",
+                f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}",
+                f"{p.demand:.2f}/{p.demand_peak:.2f}",
+                delays(p.run_delay_ratio, p.demand, p.run_delay_ratio_peak, p.demand_peak),
+                f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
+            ),
         )
     table.add_section()
     t, peak = s.totals, s.totals_peak
-    table.add_row(
-        "total",
-        count(t.processes, "proc"),
-        f"{peak.active_threads}/{peak.threads}",
-        f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
-        f"{t.demand:.2f}/{peak.demand:.2f}",
-        delays(t.run_delay_ratio, t.demand, peak.run_delay_ratio, peak.demand),
-        f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
-        style="bold",
+    _add_row(
+        table,
+        (
+            "total",
+            count(t.processes, "proc"),
+            f"{peak.active_threads}/{peak.threads}",
+            f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
+            f"{t.demand:.2f}/{peak.demand:.2f}",
+            delays(t.run_delay_ratio, t.demand, peak.run_delay_ratio, peak.demand),
+            f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
+        ),
+        "bold",
     )
     rows = [
         f"pid {p.pid} {labels[p.pid]}{' (exited)' if p.exited else ''}: peak threads "
@@ -366,11 +397,10 @@ def summary_renderable(s: Summary) -> RenderableType:
     """The final terminal report: run line, N, verdict banner, findings with fixes, per-process
     mean/peak table with totals, host context, and dim notes."""
     from rich.console import Group
-    from rich.text import Text
 
     parts: list[RenderableType] = [
-        Text(f"oversub summary · {_run_line(s)}", style="bold"),
-        Text(budget_limit_line(s.budget)),
+        _text(f"oversub summary · {_run_line(s)}", "bold"),
+        _text(budget_limit_line(s.budget)),
         _banner(s.verdict, headline(s)[1]),
         _findings(s.findings),
     ]
@@ -380,19 +410,19 @@ def summary_renderable(s: Summary) -> RenderableType:
         parts += [
             _summary_table(s),
             *([extra] if extra is not None else []),
-            Text(
+            _text(
                 f"totals: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}; "
                 f"peak demand {number(s.totals_peak.demand)}"
             ),
-            Text(_host_line(s.host), style="dim"),
+            _text(_host_line(s.host), "dim"),
         ]
         live = live_pools_line(s.processes, s.budget.vcpus)
         if live is not None:
-            parts.append(Text(f"pool sizes read live: {live}", style="dim"))
+            parts.append(_text(f"pool sizes read live: {live}", "dim"))
     if s.unavailable:
-        parts.append(Text(f"unavailable: {unavailable_text(s.unavailable)}", style="dim"))
+        parts.append(_text(f"unavailable: {unavailable_text(s.unavailable)}", "dim"))
     for note in s.notes:
-        parts.append(Text(f"note: {note}", style="dim"))
+        parts.append(_text(f"note: {note}", "dim"))
     return Group(*parts)
 
 
@@ -428,4 +458,6 @@ def summary_text(s: Summary) -> str:
     if s.unavailable:
         lines.append(f"unavailable here: {unavailable_text(s.unavailable)}")
     lines.extend(f"note: {note}" for note in s.notes)
-    return "\n".join(lines)
+    # One line each whatever they hold: a newline in a thread variable must not forge a
+    # line of the CI log (`::error::…`, `oversub check: pass`).
+    return "\n".join(terminal(line) for line in lines)

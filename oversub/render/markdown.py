@@ -1,8 +1,14 @@
 """`check --markdown` and `$GITHUB_STEP_SUMMARY`: the run as a GitHub-flavoured Markdown report.
 
 Pure: returns a string. No emoji (badges are words, which survive every renderer and
-screen reader). Table cells escape pipes and fold newlines so user text (command lines,
-messages) can never break a table.
+screen reader). Every text that is not a fixed word of this module goes through
+`escape.markdown` (no raw HTML, no Markdown syntax, no line of its own), so process names,
+thread variables, messages, paths and the command line can never break a table or inject
+HTML.
+
+GitHub refuses a job summary larger than 1 MiB, so `summary_markdown` can be asked for at
+most `max_bytes`: the per-process table then ends early, lowest CPU first, with a line
+saying how many processes were left out (the JSON report has them all).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from collections.abc import Sequence
 
 from oversub.model import Verdict
 from oversub.plural import count
+from oversub.render.escape import markdown as _md
 from oversub.render.phrases import (
     budget_limit_line,
     delay_text,
@@ -31,38 +38,10 @@ from oversub.results import Finding, Summary
 __all__ = ["summary_markdown"]
 
 
-def _cell(text: str) -> str:
-    """Text safe inside one table cell: pipes escaped, line breaks as <br>."""
-    text = text.replace("\\", "\\\\").replace("|", "\\|")
-    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "<br>")
-
-
-def _longest_backtick_run(text: str) -> int:
-    longest = run = 0
-    for char in text:
-        run = run + 1 if char == "`" else 0
-        longest = max(longest, run)
-    return longest
-
-
-def _code(text: str) -> str:
-    """An inline code span that holds any text: the fence is one backtick longer than the
-    longest run inside, and padded when the text starts or ends with a backtick."""
-    fence = "`" * (_longest_backtick_run(text) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def _code_block(text: str) -> list[str]:
-    """A fenced block for multi-line text (an inline span would fold its lines)."""
-    fence = "`" * max(3, _longest_backtick_run(text) + 1)
-    return [f"{fence}sh", *text.splitlines(), fence]
-
-
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(_cell(h) for h in headers) + " |"]
+    lines = ["| " + " | ".join(_md(h) for h in headers) + " |"]
     lines.append("|" + "|".join("---" for _ in headers) + "|")
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
     return lines
 
 
@@ -83,23 +62,24 @@ def _findings_section(findings: tuple[Finding, ...], fail_on: Verdict | None) ->
     return _table(("Rule", "Severity", "Verdict", "Message", "Fix"), rows)
 
 
-def _process_section(s: Summary) -> list[str]:
-    if not s.processes:
-        return ["No process was observed."]
-    headers = (
-        "PID",
-        "Name",
-        "Threads (peak active/total)",
-        "CPU % mean/peak",
-        "Demand mean/peak",
-        "Run delay mean/peak",
-        "Invol/s mean/peak",
-        "Pools",
-        "Sizing variables",
-    )
+_PROCESS_HEADERS = (
+    "PID",
+    "Name",
+    "Threads (peak active/total)",
+    "CPU % mean/peak",
+    "Demand mean/peak",
+    "Run delay mean/peak",
+    "Invol/s mean/peak",
+    "Pools",
+    "Sizing variables",
+)
+
+
+def _process_rows(s: Summary) -> list[tuple[str, ...]]:
+    """One row per process, busiest first."""
     th = s.thresholds
     cmdlines = {p.pid: p.cmdline for p in s.processes}
-    rows = [
+    return [
         (
             str(p.pid),
             process_label(p.name, p.cmdline, cmdlines.get(p.ppid), p.ppid)
@@ -115,7 +95,37 @@ def _process_section(s: Summary) -> list[str]:
         )
         for p in sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
     ]
-    return _table(headers, rows)
+
+
+def _size(lines: list[str]) -> int:
+    """Bytes of `lines` joined by newlines, with the final newline."""
+    return sum(len(line.encode("utf-8")) + 1 for line in lines)
+
+
+def _left_out(hidden: int, max_bytes: int) -> list[str]:
+    return [
+        "",
+        f"{count(hidden, 'more process', 'more processes')} (the lowest CPU) left out: the "
+        f"report must stay under {max_bytes:,} bytes (a GitHub job summary holds at most "
+        "1 MiB); the --json report lists every process.",
+    ]
+
+
+def _fit_processes(head: list[str], table: list[str], tail: list[str], max_bytes: int) -> list[str]:
+    """`table` (header, separator, rows by CPU) cut so that the report fits in `max_bytes`,
+    ending with a line that says how many rows were left out."""
+    header, rows = table[:2], table[2:]
+    # The note with the largest count is the longest: reserve room for it.
+    room = max_bytes - _size([*head, *header, *_left_out(len(rows), max_bytes), *tail])
+    kept = 0
+    for row in rows:
+        room -= len(row.encode("utf-8")) + 1
+        if room < 0:
+            break
+        kept += 1
+    if not kept:
+        return _left_out(len(rows), max_bytes)[1:]
+    return [*header, *rows[:kept], *_left_out(len(rows) - kept, max_bytes)]
 
 
 def summary_markdown(
@@ -125,6 +135,7 @@ def summary_markdown(
     exit_status: int,
     command_status: int | None,
     fail_on: Verdict,
+    max_bytes: int | None = None,
 ) -> str:
     """The run as Markdown, ending in a newline.
 
@@ -134,34 +145,34 @@ def summary_markdown(
     totals and host context. `fail_on` semantics: a finding fails when
     finding.verdict.rank >= fail_on.rank; the badge says FAILED when any finding fails
     (`exit_status` is printed as given, since the CLI may fail for other reasons).
+    With `max_bytes`, process rows are left out (lowest CPU first, and said so) until the
+    report fits; a report whose other sections alone exceed it is returned whole.
     """
     word, meaning = headline(s)
     if s.verdict is None:
-        lines = [
-            f"## oversub: {word.upper()} (error)",
+        head = [
+            f"## oversub: {_md(word.upper())} (error)",
             "",
-            f"**Not judged**: {meaning}. Nothing passes or fails; "
+            f"**Not judged**: {_md(meaning)}. Nothing passes or fails; "
             f"oversub exit status {exit_status}.",
             "",
         ]
     else:
         failing = [f for f in s.findings if fails(f, fail_on)]
         outcome = "FAILED" if failing else "passed"
-        lines = [
-            f"## oversub: {word.upper()} ({outcome})",
+        head = [
+            f"## oversub: {_md(word.upper())} ({outcome})",
             "",
-            f"**Verdict: {word}**: {meaning}. "
+            f"**Verdict: {_md(word)}**: {_md(meaning)}. "
             f"{len(failing)} of {count(len(s.findings), 'finding')} at or above "
             f"`--fail-on {fail_on.value}`; oversub exit status {exit_status}.",
             "",
         ]
     if command is not None:
         status = "no exit status" if command_status is None else f"exit status {command_status}"
-        text = shlex.join(command)
-        if "\n" in text:
-            lines += [f"Command ({status}):", "", *_code_block(text), ""]
-        else:
-            lines += [f"Command: {_code(text)} ({status})", ""]
+        # One line whatever the arguments hold, escaped like every other text (a code span
+        # cannot escape "<" for a renderer that does not treat it as code).
+        head += [f"Command: <code>{_md(shlex.join(command))}</code> ({status})", ""]
     exited = ", target exited" if s.target_exited else ""
     watched = (
         "Static preflight of a plan: nothing was sampled."
@@ -169,33 +180,34 @@ def summary_markdown(
         else f"Watched pid {s.root_pid} for {s.duration_s:.1f} s "
         f"({count(s.samples, 'sample')}{exited})."
     )
-    lines += [
-        f"Budget: {budget_limit_line(s.budget)}. {watched}",
+    head += [
+        f"Budget: {_md(budget_limit_line(s.budget))}. {watched}",
         "",
         "### Findings",
         "",
         *_findings_section(s.findings, fail_on if s.judged else None),
     ]
     if s.preflight:
-        lines.extend(f"- Note: {note}" for note in s.notes)
-        return "\n".join(lines) + "\n"
-    lines += [
-        "",
-        "### Processes",
-        "",
-        *_process_section(s),
+        head.extend(f"- Note: {_md(note)}" for note in s.notes)
+        return "\n".join(head) + "\n"
+    head += ["", "### Processes", ""]
+    rows = _process_rows(s)
+    table = _table(_PROCESS_HEADERS, rows) if rows else ["No process was observed."]
+    tail = [
         "",
         "### Totals",
         "",
-        f"- Mean: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}",
+        f"- Mean: {_md(totals_line(s.totals, s.budget.vcpus, s.thresholds))}",
         f"- Peak: demand {number(s.totals_peak.demand)}, CPU {s.totals_peak.cpu_percent:.0f}%, "
         "run delay "
-        + delay_text(s.totals_peak.run_delay_ratio, s.totals_peak.demand, s.thresholds),
+        + _md(delay_text(s.totals_peak.run_delay_ratio, s.totals_peak.demand, s.thresholds)),
     ]
     host = host_phrases(s.host)
     if host:
-        lines.append(f"- Host: {', '.join(host)}")
+        tail.append(f"- Host: {_md(', '.join(host))}")
     if s.unavailable:
-        lines.append(f"- Unavailable here: {unavailable_text(s.unavailable)}")
-    lines.extend(f"- Note: {note}" for note in s.notes)
-    return "\n".join(lines) + "\n"
+        tail.append(f"- Unavailable here: {_md(unavailable_text(s.unavailable))}")
+    tail.extend(f"- Note: {_md(note)}" for note in s.notes)
+    if max_bytes is not None and rows and _size([*head, *table, *tail]) > max_bytes:
+        table = _fit_processes(head, table, tail, max_bytes)
+    return "\n".join([*head, *table, *tail]) + "\n"

@@ -13,6 +13,7 @@ from rich.text import Text
 from oversub.analysis.recommend import is_given
 from oversub.model import Plan
 from oversub.plural import count, noun
+from oversub.render.escape import terminal
 from oversub.render.phrases import budget_limit_line
 from oversub.render.serialize import export_lines, plan_env
 
@@ -128,7 +129,7 @@ def plan_renderable(p: Plan) -> RenderableType:
         Text("\n".join(code_lines(p)), style="cyan"),
     ]
     for note in p.budget.notes:
-        parts.append(Text(f"note: {note}", style="dim"))
+        parts.append(Text(terminal(f"note: {note}"), style="dim"))
 
     bindings = binding_lines(p)
     if bindings:
