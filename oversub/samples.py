@@ -85,6 +85,9 @@ class HostSample:
     """PSI cpu `some total` in microseconds; None without PSI."""
     throttle: ThrottleStat | None
     """Throttling of the cgroup that holds the target's quota; None without a quota."""
+    observer_cpu_ns: int | None = None
+    """CPU time used by oversub itself (every thread of its process), which `busy_ns` counts
+    too: subtracted from "outside the tree". None when the sample is not of the real host."""
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,8 @@ class FakeProcess:
     threads: list[FakeThread] = field(default_factory=list)
     children_ticks: tuple[int, int] = (0, 0)
     """cutime and cstime: CPU of children it has reaped."""
+    args_shown: bool = True
+    """False: stat hides the argv area's bounds (another user's process, as non-root)."""
 
 
 def stat_line(
@@ -64,13 +66,22 @@ def stat_line(
     stime: int = 0,
     children_ticks: tuple[int, int] = (0, 0),
     start_ticks: int = 1000,
+    args_len: int | None = None,
 ) -> str:
-    """A 52-field /proc stat line with the fields the probes read filled in."""
+    """A 52-field /proc stat line with the fields the probes read filled in.
+
+    `args_len`: bytes of the argv area, shown as fields 48-50 (arg_start, arg_end,
+    env_start) as the kernel shows them to a reader that may ptrace-read the process; None
+    leaves them 0, as for another user's process."""
     fields = ["0"] * 52  # fields[k - 1] is field k
     fields[0], fields[1], fields[2], fields[3] = str(pid), f"({comm})", state, str(ppid)
     fields[13], fields[14], fields[21] = str(utime), str(stime), str(start_ticks)
     fields[15], fields[16] = str(children_ticks[0]), str(children_ticks[1])
     fields[19] = "1"  # num_threads, never read but present in real files
+    if args_len is not None:
+        arg_start = 0x7FFC0000
+        fields[47], fields[48] = str(arg_start), str(arg_start + args_len)
+        fields[49] = str(arg_start + args_len)
     return " ".join(fields) + "\n"
 
 
@@ -126,6 +137,9 @@ class FakeProc:
                 stime=stime,
                 children_ticks=proc.children_ticks,
                 start_ticks=proc.start_ticks,
+                args_len=sum(len(a.encode()) + 1 for a in proc.cmdline)
+                if proc.args_shown
+                else None,
             )
         )
         main = next((t for t in proc.threads if t.tid == proc.pid), None)

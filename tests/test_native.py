@@ -142,3 +142,22 @@ def test_pool_mapped_beyond_the_first_read_of_maps(tmp_path: Path) -> None:
         assert native.read_pools(42, root=str(tmp_path)) == ("libgomp",)
     finally:
         writer.join(timeout=10)
+
+
+def test_thread_variables_are_bounded() -> None:
+    # A 1 MB OMP_* value gave 14.5 MB of NDJSON in 3 s: names, values and count are bounded.
+    environ = b"\0".join(
+        [
+            b"OMP_PLACES=" + b"{0:4}," * 200_000,
+            b"OMP_" + b"X" * 500 + b"=1",
+            *(f"KMP_EXTRA_{i}=1".encode() for i in range(100)),
+            b"OPENBLAS_NUM_THREADS=8",  # sizes a pool: kept even after 100 others
+        ]
+    )
+    env = native.thread_env_from_bytes(environ)
+    assert len(env) == native.THREAD_ENV_MAX_VARS
+    assert env["OPENBLAS_NUM_THREADS"] == "8"
+    places = env["OMP_PLACES"]
+    assert len(places) == native.THREAD_ENV_VALUE_MAX and places.endswith("…")
+    assert all(len(name) <= native.THREAD_ENV_NAME_MAX for name in env)
+    assert "OMP_" + "X" * (native.THREAD_ENV_NAME_MAX - 5) + "…" in env

@@ -241,3 +241,16 @@ def test_busy_processes_count_those_keeping_half_a_thread_runnable() -> None:
     procs = [Proc(ROOT, (IDLE,), ppid=1), *busy_workers(3, 1, delay=0.0)]
     procs.append(Proc(500, (Load(cpu=0.3, delay=0.1),)))  # 0.4 runnable: not busy
     assert analyse(procs, vcpus=4).totals.busy_processes == 3
+
+
+def test_oversubs_own_cpu_is_not_outside_load() -> None:
+    # oversub sampling 3,000 threads at a 0.1 s interval used 0.2 CPU, which /proc/stat counts
+    # as busy: "outside the tree" must not include it (it turned healthy trees "starved").
+    prev, curr = tree_pair(busy_workers(1, 1), host=Host(outside=0.5))
+    base = 7 * NS
+    prev = replace(prev, host=replace(prev.host, observer_cpu_ns=base))
+    curr = replace(curr, host=replace(curr.host, observer_cpu_ns=base + round(0.2 * NS)))
+    iv = interval(prev, curr, 2, Thresholds())
+    assert iv.host.outside_cpus == pytest.approx(0.3, abs=1e-6)
+    unknown = interval(*tree_pair(busy_workers(1, 1), host=Host(outside=0.5)), 2, Thresholds())
+    assert unknown.host.outside_cpus == pytest.approx(0.5, abs=1e-6)  # not read: nothing taken

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from oversub import errors
-from oversub.probe import proctree, sampler
+from oversub.probe import cmdline, proctree, sampler
 from oversub.probe.proctree import CLK_TCK
 from oversub.probe.sampler import TreeSampler
 from oversub.samples import DENIED_UNAVAILABLE
@@ -103,6 +103,56 @@ def test_cmdline_truncated(tmp_path: Path) -> None:
     fake.add_process(400, 100, cmdline=("python", "x" * 500))
     sample = TreeSampler(100, root=str(tmp_path)).sample()
     assert len(sample.processes[400].cmdline) == sampler.CMDLINE_MAX
+
+
+def test_cmdline_stops_at_the_argv_area(tmp_path: Path) -> None:
+    # A process that overwrote the NULs of its argv area (setproctitle style) makes the
+    # kernel go on into its environment: only the argv area's bytes may be shown.
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, cmdline=("python", "title"))  # argv area: 13 bytes
+    (tmp_path / "proc" / "400" / "cmdline").write_bytes(b"python title SECRET_TOKEN=s3cr3t\0")
+    cmdline = TreeSampler(100, root=str(tmp_path)).sample().processes[400].cmdline
+    assert cmdline.startswith("python title")
+    assert "SECRET" not in cmdline and "s3cr3t" not in cmdline
+
+
+def test_cmdline_of_one_string_without_argv_bounds_is_not_shown(tmp_path: Path) -> None:
+    # Another user's process as non-root: stat hides the bounds. One string may be argv
+    # running into the environment, so it is not shown; separate arguments cannot be.
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, cmdline=("python title SECRET_TOKEN=s3cr3t",), args_shown=False)
+    fake.add_process(500, 100, cmdline=("python", "worker.py"), args_shown=False)
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert sample.processes[400].cmdline == ""
+    assert sample.processes[500].cmdline == "python worker.py"
+
+
+def test_cmdline_read_across_an_exec_is_not_cut_by_the_old_bounds(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, cmdline=("python", "x"))
+    proc_dir = str(tmp_path / "proc" / "400")
+    before = (tmp_path / "proc" / "400" / "stat").read_bytes()
+    assert cmdline.read_cmdline(proc_dir, before) == "python x"
+    fake.add_process(400, 100, cmdline=("python", "a-longer-command-line"))  # exec'd
+    assert cmdline.read_cmdline(proc_dir, before) == ""  # bounds changed between the reads
+
+
+def test_a_fake_tree_has_no_observer_cpu(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    assert TreeSampler(100, root=str(tmp_path)).sample().host.observer_cpu_ns is None
+
+
+def test_adopted_orphans_belong_to_the_tree(tmp_path: Path) -> None:
+    # oversub (pid 50 here) is the child subreaper of the command (100): an orphan of the
+    # tree is re-parented to it, maybe before any sample saw it.
+    fake = _tree(tmp_path)
+    fake.add_process(50, 1, comm="oversub")
+    fake.reparent(100, 50)
+    fake.add_process(600, 50, comm="daemon", start_ticks=4000)
+    fake.add_process(601, 600, comm="daemon-child", start_ticks=4001)
+    sample = TreeSampler(100, root=str(tmp_path), adopter=50).sample()
+    assert set(sample.processes) == {100, 200, 300, 600, 601}
+    assert set(TreeSampler(100, root=str(tmp_path)).sample().processes) == {100, 200, 300}
 
 
 def test_vanishing_thread_and_process_are_skipped(tmp_path: Path) -> None:
@@ -389,6 +439,9 @@ def test_real_tree_threads_and_cpu_grow(real_tree: tuple[int, list[int]]) -> Non
         assert all(t.voluntary_ctx is not None for t in second.processes[pid].threads)
     if "schedstat" not in second.unavailable:
         assert any(t.run_delay_ns is not None for t in second.processes[children[0]].threads)
+    # oversub's own CPU is read beside /proc/stat, to be left out of "outside the tree".
+    assert first.host.observer_cpu_ns is not None
+    assert second.host.observer_cpu_ns >= first.host.observer_cpu_ns  # type: ignore[operator]
 
 
 @pytest.mark.integration

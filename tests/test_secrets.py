@@ -295,3 +295,62 @@ def test_secret_appears_in_no_output_and_no_file(
     )
     for name in ("pid", "cmd"):  # a failing verdict's findings became annotations
         assert codes[name] == 0 or "::error" in errors[name], errors[name]
+
+
+# Rewrites its argv area in place, NULs included (what setproctitle implementations do): the
+# kernel then returns /proc/PID/cmdline up to the next NUL, which lies in the environment,
+# whose first string is the secret. Prints "ready" once /proc shows the leak.
+TITLE_REWRITER = """
+import os, sys, time
+fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+start, end = int(fields[48 - 3]), int(fields[49 - 3])
+with open("/proc/self/mem", "r+b", buffering=0) as mem:
+    mem.seek(start)
+    area = mem.read(end - start)
+    mem.seek(start)
+    mem.write(area.replace(b"\\0", b" "))
+leaked = os.environ["SECRET_TOKEN"].encode()  # not in this script's text, which is argv
+assert leaked in open("/proc/self/cmdline", "rb").read()  # the kernel shows the environment
+print("ready", flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+CHECK_CMD = ["check", "--interval", "0.5", "--warmup", "0", "--timeout", "2", "--json", "r.json"]
+
+
+def test_environment_never_leaks_through_a_rewritten_command_line(
+    secret: str, tmp_path: Path, group: Group
+) -> None:
+    # SECRET_TOKEN=… appeared in `watch --format json` and `check --json` as part of cmdline.
+    env = {"SECRET_TOKEN": secret, **{k: v for k, v in os.environ.items() if k != "SECRET_TOKEN"}}
+    # A short argv (a script file), so that what follows it is within the 200 characters kept.
+    script = tmp_path / "t.py"
+    script.write_text(TITLE_REWRITER)
+    rewriter = [sys.executable, str(script), "30"]
+    target = group.start(rewriter, stdout=subprocess.PIPE, env=env)
+    assert _read_line(target) == "ready\n"
+    sampled = ["--duration", "1", "--interval", "0.5"]
+    runs = {
+        "watch": _oversub(
+            group, "watch", ["watch", str(target.pid), *sampled, "--format", "json"], env, tmp_path
+        ),
+        "cmd": _oversub(
+            group,
+            "cmd",
+            [*CHECK_CMD, "--", *rewriter],
+            env,
+            tmp_path,
+        ),
+    }
+    codes = {name: proc.wait(timeout=WAIT_S) for name, proc in runs.items()}
+    assert codes["watch"] == 0 and codes["cmd"] in (0, 1), codes
+    watched = json.loads((tmp_path / "watch.out").read_text())["processes"]
+    checked = json.loads((tmp_path / "r.json").read_text())["processes"]
+    for processes in (watched, checked):
+        lines = [p["cmdline"] for p in processes]
+        assert any(line.startswith(sys.executable) for line in lines), lines  # still shown
+    group.stop()
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path

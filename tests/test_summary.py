@@ -11,6 +11,7 @@ from oversub.analysis.summary import NO_INTERVAL_NOTE, RunSummary
 from oversub.model import Thresholds, Verdict
 from oversub.results import Interval, ProcessSummary, Summary
 from tests.samples import (
+    BUSY,
     IDLE,
     ROOT,
     T0,
@@ -352,3 +353,15 @@ def test_a_run_with_no_interval_names_the_watched_pid() -> None:
     # reported as "pid <oversub's own pid>" (issue 11: every line true).
     s = RunSummary(root_pid=4321).result(budget(2, pid=99), TH, target_exited=True)
     assert s.root_pid == 4321
+
+
+def test_the_root_is_exited_when_the_target_exited() -> None:
+    # The run ends when a sample finds the root gone, after the last interval saw it alive:
+    # its line must not say exited: false beside target_exited: true.
+    line = Timeline()
+    line.add([root(), Proc(201, (BUSY,), cmdline="python worker.py")])
+    s = line.result(target_exited=True)
+    assert s.target_exited
+    assert process(s, ROOT).exited is True
+    assert process(s, 201).exited is False  # only the target is known to have exited
+    assert process(line.result(), ROOT).exited is False

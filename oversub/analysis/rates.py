@@ -172,7 +172,10 @@ def _host_rates(prev: HostSample, curr: HostSample, tree_cpu_ns: int, dt_s: floa
     # Host busy time includes the tree's own CPU; what is left ran outside it. Clamp at 0:
     # the two counters are read at slightly different instants. `tree_cpu_ns` includes the
     # CPU of children reaped in the interval, so short-lived workers are not "outside".
-    outside = None if busy is None else max(0.0, (busy - tree_cpu_ns) / _NS / dt_s)
+    # oversub's own sampling is not "other load" either (0.2 CPU at a 0.1 s interval on
+    # 3,000 threads would turn a healthy tree into a starved one).
+    observer = _change(prev.observer_cpu_ns, curr.observer_cpu_ns) or 0
+    outside = None if busy is None else max(0.0, (busy - tree_cpu_ns - observer) / _NS / dt_s)
     steal = _change(prev.steal_ns, curr.steal_ns)
     psi = _change(prev.psi_some_us, curr.psi_some_us)
     throttled_ratio: float | None = None

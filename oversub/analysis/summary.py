@@ -375,12 +375,19 @@ class RunSummary:
             unavailable=tuple(self._unavailable),
         )
         assessment = assess(whole_run, thresholds)
+        processes = [accs[i].summary() for i in order]
+        if target_exited:
+            # The run ended because the root exited, after the last interval saw it alive:
+            # the root's line must agree with `target_exited`.
+            processes = [
+                replace(p, exited=True) if p.pid == whole_run.root_pid else p for p in processes
+            ]
         return Summary(
             root_pid=whole_run.root_pid,
             budget=budget,
             verdict=assessment.verdict,
             findings=assessment.findings,
-            processes=tuple(accs[i].summary() for i in order),
+            processes=tuple(processes),
             totals=totals,
             totals_peak=self._tree.totals_peak(),
             host=host,

@@ -19,6 +19,7 @@ import sys
 from oversub.errors import NoSuchProcess, PermissionDenied, UnsupportedPlatform
 from oversub.model import Budget, LimitSource
 from oversub.probe.cgroup import read_cgroup_limits
+from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.topology import (
     describe_error,
     format_cpulist,
@@ -241,6 +242,8 @@ def read_budget(pid: int | None = None, *, root: str = "/", detail: bool = False
     if root == "/" and not sys.platform.startswith("linux"):
         budget = _read_without_procfs(target)
     else:
+        if root == "/":
+            check_pid_namespace()  # /proc of another namespace: pids name other processes
         budget = _read_from_procfs(target, root)
     if not detail:
         return budget

@@ -8,6 +8,7 @@ Every reader returns None for what it cannot read instead of failing.
 from __future__ import annotations
 
 import os
+import time
 
 from oversub.probe.proctree import read_all, ticks_to_ns
 from oversub.samples import HostSample, ThrottleStat
@@ -73,8 +74,11 @@ def parse_cpu_stat(cpu_stat: bytes) -> ThrottleStat | None:
 
 def read_host(root: str = "/", throttle_stat_path: str | None = None) -> HostSample:
     """Host counters now. `throttle_stat_path` is the absolute path of a cgroup's cpu.stat
-    (root already included), or None when no quota applies."""
+    (root already included), or None when no quota applies. On the real host (`root` "/")
+    oversub's own CPU time is read beside /proc/stat, so that it is not blamed on others."""
     busy_ns = steal_ns = None
+    # Read next to /proc/stat: the two are subtracted from each other.
+    observer_ns = time.process_time_ns() if root == "/" else None
     try:
         cpu = parse_cpu_line(read_all(os.path.join(root, "proc", "stat")))
     except (OSError, ValueError):
@@ -94,4 +98,10 @@ def read_host(root: str = "/", throttle_stat_path: str | None = None) -> HostSam
             throttle = parse_cpu_stat(read_all(throttle_stat_path))
         except (OSError, ValueError):
             throttle = None
-    return HostSample(busy_ns=busy_ns, steal_ns=steal_ns, psi_some_us=psi, throttle=throttle)
+    return HostSample(
+        busy_ns=busy_ns,
+        steal_ns=steal_ns,
+        psi_some_us=psi,
+        throttle=throttle,
+        observer_cpu_ns=observer_ns,
+    )

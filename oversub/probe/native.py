@@ -19,6 +19,9 @@ from oversub import pools
 from oversub.probe.proctree import read_all
 
 __all__ = [
+    "THREAD_ENV_MAX_VARS",
+    "THREAD_ENV_NAME_MAX",
+    "THREAD_ENV_VALUE_MAX",
     "pools_from_maps",
     "read_maps",
     "read_pools",
@@ -67,13 +70,42 @@ def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
     return None if maps is None else pools_from_maps(maps)
 
 
+THREAD_ENV_MAX_VARS = 32
+"""Thread variables kept per process (those that size a known pool first)."""
+THREAD_ENV_NAME_MAX = 64
+"""Characters of a thread variable's name kept; longer names end in "…"."""
+THREAD_ENV_VALUE_MAX = 128
+"""Characters of a thread variable's value kept; longer values end in "…"."""
+
+# The variables that size a known pool: kept first when a process sets more than the maximum.
+_SIZING = frozenset(v for kind in pools.POOL_KINDS for v in kind.variables) | frozenset(
+    pools.RECOMMENDED_VARS
+)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def thread_env_from_bytes(environ: bytes) -> dict[str, str]:
-    """Only the thread-related `NAME=value` entries of a NUL-separated environment block."""
-    env: dict[str, str] = {}
+    """Only the thread-related `NAME=value` entries of a NUL-separated environment block,
+    bounded: at most THREAD_ENV_MAX_VARS entries, names and values cut to THREAD_ENV_NAME_MAX
+    and THREAD_ENV_VALUE_MAX characters. A watched process chooses its environment, and a
+    1 MB `OMP_*` value must not become megabytes of every report."""
+    found: list[tuple[str, bytes]] = []
     for match in _THREAD_ENTRY.finditer(environ):
         name = match.group(1).decode("utf-8", "replace")
         if pools.is_thread_var(name):  # the regex mirrors it; this keeps one source of truth
-            env[name] = match.group(2).decode("utf-8", "replace")
+            found.append((name, match.group(2)))
+    if len(found) > THREAD_ENV_MAX_VARS:
+        found.sort(key=lambda entry: entry[0] not in _SIZING)  # stable: environ order within
+        found = found[:THREAD_ENV_MAX_VARS]
+    env: dict[str, str] = {}
+    for name, raw in found:
+        # Decode only what can be kept: a longer value still decodes to more characters than
+        # the maximum (4 bytes per character at most), so it is cut and marked.
+        value = raw[: 4 * (THREAD_ENV_VALUE_MAX + 1)].decode("utf-8", "replace")
+        env[_cut(name, THREAD_ENV_NAME_MAX)] = _cut(value, THREAD_ENV_VALUE_MAX)
     return env
 
 

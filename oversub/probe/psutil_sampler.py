@@ -91,6 +91,7 @@ class PsutilTreeSampler:
         self._sampled = True
         self._tracked = {pid: tracked[pid] for pid in processes}
 
+        observer_ns = time.process_time_ns()  # oversub's own CPU, read beside the host's
         cpu = psutil.cpu_times()
         busy = sum(getattr(cpu, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
         steal = getattr(cpu, "steal", None)
@@ -99,6 +100,7 @@ class PsutilTreeSampler:
             steal_ns=None if steal is None else int(steal * 1e9),
             psi_some_us=None,
             throttle=None,
+            observer_cpu_ns=observer_ns,
         )
         return TreeSample(
             t=t,

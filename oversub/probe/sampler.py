@@ -17,6 +17,7 @@ Without /proc (macOS, Windows) `psutil_sampler` gives per-thread CPU only.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -26,8 +27,10 @@ from typing import TYPE_CHECKING
 
 from oversub import errors, pools
 from oversub.probe import native
+from oversub.probe.cmdline import CMDLINE_MAX, read_cmdline
 from oversub.probe.host import read_host
 from oversub.probe.livepools import LiveReader
+from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.proctree import (
     HeldFiles,
     ProcStat,
@@ -57,9 +60,6 @@ __all__ = [
     "PSUTIL_UNAVAILABLE",
     "TreeSampler",
 ]
-
-CMDLINE_MAX = 200
-"""Characters of a command line kept in a sample."""
 
 MAPS_REFRESH_S = 5.0
 """Re-read a process's maps at least this often even when its thread count is stable."""
@@ -114,16 +114,14 @@ def _status_state(status: bytes) -> str:
     return status[start + 6 :].lstrip()[:1].decode("ascii", "replace") or "?"
 
 
-def _cmdline(raw: bytes) -> str:
-    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
-    return text[:CMDLINE_MAX]
-
-
 class TreeSampler:
     """Samples `root_pid` and all its descendants, one `sample()` per tick.
 
     A process once seen in the tree stays tracked while it lives (same pid and start time),
-    even when re-parented: orphans of a dead parent still belong to the job.
+    even when re-parented: orphans of a dead parent still belong to the job. With `adopter`
+    (oversub's own pid when it is the child subreaper of the command it started), every
+    child of the adopter is part of the tree too: orphans re-parented to oversub, including
+    those no sample saw before their parent died.
 
     It keeps per-thread /proc files open between samples: call `close()` (or use it as a
     context manager) when done; garbage collection closes them too.
@@ -136,8 +134,10 @@ class TreeSampler:
         root: str = "/",
         throttle_stat_path: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        adopter: int | None = None,
     ) -> None:
         self.root_pid = root_pid
+        self.adopter = adopter
         self.root = root
         self.throttle_stat_path = throttle_stat_path
         self._clock = clock
@@ -146,6 +146,8 @@ class TreeSampler:
         self._fallback: PsutilTreeSampler | None = None
         if root == "/" and not os.path.exists("/proc/self/stat"):
             self._fallback = PsutilTreeSampler(root_pid, cmdline_max=CMDLINE_MAX, clock=clock)
+        elif root == "/":
+            check_pid_namespace()  # /proc of another namespace: pids name other processes
         self._self_pid = os.getpid() if root == "/" else -1
         self._tracked: dict[int, int] = {}
         """pid -> start_ticks of every process seen in the tree and not yet gone."""
@@ -158,11 +160,13 @@ class TreeSampler:
         self._next_run: dict[_ThreadKey, _Ran] = {}
 
     @classmethod
-    def for_budget(cls, root_pid: int, budget: Budget) -> TreeSampler:
+    def for_budget(
+        cls, root_pid: int, budget: Budget, *, adopter: int | None = None
+    ) -> TreeSampler:
         """A sampler of `root_pid` that also reads throttling of the cgroup holding the
         budget's quota (the cgroup that throttles; none without a quota)."""
         stat_path = budget.quota.stat_path if budget.quota is not None else None
-        return cls(root_pid, throttle_stat_path=stat_path)
+        return cls(root_pid, throttle_stat_path=stat_path, adopter=adopter)
 
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""
@@ -197,7 +201,10 @@ class TreeSampler:
             raw = stats.get(pid)
             if raw is not None and _start_of(raw) == start:
                 seeds.append(pid)
-        tree = subtree(seeds, ppids_of(stats))
+        ppids = ppids_of(stats)
+        if self.adopter is not None:
+            seeds += [pid for pid, ppid in ppids.items() if ppid == self.adopter]
+        tree = subtree(seeds, ppids)
         if self._self_pid != self.root_pid:
             # `oversub watch $$` from a shell: oversub is in the tree, but must not judge its
             # own sampling (only the process itself: anything it starts is the user's).
@@ -211,7 +218,7 @@ class TreeSampler:
             except ValueError:
                 continue
             strict = first and pid == self.root_pid
-            sample = self._read_process(pid, stat, t, strict, unavailable)
+            sample = self._read_process(pid, stat, stats[pid], t, strict, unavailable)
             if sample is not None:
                 processes[pid] = sample
 
@@ -223,6 +230,9 @@ class TreeSampler:
             del self._known[key]
 
         host = read_host(self.root, self.throttle_stat_path)
+        if self._self_pid in processes:
+            # oversub is the watched tree's root: its CPU is the tree's, not to be subtracted.
+            host = dataclasses.replace(host, observer_cpu_ns=None)
         if host.psi_some_us is None:
             unavailable.append("psi")
         return TreeSample(
@@ -241,7 +251,13 @@ class TreeSampler:
         raise errors.NoSuchProcess(f"no process with pid {self.root_pid}")
 
     def _read_process(
-        self, pid: int, stat: ProcStat, now: float, strict: bool, unavailable: list[str]
+        self,
+        pid: int,
+        stat: ProcStat,
+        raw_stat: bytes,
+        now: float,
+        strict: bool,
+        unavailable: list[str],
     ) -> ProcessSample | None:
         base = f"{self._proc}/{pid}"
         try:
@@ -256,7 +272,7 @@ class TreeSampler:
             threads = self._read_threads(pid, stat.start_ticks, task_fd, unavailable)
         finally:
             os.close(task_fd)
-        known = self._refresh_cache(pid, stat, len(threads), now)
+        known = self._refresh_cache(pid, stat, raw_stat, len(threads), now)
         if known.denied:
             unavailable.extend(k for k in DENIED_UNAVAILABLE if k not in unavailable)
         elif known.live_denied and LIVE_DENIED not in unavailable:
@@ -347,7 +363,9 @@ class TreeSampler:
                 continue
         return tuple(threads)
 
-    def _refresh_cache(self, pid: int, stat: ProcStat, n_threads: int, now: float) -> _Known:
+    def _refresh_cache(
+        self, pid: int, stat: ProcStat, raw_stat: bytes, n_threads: int, now: float
+    ) -> _Known:
         """Cached cmdline, environment and pools of a process identity, refreshed when due.
 
         cmdline is read when the process is new, when its comm changed (an exec), and on the
@@ -366,10 +384,7 @@ class TreeSampler:
         if not due:
             assert known is not None
             return known
-        try:
-            cmdline = _cmdline(read_small(f"{self._proc}/{pid}/cmdline"))
-        except OSError:
-            cmdline = ""
+        cmdline = read_cmdline(f"{self._proc}/{pid}", raw_stat)
         if known is None or (cmdline and cmdline != known.cmdline):
             # New process, or it exec'd (new cmdline): environment and libraries changed.
             known = _Known(cmdline, stat.comm, None, None, now, n_threads)
