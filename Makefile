@@ -31,11 +31,12 @@ unit: $(VENV)/.stamp
 
 test: shells lint typecheck unit
 
-# The shells the completion tests drive, and tmux for the terminal tests (they read the screen
-# back with capture-pane): installed with apt-get where root can; a missing one is named here
+# The shells the completion tests drive, tmux for the terminal tests (they read the screen
+# back with capture-pane) and strace for the signal tests (it delivers a signal at the exact
+# moment a fork returns): installed with apt-get where root can; a missing one is named here
 # and its test skips saying so (OVERSUB_NO_INSTALL=1: name, never install).
 shells:
-	@$(PYTHON) tools/syspkg.py --for "make test" bash=bash zsh=zsh fish=fish tmux=tmux
+	@$(PYTHON) tools/syspkg.py --for "make test" bash=bash zsh=zsh fish=fish tmux=tmux strace=strace
 
 # ps and pidstat are the bench's comparison rows: installed where they can be, named if not.
 bench: $(VENV)/.stamp

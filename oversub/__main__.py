@@ -1,6 +1,6 @@
-"""`python -m oversub`."""
+"""`python -m oversub`: the same entry as the console script (see `oversub.launch`)."""
 
-from oversub.cli import main
+from oversub.launch import main
 
 if __name__ == "__main__":
     main()

@@ -16,12 +16,18 @@ import click
 
 from oversub.cli_options import (
     CONTEXT,
+    COUNT,
     CPUS,
     INTERVAL,
     PID,
     POSITIVE,
     SECONDS,
+    STRESS_MAX_PROCS,
+    STRESS_MAX_THREADS,
+    STRESS_MAX_TOTAL,
     WARMUP,
+    ReportPath,
+    Whole,
     check_mode,
     config_float,
     parse_procs,
@@ -29,7 +35,14 @@ from oversub.cli_options import (
     refuse_flags_of_other_modes,
     threshold_options,
 )
-from oversub.errors import ExitStatus, OutputClosed, OversubError, UsageError
+from oversub.errors import (
+    ExitStatus,
+    Interrupted,
+    OutputClosed,
+    OutputFailed,
+    OversubError,
+    UsageError,
+)
 from oversub.model import Budget, Verdict
 
 
@@ -45,6 +58,8 @@ def _emit(output: Any) -> None:
             make_console().print(output)
     except BrokenPipeError:
         raise OutputClosed("stdout was closed by its reader") from None
+    except OSError as exc:
+        raise OutputFailed(f"cannot write to stdout: {exc.strerror or exc}") from None
 
 
 def _budget(pid: int | None, cpus: int | None = None, *, detail: bool = False) -> Budget:
@@ -128,7 +143,7 @@ def cpus(pid: int | None, fmt: str, detail: bool) -> None:
 @click.option(
     "--workers",
     "-W",
-    type=click.IntRange(min=0),
+    type=COUNT,
     default=0,
     show_default=True,
     help="Single-thread helper processes per process (DataLoader/pool workers).",
@@ -179,8 +194,10 @@ def _warn(warnings: tuple[str, ...], *, severe: bool) -> None:
     if not warnings:
         return
     if not sys.stderr.isatty():
+        from oversub.render.escape import terminal
+
         for warning in warnings:
-            click.echo(f"oversub: warning: {warning}", err=True)
+            click.echo(f"oversub: warning: {terminal(warning)}", err=True)
         return
     from oversub.render.live import hanging
     from oversub.views import make_console
@@ -253,7 +270,8 @@ def watch(
         )
     view.summary(result.summary)
     if result.interrupted:
-        raise KeyboardInterrupt
+        # Ctrl-C is the normal way to leave `watch`: the summary is the answer, exit 130.
+        raise Interrupted("interrupted")
 
 
 @cli.command(context_settings={**CONTEXT, "ignore_unknown_options": False})
@@ -267,7 +285,7 @@ def watch(
 @click.option(
     "--workers",
     "-W",
-    type=click.IntRange(min=0),
+    type=COUNT,
     default=None,
     help="Static preflight: single-thread workers per process [0].",
 )
@@ -294,21 +312,21 @@ def watch(
 @click.option(
     "--json",
     "json_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=ReportPath(),
     default=None,
     help="Write the JSON report here.",
 )
 @click.option(
     "--junit",
     "junit_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=ReportPath(),
     default=None,
     help="Write a JUnit XML report here.",
 )
 @click.option(
     "--markdown",
     "markdown_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=ReportPath(),
     default=None,
     help="Write a Markdown report here.",
 )
@@ -396,18 +414,24 @@ def check(
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--procs", "-M", type=POSITIVE, required=True, help="Worker processes.")
+@click.option(
+    "--procs",
+    "-M",
+    type=Whole(1, STRESS_MAX_PROCS),
+    required=True,
+    help=f"Worker processes (at most {STRESS_MAX_PROCS}).",
+)
 @click.option(
     "--threads",
     "-T",
-    type=click.IntRange(min=0),
+    type=Whole(0, STRESS_MAX_THREADS),
     required=True,
     help="Busy threads per process (native work that releases the GIL).",
 )
 @click.option(
     "--idle",
     "-K",
-    type=click.IntRange(min=0),
+    type=Whole(0, STRESS_MAX_THREADS),
     default=0,
     show_default=True,
     help="Idle threads per process.",
@@ -425,6 +449,11 @@ def stress(procs: int, threads: int, idle: int, seconds: float) -> None:
     """
     from oversub.stress import run_stress
 
+    if procs * (threads + idle) > STRESS_MAX_TOTAL:
+        raise UsageError(
+            f"{procs} processes x {threads + idle} threads is more than the "
+            f"{STRESS_MAX_TOTAL:,} threads stress starts in all"
+        )
     sys.exit(run_stress(procs, threads, idle, seconds))
 
 
@@ -459,8 +488,13 @@ NO_ARGS_IS_HELP: type[click.UsageError] = getattr(
 def _error(message: str) -> None:
     # One line whatever the input held: a newline or an escape sequence in a path or an
     # argument is shown escaped ("\\n", "\\x1b"), never passed to the terminal or the log.
-    shown = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
-    click.echo(f"oversub: error: {shown}", err=True)
+    from oversub.render.escape import terminal
+
+    click.echo(f"oversub: error: {terminal(message)}", err=True)
+
+
+def _interrupted() -> None:
+    click.echo("oversub: interrupted", err=True)
 
 
 def _stdout_to_devnull() -> None:
@@ -499,16 +533,21 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(ExitStatus.USAGE)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        _error("interrupted")
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        # A stop signal is no error: one line says why the output ends here.
+        _interrupted()
         sys.exit(ExitStatus.INTERRUPTED)
-    except KeyboardInterrupt:
-        _error("interrupted")
-        sys.exit(ExitStatus.INTERRUPTED)
+    except Interrupted:
+        sys.exit(ExitStatus.INTERRUPTED)  # the summary was printed: nothing more to say
     except (OutputClosed, BrokenPipeError):
         # `oversub ... | head`: the reader left; say nothing more.
         _stdout_to_devnull()
         sys.exit(ExitStatus.OK)
+    except OutputFailed as exc:
+        # The interpreter's final flush of what is still buffered must not fail again.
+        _stdout_to_devnull()
+        _error(str(exc))
+        sys.exit(exc.status)
     except OversubError as exc:
         _error(str(exc))
         sys.exit(exc.status)

@@ -8,7 +8,9 @@ belong to which mode.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -21,41 +23,85 @@ F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+# Numbers as a person types them in ASCII: Python's int() and float() also accept other
+# scripts' digits ("٤" is 4), underscores ("1_000") and surrounding blanks, so that a typo
+# or a look-alike character would silently become a value.
+_WHOLE = re.compile(r"[+-]?[0-9]+\Z")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+
+
 def parse_procs(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
     """A process count >= 1, or `auto` (from the launcher's environment)."""
     if value is None or value == "auto":
         return value
+    if not _WHOLE.match(value):
+        raise click.BadParameter(f"{value!r} is not a whole number of processes or 'auto'")
     try:
         n = int(value, 10)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is not a whole number of processes or 'auto'"
-        ) from None
+    except ValueError:  # more digits than int() converts
+        raise click.BadParameter(f"{value!r} is not a whole number of processes") from None
     if n < 1:
         raise click.BadParameter(f"{n} processes: need at least 1")
     return n
 
 
-class Seconds(click.FloatRange):
+class Whole(click.IntRange):
+    """A whole number in a range, written with the ASCII digits 0-9 only."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not _WHOLE.match(value):
+            self.fail(f"{value!r} is not a whole number (digits 0-9)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class Number(click.FloatRange):
+    """A finite decimal number in a range, ASCII only: NaN and infinity are refused."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not _DECIMAL.match(value):
+            self.fail(f"{value!r} is not a decimal number", param, ctx)
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class Seconds(Number):
     """A finite number of seconds in a range: NaN and infinity are refused, not slept on."""
 
     name = "seconds"
 
+
+class ReportPath(click.Path):
+    """A report file's path: an empty one names no file (it would mean the directory ".")."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, path_type=Path)
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
-        return number
+        if isinstance(value, str) and not value:
+            self.fail("an empty path names no file", param, ctx)
+        return super().convert(value, param, ctx)
 
 
-POSITIVE = click.IntRange(min=1)
-CPUS = click.IntRange(1, MAX_VCPUS)
-PID = click.IntRange(1, 2**31 - 1)
+POSITIVE = Whole(min=1)
+COUNT = Whole(min=0)
+CPUS = Whole(1, MAX_VCPUS)
+PID = Whole(1, 2**31 - 1)
 """A pid fits the kernel's pid_t (a signed 32-bit int); larger numbers are typos."""
 SECONDS = Seconds(min=0.0, min_open=True)
 WARMUP = Seconds(min=0.0)
-INTERVAL = Seconds(min=0.1)
+INTERVAL_MAX = 3600.0
+"""The longest interval: an hour between two samples is already one rate for the hour."""
+INTERVAL = Seconds(min=0.1, max=INTERVAL_MAX)
 """At least 0.1 s: sampling a large tree more often makes oversub itself a CPU hog."""
+# `oversub stress` bounds (oversub.stress has the same numbers; it is not imported here).
+STRESS_MAX_PROCS = 256
+STRESS_MAX_THREADS = 1024
+"""Per process, for each of --threads and --idle."""
+STRESS_MAX_TOTAL = 16384
+"""Threads of all stress workers together: far beyond any useful oversubscription, far below
+what makes a machine unusable."""
 
 
 def config_float(config: dict[str, object], key: str, default: float) -> float:
@@ -89,37 +135,33 @@ def threshold_options(f: F) -> F:
         return f"{THRESHOLD_HELP[key]} [{getattr(d, key)}]."
 
     opts = [
-        click.option(
-            "--margin", type=click.FloatRange(min=0), default=None, help=help_for("margin")
-        ),
+        click.option("--margin", type=Number(min=0), default=None, help=help_for("margin")),
         click.option(
             "--delay-ratio",
-            type=click.FloatRange(0, 1),
+            type=Number(0, 1),
             default=None,
             help=help_for("delay_ratio"),
         ),
         click.option(
             "--active-cpu",
-            type=click.FloatRange(0, 1, min_open=True),
+            type=Number(0, 1, min_open=True),
             default=None,
             help=help_for("active_cpu"),
         ),
         click.option(
             "--throttle-ratio",
-            type=click.FloatRange(0, 1),
+            type=Number(0, 1),
             default=None,
             help=help_for("throttle_ratio"),
         ),
         click.option(
             "--outside-cpu",
-            type=click.FloatRange(min=0),
+            type=Number(min=0),
             default=None,
             help=help_for("outside_cpu"),
         ),
         click.option("--idle-seconds", type=SECONDS, default=None, help=help_for("idle_seconds")),
-        click.option(
-            "--min-wait", type=click.FloatRange(min=0), default=None, help=help_for("min_wait")
-        ),
+        click.option("--min-wait", type=Number(min=0), default=None, help=help_for("min_wait")),
     ]
     for opt in reversed(opts):
         f = opt(f)

@@ -14,17 +14,20 @@ the same numbers. Flags override the file; the file overrides the built-in defau
     min-wait = 0.05        # float >= 0: CPU-seconds per second the tree must wait before its
                            # threads count as waiting (an idle tree's rare wake-ups do not)
     fail-on = "oversubscribed"  # "oversubscribed", "starved" or "at-risk": check fails at this
-    interval = 1.0         # >= 0.1: seconds between samples (faster makes oversub a CPU hog)
+    interval = 1.0         # 0.1..3600: seconds between samples (faster makes oversub a CPU hog)
     warmup = 2.0           # >= 0: seconds ignored at the start of a run (imports, start-up)
     timeout = 60.0         # > 0: seconds after which `check` stops the command and decides
 
-Every mistake (unknown key, wrong type, out-of-range value, invalid TOML) is a UsageError:
-a silently ignored typo in a CI threshold would make the check pass for the wrong reason.
+Every mistake (unknown key, wrong type, out-of-range value, invalid TOML, a file that is not
+a regular file of at most 1 MiB, nesting too deep for the parser) is a UsageError: a silently
+ignored typo in a CI threshold would make the check pass for the wrong reason.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -56,7 +59,7 @@ KEYS: Mapping[str, str] = MappingProxyType(
         "idle-seconds": "> 0: a forked child idle this long with OpenMP mapped counts as hung",
         "min-wait": "float >= 0: CPU-seconds per second the tree must wait before threads wait",
         "fail-on": "one of " + ", ".join(FAIL_ON_CHOICES) + ": verdict at which check fails",
-        "interval": ">= 0.1: seconds between samples",
+        "interval": "0.1 to 3600: seconds between samples",
         "warmup": ">= 0: seconds ignored at the start of a run",
         "timeout": "> 0: seconds after which check stops the command and decides",
     }
@@ -97,7 +100,7 @@ _RANGES: Mapping[str, _Range] = MappingProxyType(
         "outside-cpu": _Range(0.0, low_open=False),
         "idle-seconds": _Range(0.0, low_open=True),
         "min-wait": _Range(0.0, low_open=False),
-        "interval": _Range(0.1, low_open=False),
+        "interval": _Range(0.1, low_open=False, high=3600.0),
         "warmup": _Range(0.0, low_open=False),
         "timeout": _Range(0.0, low_open=True),
     }
@@ -118,16 +121,15 @@ def load_config(directory: Path) -> dict[str, object]:
     {}. Raises UsageError for unreadable files, invalid TOML, unknown keys and bad values.
     """
     path = directory / "pyproject.toml"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = _read_bounded(path)
+    if text is None:
         return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from exc
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from exc
+    except RecursionError:
+        raise UsageError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
 
     tool = document.get("tool", {})
     if not isinstance(tool, dict):
@@ -138,6 +140,42 @@ def load_config(directory: Path) -> dict[str, object]:
     if not isinstance(table, dict):
         raise UsageError(f"{path}: [tool.oversub] must be a table, got {table!r}")
     return {str(key): _validate(str(key), value) for key, value in table.items()}
+
+
+CONFIG_MAX_BYTES = 1 << 20
+"""The largest pyproject.toml read (real ones are a few kilobytes)."""
+
+
+def _read_bounded(path: Path) -> str | None:
+    """The text of `path`, None when it does not exist. Only a regular file of at most
+    CONFIG_MAX_BYTES is read: a link to /dev/zero would grow without bound and a FIFO would
+    block (it is opened without blocking, then refused); UsageError says why."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"cannot read {path}: not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > CONFIG_MAX_BYTES:
+                raise UsageError(f"cannot read {path}: larger than {CONFIG_MAX_BYTES:,} bytes")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"cannot read {path}: not UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from exc
 
 
 def _validate(key: str, value: object) -> object:

@@ -21,7 +21,7 @@ class ExitStatus(enum.IntEnum):
     UNOBSERVABLE = 3
     """No such pid, permission denied, unsupported platform, CMD failed to start or failed."""
     INTERRUPTED = 130
-    """Ctrl-C (SIGINT)."""
+    """Ctrl-C (SIGINT), SIGTERM or SIGHUP."""
 
 
 class OversubError(Exception):
@@ -73,3 +73,22 @@ class OutputClosed(OversubError):
     """
 
     status = ExitStatus.OK
+
+
+class OutputFailed(OversubError):
+    """stdout cannot be written (a full disk, an I/O error): the data is lost, say so (exit 3).
+
+    A reader that left is OutputClosed instead; a failing stderr is never an error (see
+    `oversub.launch`): only diagnostics are lost there.
+    """
+
+    status = ExitStatus.UNOBSERVABLE
+
+
+class Interrupted(OversubError):
+    """A stop signal ended a run whose summary has been printed: exit 130, nothing more to say.
+
+    (A KeyboardInterrupt anywhere else also exits 130, with one `oversub: interrupted` line.)
+    """
+
+    status = ExitStatus.INTERRUPTED

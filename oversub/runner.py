@@ -3,10 +3,18 @@
 The command runs in a session of its own (start_new_session), so its tree has one process
 group that a terminal's Ctrl-C does not reach: oversub decides when the command stops. A
 tree can escape its process group, though: a child may call setsid() (torchrun agents,
-daemonising helpers), and a grandchild whose parent exited is re-parented to init or a
-subreaper, where a ppid walk from the command no longer finds it. TreeReaper therefore
-remembers every pid it has ever seen in the tree (`observe`, fed by each sample), and at
-the end signals the process group, every remembered pid and every descendant of those.
+daemonising helpers), and a grandchild whose parent exited is re-parented, where a ppid walk
+from the command no longer finds it. So `check` makes oversub the child subreaper of what
+it starts (`child_subreaper`, Linux >= 3.4): every orphan of the tree is re-parented to
+oversub itself, even a daemon whose middle process lived for microseconds, and TreeReaper
+counts every child of oversub as the command's (`adopter`), stops it with the tree, and
+reaps it when it exits. TreeReaper also remembers every pid it has ever seen in the tree
+(`observe`, fed by each sample), and at the end signals the process group, every remembered
+pid and every descendant of those.
+
+If oversub itself is killed by SIGKILL nothing of it runs: the kernel then sends SIGKILL to
+the command (PR_SET_PDEATHSIG, set in the child before exec), and the rest of the tree is
+re-parented to the next subreaper above oversub or to init.
 
 A pid number is reused after its process is gone, so each pid is remembered with its start
 time (field 22 of /proc/PID/stat, clock ticks after boot); a pid whose start time changed
@@ -20,14 +28,23 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from oversub import stopsignals
 from oversub.errors import CommandError, UsageError
 from oversub.probe.proctree import descendants, read_ppids, read_small, scan_stats, subtree
 
-__all__ = ["ExitWatch", "TreeReaper", "descendants_now", "pid_gone", "start_command"]
+__all__ = [
+    "ExitWatch",
+    "TreeReaper",
+    "child_subreaper",
+    "descendants_now",
+    "pid_gone",
+    "start_command",
+]
 
 _POLL_S = 0.05
 """How often terminate() looks whether the tree has exited."""
@@ -35,16 +52,71 @@ _KILL_WAIT_S = 2.0
 """How long terminate() waits for SIGKILL to take effect before it gives up waiting."""
 
 
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl(2), or None off Linux (or where libc cannot be loaded)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # only `check -- CMD` pays for it
+
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return prctl
+
+
+@contextlib.contextmanager
+def child_subreaper() -> Iterator[bool]:
+    """While inside, orphans of this process's descendants are re-parented to it, not to init
+    (PR_SET_CHILD_SUBREAPER); yields whether that holds. The previous setting is restored."""
+    prctl = _prctl()
+    if prctl is None:
+        yield False
+        return
+    import ctypes
+
+    before = ctypes.c_int(0)
+    if prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0) != 0:
+        before.value = 0
+    if prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if not before.value:
+            prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
 def start_command(argv: list[str]) -> subprocess.Popen[bytes]:
     """Start `argv` in a new session with stdin, stdout and stderr inherited.
 
-    The command's output passes through untouched. Raises UsageError for an empty argv and
-    CommandError when the program cannot be started (missing, not executable, ...).
+    The command's output passes through untouched. In the child, before exec: the stop
+    signals are unblocked and set to their defaults (the caller may start it inside
+    `stopsignals.blocked()`), and on Linux the kernel is asked to SIGKILL it when oversub
+    dies (PR_SET_PDEATHSIG), so that even a SIGKILL of oversub does not leave it running.
+    Raises UsageError for an empty argv and CommandError when the program cannot be started
+    (missing, not executable, ...).
     """
     if not argv:
         raise UsageError("no command given after --")
+    parent = os.getpid()
+    prctl = _prctl()
+
+    def in_child() -> None:
+        stopsignals.unblock_in_child()
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # oversub died before the line above: follow it
+                os.kill(os.getpid(), signal.SIGKILL)
+
     try:
-        return subprocess.Popen(argv, start_new_session=True)
+        return subprocess.Popen(argv, start_new_session=True, preexec_fn=in_child)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise CommandError(f"cannot start {argv[0]!r}: {reason}") from exc
@@ -173,6 +245,19 @@ class ExitWatch:
         self.close()
 
 
+def _children(root: str, pid: int) -> set[int]:
+    """Pids of the children of `pid`: from task/*/children (one small read per thread), or
+    by a scan of /proc where the kernel lacks those files (CONFIG_PROC_CHILDREN)."""
+    task = os.path.join(root, "proc", str(pid), "task")
+    found: set[int] = set()
+    try:
+        for tid in os.listdir(task):
+            found.update(int(c) for c in read_small(os.path.join(task, tid, "children")).split())
+    except (OSError, ValueError):
+        return {child for child, ppid in read_ppids(root).items() if ppid == pid}
+    return found
+
+
 def descendants_now(pid: int, root: str = "/") -> set[int]:
     """Pids of every current descendant of `pid` (not `pid` itself), by one ppid scan of /proc.
 
@@ -187,13 +272,19 @@ class TreeReaper:
 
     Feed it the pids of each sample with `observe`; call `terminate` once the run is over
     (also on errors and Ctrl-C). Linux /proc is used to find descendants; without it only
-    the process group and the command itself are signalled.
+    the process group and the command itself are signalled. With `adopter` (this process's
+    pid, when it is the child subreaper of the command), every child of the adopter that
+    started after the command is part of the tree, and `reap_adopted` collects the exit
+    status of those that ended (never the command's own: Popen keeps it).
     """
 
-    def __init__(self, process: subprocess.Popen[bytes], root: str = "/") -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], root: str = "/", *, adopter: int | None = None
+    ) -> None:
         """Watch the tree of `process`, started by `start_command` (its own session)."""
         self._process = process
         self._root = root
+        self._adopter = adopter
         # pid -> start ticks of every process ever seen in the tree.
         self._known: dict[int, int] = {}
         # (pid, start ticks, signal) already sent, (0, 0, signal) for the process group: each
@@ -240,6 +331,50 @@ class TreeReaper:
         # After SIGKILL only an uninterruptible sleep keeps it; do not hang oversub on that.
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._process.wait(timeout=_KILL_WAIT_S)
+        self.reap_adopted(thorough=True)
+
+    def reap_adopted(self, *, thorough: bool = False) -> None:
+        """Collect adopted orphans that have exited (zombies of the adopter), so that none
+        piles up during a long run. Only children that started after the command, never the
+        command itself (Popen collects its own status).
+
+        Each interval asks the kernel, at no cost when nothing has exited, which child is
+        waitable (waitid with WNOWAIT: nothing is collected by asking). `thorough` (at the
+        end) looks at every child of the adopter instead.
+        """
+        if self._adopter is None or self._adopter != os.getpid():
+            return
+        if thorough:
+            for pid in _children(self._root, self._adopter) - {self._process.pid}:
+                self._reap(pid)
+            return
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        for _ in range(10_000):  # a bound, not a count: each turn collects one
+            try:
+                waitable = os.waitid(os.P_ALL, 0, flags)
+            except (ChildProcessError, OSError):
+                return
+            if waitable is None:
+                return
+            if waitable.si_pid == self._process.pid:
+                if self._process.poll() is None:
+                    return
+            elif not self._reap(waitable.si_pid):
+                return  # someone else's child (oversub used as a library): not ours to take
+
+    def _reap(self, pid: int) -> bool:
+        """Collect `pid` if it is an exited orphan the adopter took from the tree."""
+        stat = _read_stat(self._root, pid)
+        if (
+            stat is None
+            or stat.alive
+            or stat.ppid != self._adopter
+            or stat.start_ticks < self._root_start
+        ):
+            return False
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+        return True
 
     def _members(self) -> tuple[dict[int, int], bool]:
         """Live processes of the tree now (pid -> start ticks), and whether its group has any.
@@ -254,7 +389,12 @@ class TreeReaper:
                 del self._known[pid]  # gone, or the number now belongs to someone else
         in_session = {s.pid for s in table.values() if pgid in (s.pgrp, s.session)}
         ppids = {pid: stat.ppid for pid, stat in table.items()}
-        for pid in subtree(self._known, ppids) | in_session:
+        seeds = set(self._known)
+        if self._adopter is not None:
+            # Orphans re-parented to oversub (the subreaper): the tree's, even if never seen.
+            seeds |= {pid for pid, stat in table.items() if stat.ppid == self._adopter}
+            seeds.discard(self._adopter)
+        for pid in subtree(seeds, ppids) | in_session:
             stat = table[pid]
             # Anything older than the command cannot be part of its tree.
             if stat.start_ticks >= self._root_start:

@@ -6,13 +6,11 @@ each pair to the pure analysis and hands the result to a callback.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import FrameType
 
+from oversub import stopsignals
 from oversub.analysis.rates import interval as interval_between
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
@@ -21,9 +19,10 @@ from oversub.probe.sampler import TreeSampler
 from oversub.results import Assessment, Interval, Summary
 from oversub.samples import TreeSample
 
-STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""Signals that end a run the way Ctrl-C does: a CI timeout sends SIGTERM, a closed
-terminal or ssh session SIGHUP; each must still print the summary and clean up."""
+# The stop signals end a run the way Ctrl-C does (see `oversub.stopsignals`); these names
+# are the ones `watch`, `check` and the benchmarks use.
+stop_signals_interrupt = stopsignals.interrupt
+STOP_SIGNALS = stopsignals.STOP_SIGNALS
 
 OnInterval = Callable[[Interval, Assessment, int, float], None]
 """Called after each interval with (interval, assessment, samples so far, elapsed seconds)."""
@@ -80,6 +79,7 @@ def run_session(
     target_exited = False
     interrupted = False
     intervals = 0
+    pace = _Pace(options.interval)
     prev = sampler.sample()
     started = clock()
     try:
@@ -87,6 +87,9 @@ def run_session(
             _sleep_until(started + options.warmup, clock, sleep, should_stop)
             prev = sampler.sample()
         measure_start = clock()
+        # The run ends at the duration even in the middle of an interval: the last one is
+        # shorter, never longer than asked.
+        end = None if options.duration is None else measure_start + options.duration
         next_at = measure_start
         while True:
             if _root_gone(prev):
@@ -98,6 +101,8 @@ def run_session(
                 target_exited = _root_gone(sampler.sample())
                 break
             next_at += options.interval
+            if end is not None:
+                next_at = min(next_at, end)
             _sleep_until(next_at, clock, sleep, should_stop)
             curr = sampler.sample()
             if curr.t <= prev.t:  # a clock that did not move gives no rate
@@ -105,20 +110,50 @@ def run_session(
             iv = interval_between(prev, curr, budget.vcpus, th)
             run.add(iv)
             intervals += 1
+            pace.add(iv.seconds, capped=end is not None and next_at >= end)
             if on_interval is not None:
                 on_interval(iv, assess(iv, th), intervals, clock() - measure_start)
             prev = curr
             if options.max_intervals is not None and intervals >= options.max_intervals:
                 break
-            if options.duration is not None and clock() - measure_start >= options.duration:
+            if end is not None and clock() >= end:
                 break
             if next_at < clock():  # we fell behind (overloaded host): do not burst
                 next_at = clock()
     except KeyboardInterrupt:
         interrupted = True
     # The summary itself notes a run in which nothing was measured.
-    summary = run.result(budget, th, target_exited=target_exited)
+    summary = run.result(budget, th, target_exited=target_exited, notes=pace.notes())
     return SessionResult(summary=summary, interrupted=interrupted)
+
+
+SLOW_PACE = 1.25
+"""Intervals that average this many times the asked interval or more are reported (once, as
+a note of the summary): the rates stay right, but the user asked for a finer resolution."""
+
+
+class _Pace:
+    """The intervals actually achieved, against the one asked for."""
+
+    def __init__(self, asked: float) -> None:
+        self.asked = asked
+        self.seconds = 0.0
+        self.count = 0
+
+    def add(self, seconds: float, *, capped: bool) -> None:
+        # The last interval of a run ended by --duration is short by design: not a pace.
+        if not capped:
+            self.seconds += seconds
+            self.count += 1
+
+    def notes(self) -> tuple[str, ...]:
+        if not self.count or self.seconds / self.count < SLOW_PACE * self.asked:
+            return ()
+        mean = self.seconds / self.count
+        return (
+            f"intervals averaged {mean:.2f} s, not the {self.asked:g} s asked: reading the tree "
+            "took longer than the interval on this machine (a longer --interval keeps pace)",
+        )
 
 
 def _sleep_until(
@@ -135,47 +170,3 @@ def _sleep_until(
         if should_stop is not None and should_stop():
             return
         sleep(min(left, 0.1))
-
-
-@contextlib.contextmanager
-def stop_signals_interrupt() -> Iterator[None]:
-    """While inside, the first SIGINT, SIGTERM or SIGHUP raises KeyboardInterrupt; later ones
-    are ignored (they would otherwise interrupt the clean-up the first one started).
-
-    The previous handlers are restored on exit. Outside the main thread (where handlers
-    cannot be set) this does nothing.
-    """
-    raised = False
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal raised
-        if not raised:
-            raised = True
-            raise KeyboardInterrupt
-
-    with _handlers(handler):
-        yield
-
-
-@contextlib.contextmanager
-def stop_signals_ignored() -> Iterator[None]:
-    """While inside, SIGINT, SIGTERM and SIGHUP are ignored: for clean-up that must finish
-    (stopping a command's tree). The previous handlers are restored on exit."""
-    with _handlers(signal.SIG_IGN):
-        yield
-
-
-@contextlib.contextmanager
-def _handlers(
-    handler: Callable[[int, FrameType | None], None] | signal.Handlers,
-) -> Iterator[None]:
-    try:
-        previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-    except ValueError:  # not the main thread: signals cannot be handled here
-        yield
-        return
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

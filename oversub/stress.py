@@ -12,6 +12,10 @@ multiprocessing starts its resource tracker, one sleeping single-thread child of
 
 Workers stop on their own at the deadline, and also as soon as their parent (the root, pid
 printed on stderr) is gone, so killing the root with SIGKILL leaves nothing running.
+
+SIGINT, SIGTERM and SIGHUP end the root like every oversub command (exit 130, workers
+stopped and reaped). They stay pending while a worker is being spawned: a spawn cut in the
+middle leaves a child that dies reading half of its instructions (an EOFError traceback).
 """
 
 from __future__ import annotations
@@ -22,11 +26,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
+from oversub import stopsignals
 from oversub.errors import ExitStatus
 from oversub.plural import count
 
@@ -43,10 +45,11 @@ _STOP_GRACE_S = 2.0
 """How long the root waits for a worker after SIGTERM before it sends SIGKILL."""
 _LATE_S = 5.0
 """How long after the deadline the root waits for workers before it stops them itself."""
-
-
-class _Terminated(Exception):
-    """Raised in the root's main thread by its SIGTERM handler."""
+MAX_PROCS = 256
+MAX_THREADS = 1024
+"""Per worker, for busy and for idle threads each."""
+MAX_TOTAL_THREADS = 16384
+"""Busy and idle threads of all workers together."""
 
 
 def _busy(stop: threading.Event, buffer: bytes) -> None:
@@ -64,8 +67,11 @@ def stress_worker(threads: int, idle: int, deadline: float, parent: int) -> None
     parent `parent` is gone (the worker is then re-parented and getppid() changes).
     """
     # Ctrl-C in a terminal reaches the whole foreground group; the root decides when
-    # workers stop, so a worker must not die with a traceback of its own.
+    # workers stop, so a worker must not die with a traceback of its own. The root spawned
+    # it with the stop signals blocked: SIGTERM and SIGHUP end it from now on.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopsignals.STOP_SIGNALS)
     stop = threading.Event()
     buffer = bytes(_BUFFER_BYTES)
     pool = [
@@ -85,38 +91,18 @@ def stress_worker(threads: int, idle: int, deadline: float, parent: int) -> None
 
 
 def _validate(procs: int, threads: int, idle: int, seconds: float) -> None:
-    if procs < 1:
-        raise ValueError(f"procs must be >= 1, got {procs}")
-    if threads < 0:
-        raise ValueError(f"threads must be >= 0, got {threads}")
-    if idle < 0:
-        raise ValueError(f"idle must be >= 0, got {idle}")
+    if not 1 <= procs <= MAX_PROCS:
+        raise ValueError(f"procs must be 1 to {MAX_PROCS}, got {procs}")
+    if not 0 <= threads <= MAX_THREADS:
+        raise ValueError(f"threads must be 0 to {MAX_THREADS}, got {threads}")
+    if not 0 <= idle <= MAX_THREADS:
+        raise ValueError(f"idle must be 0 to {MAX_THREADS}, got {idle}")
+    if procs * (threads + idle) > MAX_TOTAL_THREADS:
+        raise ValueError(
+            f"at most {MAX_TOTAL_THREADS} threads in all, got {procs * (threads + idle)}"
+        )
     if not seconds > 0:  # also rejects NaN
         raise ValueError(f"seconds must be > 0, got {seconds}")
-
-
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """Turn the first SIGTERM into _Terminated in the main thread while the workers run.
-
-    Later SIGTERMs are ignored: they would otherwise interrupt the clean-up they asked for.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield  # handlers can only be set from the main thread; workers still see us die
-        return
-    raised = False
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal raised
-        if not raised:
-            raised = True
-            raise _Terminated
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _stop_workers(workers: list[BaseProcess]) -> None:
@@ -143,9 +129,8 @@ def run_stress(
     """Run `procs` worker processes x `threads` busy threads (+ `idle` idle) for `seconds`.
 
     Returns the exit status: 0 when every worker finished, 3 when one failed (the
-    message is on `stderr`), 130 (ExitStatus.INTERRUPTED, as for Ctrl-C) when the root was
-    sent SIGTERM. KeyboardInterrupt propagates. In every case the workers are stopped and
-    reaped before this returns or raises.
+    message is on `stderr`), 130 (ExitStatus.INTERRUPTED) when the root was sent SIGINT,
+    SIGTERM or SIGHUP. In every case the workers are stopped and reaped before this returns.
     """
     _validate(procs, threads, idle, seconds)
     out = stderr if stderr is not None else sys.stderr
@@ -158,26 +143,34 @@ def run_stress(
     )
     # Imported here: multiprocessing costs start-up time every other command does not need.
     import multiprocessing
+    from multiprocessing import resource_tracker
+
+    # Started now, not by the first spawn: starting it unblocks SIGINT and SIGTERM (its
+    # finally clause), which would reopen the window `blocked()` closes below.
+    resource_tracker.ensure_running()
 
     context = multiprocessing.get_context("spawn")
     deadline = time.monotonic() + seconds
     workers: list[BaseProcess] = []
-    with _sigterm_raises():
+    with stopsignals.interrupt():
         try:
             for i in range(procs):
-                started = context.Process(
-                    target=stress_worker,
-                    args=(threads, idle, deadline, os.getpid()),
-                    name=f"oversub-stress-{i}",
-                )
-                started.start()
-                workers.append(started)
+                # Atomic for stop signals: the new worker reads its instructions whole.
+                with stopsignals.blocked():
+                    started = context.Process(
+                        target=stress_worker,
+                        args=(threads, idle, deadline, os.getpid()),
+                        name=f"oversub-stress-{i}",
+                    )
+                    started.start()
+                    workers.append(started)
             for worker in workers:
                 worker.join(max(0.0, deadline - time.monotonic()) + _LATE_S)
-        except _Terminated:
+        except KeyboardInterrupt:
             return int(ExitStatus.INTERRUPTED)
         finally:
-            _stop_workers(workers)
+            with stopsignals.deferred():
+                _stop_workers(workers)
     failed = [w for w in workers if w.exitcode != 0]
     for failure in failed:
         print(

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
-from oversub.errors import OutputClosed
+from oversub.errors import OutputClosed, OutputFailed
 from oversub.model import Budget, Thresholds
 from oversub.plural import count
 from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
@@ -49,7 +49,8 @@ def make_console(*, stderr: bool = False) -> Console:
             self.quiet = True
             raise OutputClosed("stdout was closed by its reader")
 
-    return _Console(stderr=stderr, highlight=False, width=width)
+    # No markup: a process named "[/]" or "[link=…]" is text, not an instruction to rich.
+    return _Console(stderr=stderr, highlight=False, width=width, markup=False)
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -144,11 +145,14 @@ def utc_timestamp() -> str:
 
 @contextmanager
 def _reader_may_leave() -> Iterator[None]:
-    """A closed pipe (`oversub watch PID | head`) becomes OutputClosed: stop, exit 0."""
+    """A closed pipe (`oversub watch PID | head`) becomes OutputClosed: stop, exit 0. Any
+    other failure to write (a full disk) is OutputFailed: one line, exit 3."""
     try:
         yield
     except BrokenPipeError:
         raise OutputClosed("stdout was closed by its reader") from None
+    except OSError as exc:
+        raise OutputFailed(f"cannot write to stdout: {exc.strerror or exc}") from None
 
 
 def default_watch_format(out: TextIO) -> WatchFormat:

@@ -242,7 +242,8 @@ def command_argv(draw: st.DrawFn, name: str) -> list[str]:
 
     Values always follow their option, so no value can become watch's PID or check's CMD.
     """
-    argv = [name]
+    # stress runs 10 s without --seconds: a short one comes first (a drawn one wins).
+    argv = [name, "--seconds", "0.01"] if name == "stress" else [name]
     params = _params(name)
     arguments = [p for p in params if isinstance(p, click.Argument)]
     takes_command = any(p.nargs == -1 for p in arguments)
@@ -512,3 +513,144 @@ def test_report_path_with_control_characters_is_one_escaped_error_line(
     assert len(err.splitlines()) == 1, err
     assert path in err  # shown escaped...
     assert "\x1b" not in err  # ...never as a raw escape sequence
+
+
+# ------------------------------------------------------- issue 10: numbers, paths, files
+
+
+def _numeric_options() -> list[tuple[str, str]]:
+    found = []
+    for name in sorted(COMMANDS):
+        for param in _params(name):
+            numeric = isinstance(param.type, (click.IntRange, click.FloatRange))
+            if isinstance(param, click.Option) and (numeric or param.callback is parse_procs):
+                found.append((name, param.opts[0]))
+    return found
+
+
+NUMERIC_OPTIONS = _numeric_options()
+
+
+@pytest.mark.parametrize("value", ["\u0661", "\u0664", "\u0661\u0660", "1_0", " 1", "\uff11"])
+@pytest.mark.parametrize(("name", "option"), NUMERIC_OPTIONS, ids=lambda x: str(x))
+def test_numbers_are_ascii_digits_only(
+    name: str, option: str, value: str, capsys: pytest.CaptureFixture[str], quiet_env: None
+) -> None:
+    # int() and float() take "٤" (ARABIC-INDIC DIGIT FOUR) for 4, "1_0" for 10, " 2" for 2:
+    # `--procs ٤` was accepted as 4.
+    argv = [name, *(["4194305"] if name == "watch" else []), option, value]
+    code, _, err = run_in_process(argv, capsys)
+    assert code == ExitStatus.USAGE, (argv, err)
+    assert option in err and len(err.splitlines()) == 1, err
+    assert "not a whole number" in err or "not a decimal number" in err, err  # refused as such
+
+
+def test_every_numeric_option_is_covered() -> None:
+    names = {option for _, option in NUMERIC_OPTIONS}
+    assert {"--procs", "--threads", "--interval", "--duration", "--margin", "--cpus"} <= names
+    assert len(NUMERIC_OPTIONS) >= 25, NUMERIC_OPTIONS
+
+
+@pytest.mark.parametrize("argv", [["watch", "\u0664\u0662"], ["watch", "\u0664"]])
+def test_pid_argument_is_ascii_digits_only(
+    argv: list[str], capsys: pytest.CaptureFixture[str], quiet_env: None
+) -> None:
+    code, _, err = run_in_process(argv, capsys)
+    assert code == ExitStatus.USAGE, err
+
+
+@pytest.mark.parametrize("flag", ["--json", "--junit", "--markdown"])
+def test_empty_report_path_is_named_as_such(
+    flag: str, capsys: pytest.CaptureFixture[str], quiet_env: None
+) -> None:
+    # `--json ''` said ".: is a directory".
+    code, _, err = run_in_process(["check", "-M", "1", "-T", "1", flag, ""], capsys)
+    assert code == ExitStatus.USAGE
+    assert "empty path" in err and "directory" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["watch", "4194305", "--interval", "1e308", "--duration", "0.5"], "--interval"),
+        (["watch", "4194305", "--interval", "3601"], "--interval"),
+        (["check", "--interval", "1e6", "--", "true"], "--interval"),
+        (["stress", "--procs", "100000", "--threads", "1"], "--procs"),
+        (["stress", "--procs", "1", "--threads", "100000"], "--threads"),
+        (["stress", "--procs", "1", "--threads", "1", "--idle", "5000"], "--idle"),
+        (["stress", "--procs", "200", "--threads", "1000"], "16,384 threads"),
+    ],
+)
+def test_intervals_and_stress_sizes_have_upper_bounds(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str], quiet_env: None
+) -> None:
+    code, _, err = run_in_process(argv, capsys)
+    assert code == ExitStatus.USAGE, err
+    assert needle in err
+
+
+def _pyproject(kind: str, where: Any) -> None:
+    path = where / "pyproject.toml"
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "huge":
+        path.write_text("# padding\n" * 120_000 + "[tool.oversub]\nmargin = 0.2\n")
+    elif kind == "nested":
+        path.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("dev-zero", "not a regular file"),  # grew memory without bound
+        ("fifo", "not a regular file"),  # hung forever
+        ("huge", "larger than"),
+        ("nested", "nested too deeply"),  # internal error: RecursionError
+        ("directory", "not a regular file"),
+    ],
+)
+@pytest.mark.parametrize("command", ["watch", "check"])
+def test_unreadable_pyproject_is_a_usage_error_with_its_reason(
+    kind: str,
+    reason: str,
+    command: str,
+    capsys: pytest.CaptureFixture[str],
+    quiet_env: None,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _pyproject(kind, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    argv = ["watch", "4194305"] if command == "watch" else ["check", "--pid", "4194305"]
+    with _alarm(argv):
+        code, _, err = run(argv, capsys)
+    assert code == ExitStatus.USAGE, err
+    assert "pyproject.toml" in err and reason in err, err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/null", "socket"])
+def test_report_path_that_is_not_a_regular_file_is_refused_up_front(
+    special: str, capsys: pytest.CaptureFixture[str], quiet_env: None, tmp_path: Any
+) -> None:
+    # A FIFO passed the pre-check and then hung forever when the report was written.
+    path = str(tmp_path / "r.json")
+    if special == "fifo":
+        os.mkfifo(path)
+    elif special == "socket":
+        import socket
+
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(path)
+    else:
+        path = special
+    argv = ["check", "-M", "1", "-T", "1", "--json", path]
+    code, _, err = run_in_process(argv, capsys)
+    assert code == ExitStatus.USAGE, err
+    assert "not a regular file" in err

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
+from oversub import stopsignals
 from oversub.analysis.recommend import synthetic_budget
 from oversub.analysis.verdict import RULES
 from oversub.check import CheckOptions, _Outcome, _unsampled_summary, report, report_command
 from oversub.errors import ExitStatus, ReportError
 from oversub.model import Verdict
+from oversub.reportfiles import STEP_SUMMARY_MAX
 from oversub.results import Assessment
 
 NOTHING = Assessment(Verdict.OK, ())
@@ -138,3 +143,103 @@ def test_a_failed_command_keeps_what_was_measured_but_fails_nothing(tmp_path: Pa
     assert "::warning title=oversub oversubscribed-pools" in text
     junit = (tmp_path / "r.xml").read_text("utf-8")
     assert "<failure" not in junit and "measured, but the run is not judged" in junit
+
+
+# ------------------------------------------------------- signals, atomic files, job summary
+
+
+def test_stop_signal_while_reports_are_written_finishes_them_then_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SIGTERM (a CI timeout) between two report files killed oversub by the signal (143),
+    # leaving the second report unwritten.
+    from oversub import reportfiles
+
+    written: list[str] = []
+    real = reportfiles.write_atomic
+
+    def write_then_signal(flag: str, path: Path, text: str) -> None:
+        real(flag, path, text)
+        written.append(flag)
+        if flag == "--json":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(reportfiles, "write_atomic", write_then_signal)
+    opts = CheckOptions(
+        json_path=tmp_path / "r.json",
+        junit_path=tmp_path / "r.xml",
+        markdown_path=tmp_path / "r.md",
+    )
+    err = io.StringIO()
+    with stopsignals.interrupt():  # as in the CLI: a handler that would interrupt
+        status = report(outcome(static=True), opts, err=err, environ={})
+    assert status is ExitStatus.INTERRUPTED
+    assert written == ["--json", "--junit", "--markdown"]
+    assert json.loads((tmp_path / "r.json").read_text())["exit_status"] == 0
+    assert err.getvalue().splitlines()[-1] == "oversub check: interrupted, exit 130"
+
+
+def test_a_failed_write_keeps_the_previous_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full disk used to leave an empty file where the last good report was.
+    report_path = tmp_path / "r.json"
+    report_path.write_text("previous report\n")
+    real_write = os.write
+
+    def full_disk(fd: int, data: bytes) -> int:
+        if fd > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(ReportError) as caught:
+        report(outcome(static=True), CheckOptions(json_path=report_path), err=io.StringIO())
+    monkeypatch.undo()
+    assert caught.value.status is ExitStatus.UNOBSERVABLE
+    assert "No space left on device" in str(caught.value)
+    assert report_path.read_text() == "previous report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temporary file left
+
+
+def test_report_through_a_symlink_replaces_the_file_it_names(tmp_path: Path) -> None:
+    (tmp_path / "reports").mkdir()
+    target = tmp_path / "reports" / "r.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    report(outcome(static=True), CheckOptions(json_path=link), err=io.StringIO(), environ={})
+    assert link.is_symlink()
+    assert json.loads(target.read_text())["exit_status"] == 0
+    assert target.stat().st_mode & 0o777 == 0o640
+
+
+def test_step_summary_that_is_a_fifo_is_skipped_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "summary"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # even with a reader, never written
+    try:
+        err = io.StringIO()
+        environ = {"GITHUB_STEP_SUMMARY": str(fifo)}
+        assert report(outcome(static=True), CheckOptions(), err=err, environ=environ) == 0
+        try:
+            data = os.read(reader, 1)
+        except BlockingIOError:
+            data = b""
+        assert data == b""  # nothing was written to it
+    finally:
+        os.close(reader)
+    (warning,) = [x for x in err.getvalue().splitlines() if "warning" in x]
+    assert "not a regular file" in warning
+
+
+def test_step_summary_stays_under_githubs_limit(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_bytes(b"x" * (STEP_SUMMARY_MAX - 100))  # earlier steps filled it
+    err = io.StringIO()
+    environ = {"GITHUB_STEP_SUMMARY": str(summary)}
+    assert report(outcome(static=True), CheckOptions(), err=err, environ=environ) == 0
+    assert summary.stat().st_size == STEP_SUMMARY_MAX - 100  # not appended: it would not fit
+    (warning,) = [x for x in err.getvalue().splitlines() if "warning" in x]
+    assert "1 MiB" in warning

@@ -9,13 +9,17 @@ pipe early is not an error.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -143,6 +147,8 @@ def test_watch_ends_on_signal_with_its_summary(
     records = [json.loads(x) for x in out.splitlines()]
     assert records and records[-1]["type"] == "summary"
     assert records[-1]["root_pid"] == sleeper.pid
+    # Ctrl-C is the normal way to leave `watch`: the summary, exit 130, and no error line.
+    assert b"error" not in err, err.decode()
 
 
 def test_watch_ends_soon_after_the_target_exits(started: Started) -> None:
@@ -174,3 +180,202 @@ def test_watch_piped_to_a_reader_that_leaves_exits_0(
     assert watch.wait(timeout=60) == ExitStatus.OK
     err = watch.stderr.read()
     assert b"Traceback" not in err and b"Exception ignored" not in err, err
+
+
+# ------------------------------------------------ issue 10: every path, every moment
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+class Marked:
+    """Processes whose environment holds a marker unique to one test: found wherever they
+    were re-parented, and killed at the end even when the test fails."""
+
+    def __init__(self) -> None:
+        self.mark = f"oversub-test-{uuid.uuid4().hex}"
+        self.env = {**os.environ, "OVERSUB_TEST_MARK": self.mark}
+
+    def alive(self) -> set[int]:
+        found = set()
+        needle = f"OVERSUB_TEST_MARK={self.mark}".encode()
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) != os.getpid():
+                with contextlib.suppress(OSError):
+                    if needle in Path(f"/proc/{name}/environ").read_bytes() and _alive(int(name)):
+                        found.add(int(name))
+        return found
+
+    def kill(self) -> None:
+        for pid in self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def marked() -> Iterator[Marked]:
+    record = Marked()
+    try:
+        yield record
+    finally:
+        record.kill()
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_stop_signal_while_the_command_starts_leaves_nothing(
+    monkeypatch: pytest.MonkeyPatch, marked: Marked
+) -> None:
+    # A signal between the fork and the moment check held the child gave "internal error:
+    # AssertionError", exit 3, and a command running on in its own session.
+    from oversub import runner
+    from oversub.analysis.recommend import synthetic_budget
+    from oversub.check import CheckOptions, check_command
+    from oversub.session import SessionOptions
+
+    real = runner.start_command
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start_then_signal(argv: list[str]) -> subprocess.Popen[bytes]:
+        proc = real(argv)
+        started.append(proc)
+        os.kill(os.getpid(), signal.SIGTERM)  # lands before check holds `proc`
+        return proc
+
+    monkeypatch.setattr(runner, "start_command", start_then_signal)
+    monkeypatch.setattr(os, "environ", marked.env)
+    opts = CheckOptions(session=SessionOptions(interval=0.5), grace=1.0)
+    try:
+        status = check_command(SLEEPER, synthetic_budget(2), opts, err=io.StringIO())
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert status == ExitStatus.INTERRUPTED
+    assert started and started[0].returncode is not None  # stopped and reaped by check
+    assert marked.alive() == set()
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_stop_signal_injected_at_the_fork_gives_130_and_leaves_nothing(marked: Marked) -> None:
+    # The issue's reproduction: strace delivers SIGINT to oversub as its clone() returns.
+    inject = "inject=vfork,clone,clone3:signal=SIGINT:when=1"
+    argv = ["strace", "-o", os.devnull, "-e", "trace=vfork,clone,clone3", "-e", inject]
+    run = subprocess.run(
+        [*argv, *OVERSUB, "check", "--", *SLEEPER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=marked.env,
+    )
+    if "ptrace" in run.stderr and run.returncode != ExitStatus.INTERRUPTED:
+        pytest.skip(f"strace cannot trace here: {run.stderr.strip()}")
+    assert run.returncode == ExitStatus.INTERRUPTED, run.stderr
+    assert "internal error" not in run.stderr and "Traceback" not in run.stderr
+    assert marked.alive() == set()
+
+
+def _caught(pid: int) -> set[int]:
+    """Signals `pid` has handlers for (SigCgt of /proc/PID/status); empty when gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return set()
+    mask = int(
+        next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16
+    )
+    return {sig for sig in range(1, 65) if mask & (1 << (sig - 1))}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_stop_signal_during_start_up_gives_130_without_traceback(
+    sig: signal.Signals, tmp_path: Path
+) -> None:
+    # SIGTERM or SIGHUP in the first fraction of a second killed oversub by the signal
+    # (143/129); SIGINT during the imports printed a KeyboardInterrupt traceback. The signal
+    # is sent the moment oversub's handlers exist: while click and the CLI are imported.
+    proc = subprocess.Popen(
+        [*OVERSUB, "check", "-M", "1", "-T", "1", "--json", "r.json"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        handled = _wait_until(lambda: {signal.SIGTERM, signal.SIGHUP} <= _caught(proc.pid), 10)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert handled, "oversub never handled SIGTERM and SIGHUP"
+    assert proc.returncode == ExitStatus.INTERRUPTED, err
+    assert "Traceback" not in err and "error:" not in err, err
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_stress_stopped_while_it_spawns_gives_130_and_no_worker_traceback(
+    sig: str, marked: Marked
+) -> None:
+    # SIGTERM during a spawn printed a worker's EOFError traceback (the root stopped before
+    # the worker had read its instructions); SIGHUP killed the root by the signal. strace
+    # delivers the signal as each fork of the root returns: the resource tracker's and each
+    # worker's.
+    for when in (1, 2, 3):
+        inject = f"inject=vfork,clone,clone3:signal={sig}:when={when}"
+        argv = ["strace", "-o", os.devnull, "-e", "trace=vfork,clone,clone3", "-e", inject]
+        run = subprocess.run(
+            [*argv, *OVERSUB, "stress", "--procs", "3", "--threads", "0", "--seconds", "60"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=marked.env,
+        )
+        assert run.returncode == ExitStatus.INTERRUPTED, (when, run.stderr)
+        assert "Traceback" not in run.stderr and "EOFError" not in run.stderr, (when, run.stderr)
+        assert _wait_until(lambda: marked.alive() == set(), 10), (when, marked.alive())
+
+
+def test_sigkill_of_oversub_takes_the_command_with_it(marked: Marked) -> None:
+    # Nothing of oversub runs after SIGKILL: the kernel ends CMD (PR_SET_PDEATHSIG). What CMD
+    # started lives on, re-parented (README, Guarantees): here its sleeping child.
+    cmd = (
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen({SLEEPER!r})\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    check = subprocess.Popen(
+        [*OVERSUB, "check", "--interval", "0.5", "--", sys.executable, "-c", cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=marked.env,
+    )
+    try:
+        assert check.stdout is not None
+        child = int(check.stdout.readline())
+        command = _parent(child)
+        check.kill()
+        check.wait(timeout=30)
+        assert _wait_until(lambda: not _alive(command), 10), "CMD outlived oversub's SIGKILL"
+        assert _alive(child)  # the documented remainder
+    finally:
+        if check.poll() is None:
+            check.kill()
+            check.wait()
+        if check.stdout is not None:
+            check.stdout.close()
+
+
+def _parent(pid: int) -> int:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rfind(")") + 2 :].split()[1])

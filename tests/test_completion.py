@@ -2,7 +2,7 @@
 
 The answers click gives (`_OVERSUB_COMPLETE=<shell>_complete`) are checked in-process; the
 real-shell tests load `oversub completion SHELL` into bash, zsh and fish and let the shell
-complete a word through the installed console script (`oversub.cli:main`, which calls
+complete a word through the installed console script (`oversub.launch:main`, which calls
 click with standalone_mode=False), as a user's shell would. `make test` installs zsh and
 fish where it can; where one is missing, its test skips and says so.
 """

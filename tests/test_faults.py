@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -196,6 +199,7 @@ def test_watch_ends_with_summary_when_target_is_killed(
     assert summary["samples"] >= 1
     assert summary["root_pid"] == root.pid
     assert summary["target_exited"] is True
+    assert _pids(summary)[root.pid]["exited"] is True  # the root's line agrees
 
 
 # The main thread exits (pthread_exit) while a second thread keeps working: the thread
@@ -362,3 +366,118 @@ def test_watch_keeps_counting_reparented_grandchild(started: Started, tmp_path: 
     proc = {p["pid"]: p for p in summary["processes"]}[grand]
     assert proc["exited"] is False
     assert proc["cpu_percent"] > 5  # busy: wide margin on a shared machine
+
+
+# ------------------------------------------------ issue 10: namespaces, files, streams
+
+
+def _unshare_works() -> str | None:
+    """Why a new PID namespace cannot be made here (None: it can)."""
+    if shutil.which("unshare") is None:
+        return "unshare is not installed"
+    probe = subprocess.run(
+        ["unshare", "--fork", "--pid", "true"], capture_output=True, text=True, timeout=30
+    )
+    return None if probe.returncode == 0 else f"no PID namespaces here: {probe.stderr.strip()}"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "argv", [["check", "--", "sleep", "600"], ["watch", "1", "--once"], ["cpus", "--pid", "1"]]
+)
+def test_pid_namespace_without_its_own_proc_is_refused(argv: list[str]) -> None:
+    # `unshare -fp oversub check -- CMD` sampled host pid 2 (kthreadd) instead of CMD and
+    # passed with exit 0; `watch 1` there watched the host's init.
+    why = _unshare_works()
+    if why is not None:
+        pytest.skip(why)
+    run = subprocess.run(
+        ["unshare", "--fork", "--pid", *OVERSUB, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 3, run.stderr
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("oversub: error: /proc belongs to another PID namespace"), line
+    assert run.stdout == ""
+
+
+@pytest.mark.integration
+def test_report_write_that_fails_keeps_the_previous_report(tmp_path: Path) -> None:
+    # On a full filesystem --json/--junit/--markdown left empty files in place of the
+    # previous reports. Here the file size limit refuses every write past 64 bytes.
+    old = {"r.json": "previous json\n", "r.xml": "previous junit\n", "r.md": "previous md\n"}
+    reports = ["--json", "r.json", "--junit", "r.xml", "--markdown", "r.md"]
+    for name, text in old.items():
+        (tmp_path / name).write_text(text)
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    run = subprocess.run(
+        [*OVERSUB, "check", "-M", "1", "-T", "1", *reports],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        preexec_fn=small_files,
+    )
+    assert run.returncode == 3, run.stderr
+    assert run.stderr.splitlines()[-1].startswith("oversub: error: cannot write the --json"), (
+        run.stderr
+    )
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == old  # no temporary left
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("verdict", ["ok", "oversubscribed"])
+def test_unwritable_stderr_keeps_exit_status_and_reports(tmp_path: Path, verdict: str) -> None:
+    # With 2>/dev/full every outcome became exit 1 and the report files were not written.
+    threads = "1" if verdict == "ok" else "8"
+    with open("/dev/full", "w") as full:
+        run = subprocess.run(
+            [*OVERSUB, "check", "-M", "2", "-T", threads, "--cpus", "2", "--json", "r.json"],
+            stdout=subprocess.PIPE,
+            stderr=full,
+            timeout=60,
+            cwd=tmp_path,
+        )
+    assert run.returncode == (0 if verdict == "ok" else 1)
+    assert json.loads((tmp_path / "r.json").read_text())["exit_status"] == run.returncode
+
+
+CHATTY = """
+import sys, time
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    sys.stderr.write("chatter " * 100 + "\\n")
+"""
+
+
+@pytest.mark.integration
+def test_stderr_pipe_closed_under_a_chatty_command_keeps_exit_status(tmp_path: Path) -> None:
+    # `oversub check ... -- CMD 2>&1 | true`: the reader is gone at once, CMD dies writing
+    # to it (its failure is exit 3, its status in the report); oversub's own lines are lost.
+    script = (
+        f"{shlex.join(OVERSUB)} check --interval 0.2 --warmup 0 --json r.json -- "
+        f"{shlex.join([sys.executable, '-c', CHATTY])} 2>&1 | true; "
+        "echo ${PIPESTATUS[0]} > status"
+    )
+    subprocess.run(["bash", "-c", script], timeout=60, cwd=tmp_path, check=True)
+    status = int((tmp_path / "status").read_text())
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert status == report["exit_status"] == 3
+    assert report["command_status"] != 0
+
+
+@pytest.mark.integration
+def test_duration_ends_a_run_in_the_middle_of_an_interval(started: Started) -> None:
+    # `watch PID --interval 5 --duration 1` took 5 s; `--interval 1e308` never returned.
+    root = _spawn(started, SLEEPY)
+    began = time.monotonic()
+    _intervals, summary = _watch_to_end(
+        str(root.pid), "--interval", "60", "--duration", "0.5", "--format", "ndjson"
+    )
+    assert time.monotonic() - began < 30  # far below the 60 s interval: no timing margin here
+    assert summary["samples"] == 1 and summary["duration_s"] < 5

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import pty
 import re
@@ -27,6 +28,7 @@ import termios
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
@@ -401,3 +403,141 @@ def test_narrow_check_static_fits_40_columns() -> None:
     run = _narrow(["check", "--procs", "4", "--threads", "4", "--cpus", "2"])
     assert run.code == ExitStatus.FOUND, run.raw
     assert _too_wide(run) == [], run.raw
+
+
+# ------------------------------------------------ untrusted text and unusual streams
+
+FORGED = "8\x1b]0;x\x07\x1b[2J\n::error::forged\noversub check: pass <script>alert(1)</script>"
+"""A thread-variable value that sets the terminal title, clears the screen, forges a GitHub
+workflow command and a verdict line, and carries HTML."""
+HOSTILE_COMM = b"\x1b[2J\x1b]0;x\x07<s>"
+"""A process name (15 bytes at most) that clears the screen and sets the title."""
+
+# Pinned to one CPU by the test: three busy threads oversubscribe it, so there are findings,
+# and with libgomp mapped the fix names OMP_NUM_THREADS and its value.
+HOSTILE_TARGET = f"""
+import ctypes, hashlib, threading, time
+try:
+    ctypes.CDLL("libgomp.so.1")
+except OSError:
+    pass
+with open("/proc/self/comm", "wb") as comm:
+    comm.write({HOSTILE_COMM!r})
+def busy():
+    buffer, digest = bytes(1 << 20), hashlib.sha256()
+    while True:
+        digest.update(buffer)
+for _ in range(3):
+    threading.Thread(target=busy, daemon=True).start()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _pin_one_cpu() -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def _raw_controls(text: str) -> list[str]:
+    """Control characters other than the line breaks of the output's own lines."""
+    return sorted({c for c in text if c in "\x1b\x07\r" or ("\x00" <= c < " " and c != "\n")})
+
+
+def test_untrusted_names_and_variables_reach_no_sink_raw(tmp_path: Path) -> None:
+    env = {**_env(), "OMP_NUM_THREADS": FORGED, "OMP_PLACES": "{0}," * 30_000}
+    target = subprocess.Popen(
+        [sys.executable, "-c", HOSTILE_TARGET],
+        stdout=subprocess.PIPE,
+        env=env,
+        preexec_fn=_pin_one_cpu,
+        start_new_session=True,
+    )
+    runs: list[subprocess.Popen[bytes]] = []
+    try:
+        assert target.stdout is not None
+        ready, _, _ = select.select([target.stdout], [], [], TIMEOUT_S)
+        assert ready and target.stdout.readline() == b"ready\n"
+        pid = str(target.pid)
+        sampled = ["--duration", "1.5", "--interval", "0.5"]
+        ci = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(tmp_path / "step.md")}
+        reports = ["--json", "r.json", "--markdown", "r.md"]
+        for name, args, extra in (
+            ("check", ["check", "--pid", pid, *sampled, *reports], ci),
+            ("ndjson", ["watch", pid, *sampled, "--format", "ndjson"], {}),
+        ):
+            with (
+                open(tmp_path / f"{name}.out", "wb") as out,
+                open(tmp_path / f"{name}.err", "wb") as err,
+            ):
+                runs.append(
+                    subprocess.Popen(
+                        [*OVERSUB, *args],
+                        stdout=out,
+                        stderr=err,
+                        cwd=tmp_path,
+                        env={**_env(), **extra},
+                        start_new_session=True,
+                    )
+                )
+        live = _on_terminal(["watch", pid, *sampled], _env(TERM="xterm-256color"), columns=200)
+        codes = [run.wait(timeout=TIMEOUT_S) for run in runs]
+    finally:
+        for proc in (target, *runs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        if target.stdout is not None:
+            target.stdout.close()
+
+    check_err = (tmp_path / "check.err").read_text()
+    assert codes[0] in (0, 1) and codes[1] == 0, check_err
+    # The CI log: every line is oversub's own; a forged command or verdict never starts one.
+    lines = check_err.splitlines()
+    assert _raw_controls(check_err) == [], check_err
+    assert not [x for x in lines if x.startswith(("::error::forged", "oversub check: pass <"))]
+    assert [x for x in lines if x.startswith("::")] == [
+        x for x in lines if x.startswith(("::error title=", "::warning title="))
+    ]
+    # Markdown: no raw HTML or escape sequence, and bounded (the 120 kB variable is cut).
+    for name in ("r.md", "step.md"):
+        md = (tmp_path / name).read_text()
+        assert "<script>" not in md and "<s>" not in md and _raw_controls(md) == [], name
+        assert len(md) < 16_000, name
+    # JSON keeps the values (JSON escapes them), bounded at the probe.
+    report = json.loads((tmp_path / "r.json").read_text())
+    (watched,) = [p for p in report["processes"] if p["pid"] == target.pid]
+    assert watched["name"] == HOSTILE_COMM.decode()
+    assert watched["thread_env"]["OMP_NUM_THREADS"] == FORGED
+    assert len(watched["thread_env"]["OMP_PLACES"]) == 128
+    for line in (tmp_path / "ndjson.out").read_text().splitlines():
+        assert len(line) < 16_000  # was 1 MB per line with a 1 MB variable
+    # The terminal: rich's own sequences only; the target's are shown, never obeyed.
+    assert live.code == 0, live.raw[-2000:]
+    assert "\x1b]0;x" not in live.raw and "\x1b[2J" not in live.raw and "\x07" not in live.raw
+    assert "\\x1b]0;x\\x07" in live.text()
+
+
+def test_full_stdout_is_one_error_line_and_exit_3(target: int) -> None:
+    # `oversub cpus > /dev/full` was an internal error.
+    for args in (["cpus"], ["cpus", "--format", "json"], ["watch", str(target), "--once"]):
+        with open("/dev/full", "w") as full:
+            run = subprocess.run(
+                [*OVERSUB, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60
+            )
+        assert run.returncode == ExitStatus.UNOBSERVABLE, (args, run.stderr)
+        assert run.stderr == "oversub: error: cannot write to stdout: No space left on device\n"
+
+
+def test_ascii_only_streams_get_ascii_stand_ins(target: int) -> None:
+    # PYTHONIOENCODING=ascii made `cpus` ("◀ binds", "µs") and the live view ("·", "…")
+    # internal errors.
+    env = _env(PYTHONIOENCODING="ascii")
+    run = subprocess.run([*OVERSUB, "cpus"], capture_output=True, timeout=60, env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.isascii() and b"< binds" in run.stdout
+    live = _on_terminal(
+        ["watch", str(target), "--duration", "1", "--interval", "0.5"],
+        _env(PYTHONIOENCODING="ascii", TERM="xterm-256color"),
+    )
+    assert live.code == 0, live.raw[-2000:]
+    assert live.raw.isascii() and "oversub watch - pid" in live.text()

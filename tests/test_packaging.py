@@ -154,7 +154,7 @@ def test_wheel_metadata_and_console_script(dist: Path) -> None:
     assert meta.get_all("Classifier") == PROJECT["classifiers"]
     runtime = [r for r in meta.get_all("Requires-Dist") or [] if "extra ==" not in r]
     assert len(runtime) == len(PROJECT["dependencies"])
-    assert "oversub = oversub.cli:main" in entry_points.splitlines()
+    assert "oversub = oversub.launch:main" in entry_points.splitlines()
 
 
 def test_sdist_holds_package_tests_examples_and_docs_without_leftovers(dist: Path) -> None:

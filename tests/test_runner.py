@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from oversub.errors import CommandError, ExitStatus, UsageError
-from oversub.runner import ExitWatch, TreeReaper, descendants_now, start_command
+from oversub.runner import (
+    ExitWatch,
+    TreeReaper,
+    child_subreaper,
+    descendants_now,
+    start_command,
+)
+from tests.test_cli_signals import OVERSUB, SLEEPER, Marked
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -341,3 +349,155 @@ def test_exit_watch_follows_the_process_not_its_main_thread(
 def test_exit_watch_of_a_missing_pid_is_gone() -> None:
     with ExitWatch(2**22 + 12345) as missing:  # above any pid_max
         assert missing.gone()
+
+
+# ------------------------------------------------ daemons: the child subreaper (issue 10)
+
+# Double fork: the middle process calls setsid and forks the daemon, then exits at once, so
+# the daemon is re-parented before any sample can see the middle. argv: pidfile, delay
+# before daemonising, seconds the command lives on, exit status.
+DAEMONIZER = r"""
+import os, sys, time
+pidfile, status = sys.argv[1], int(sys.argv[4])
+delay, lives = float(sys.argv[2]), float(sys.argv[3])
+time.sleep(delay)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(pidfile, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(600)
+    os._exit(0)
+os.wait()
+while not os.path.exists(pidfile) or not open(pidfile).read():
+    time.sleep(0.01)
+time.sleep(lives)
+sys.exit(status)
+"""
+
+
+@pytest.fixture
+def marked() -> Iterator[Marked]:
+    record = Marked()
+    try:
+        yield record
+    finally:
+        record.kill()
+
+
+@pytest.mark.integration
+def test_reaper_stops_and_reaps_what_the_subreaper_adopted(tmp_path: Path, marked: Marked) -> None:
+    pidfile = tmp_path / "daemon"
+    argv = [sys.executable, "-c", DAEMONIZER, str(pidfile), "0", "0", "7"]
+    with child_subreaper() as adopting:
+        assert adopting
+        process = subprocess.Popen(argv, start_new_session=True, env=marked.env)
+        try:
+            reaper = TreeReaper(process, adopter=os.getpid())
+            assert process.wait(timeout=30) == 7
+            daemon = int(pidfile.read_text())
+            assert parent_of(daemon) == os.getpid()  # adopted, not init's
+            reaper.terminate(grace=0.5)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+    assert process.returncode == 7  # the command's own status was not taken by the reaping
+    assert not Path(f"/proc/{daemon}").exists()  # stopped, and reaped: not even a zombie
+    assert marked.alive() == set()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("when", ["before-the-first-sample", "mid-run"])
+def test_check_counts_and_stops_a_daemon_that_left_with_setsid(
+    tmp_path: Path, marked: Marked, when: str
+) -> None:
+    # A double-forked daemon in a session of its own was never seen and survived check.
+    pidfile = tmp_path / "daemon"
+    delay, lives = ("0", "0.8") if when == "before-the-first-sample" else ("0.5", "0.6")
+    argv = [sys.executable, "-c", DAEMONIZER, str(pidfile), delay, lives, "0"]
+    run = subprocess.run(
+        [*OVERSUB, "check", "--interval", "0.2", "--warmup", "0", "--json", "r.json", "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=marked.env,
+    )
+    assert run.returncode in (0, 1), run.stderr
+    daemon = int(pidfile.read_text())
+    assert marked.alive() == set(), run.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert daemon in {p["pid"] for p in report["processes"]}  # counted as the command's
+
+
+@pytest.mark.integration
+def test_check_stops_setsid_fork_of_a_command_that_exits_at_once(marked: Marked) -> None:
+    # `setsid -f sleep 600`: the command is gone before the first sample; the sleep is not.
+    run = subprocess.run(
+        [*OVERSUB, "check", "--", "setsid", "-f", *SLEEPER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=marked.env,
+    )
+    assert run.returncode == ExitStatus.UNOBSERVABLE, run.stderr  # nothing measured
+    assert marked.alive() == set()
+
+
+# The command lives on while its double-forked children die at once: each becomes a zombie
+# of the subreaper, which must collect them during the run, not only at the end.
+SHORT_DAEMONS = r"""
+import os, sys, time
+for _ in range(5):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+print("done", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.integration
+def test_adopted_orphans_that_exit_are_reaped_during_the_run(marked: Marked) -> None:
+    def zombies_of_mine() -> set[int]:
+        found = set()
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                text = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue  # gone meanwhile
+            fields = text[text.rfind(")") + 2 :].split()
+            # Zombies of this test process born after the command: other tests' are not ours.
+            if fields[0] == "Z" and int(fields[1]) == os.getpid() and int(fields[19]) >= born:
+                found.add(int(name))
+        return found
+
+    with child_subreaper():
+        process = subprocess.Popen(
+            [sys.executable, "-c", SHORT_DAEMONS],
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            env=marked.env,
+        )
+        try:
+            born = start_ticks(process.pid) or 0
+            reaper = TreeReaper(process, adopter=os.getpid())
+            assert process.stdout is not None and process.stdout.readline() == b"done\n"
+            wait_for(lambda: len(zombies_of_mine()) >= 5)
+            reaper.reap_adopted()
+            assert zombies_of_mine() == set()
+            assert process.poll() is None  # the command itself was left alone
+            reaper.terminate(grace=0.5)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+    assert process.returncode == -signal.SIGTERM

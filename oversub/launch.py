@@ -1,0 +1,180 @@
+"""The `oversub` program: stop signals handled, output streams made safe, then the CLI.
+
+The console script and `python -m oversub` start here, not in `oversub.cli`: importing click
+and the CLI takes tens of milliseconds, and a SIGTERM from a CI runner (or a Ctrl-C) in
+that time used to kill oversub by the signal (exit 143/129) or print a KeyboardInterrupt
+traceback. So this module imports only the standard library and `oversub.stopsignals`,
+installs the stop-signal handler, and only then imports the CLI. From this point on, every
+stop signal gives exit 130 and no traceback (`stopsignals.finish` covers the interpreter's
+own exit); only the interpreter's start-up before this module runs remains uncovered.
+
+It also prepares the streams for what a CI job or a terminal may give:
+
+- stderr carries diagnostics only: when it cannot be written (`2>/dev/full`, a closed
+  pipe), what is written there is lost but the exit status stays the documented one and
+  report files are still written;
+- a stream whose encoding cannot show a character oversub prints (`PYTHONIOENCODING=ascii`:
+  `·`, `…`, `≥`, `→`) gets an ASCII stand-in (`-`, `...`, `>=`, `->`), other characters
+  are shown as Python escapes (`\\xe9`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import io
+import os
+import sys
+from typing import NoReturn
+
+from oversub import stopsignals
+from oversub.errors import ExitStatus
+
+__all__ = ["main"]
+
+ASCII_STAND_INS = {
+    "·": "-",
+    "…": "...",
+    "≥": ">=",
+    "≤": "<=",
+    "→": "->",
+    "←": "<-",
+    "◀": "<",
+    "▶": ">",
+    "×": "x",
+    "µ": "u",
+    "–": "-",
+    "—": "--",
+    "−": "-",
+    "≈": "~",
+    "‘": "'",
+    "’": "'",
+    "“": '"',
+    "”": '"',
+}
+"""What a stream that cannot encode these characters shows instead."""
+
+_ERRORS = "oversub-stand-in"
+
+
+def _stand_in(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    bad = exc.object[exc.start : exc.end]
+    shown = "".join(
+        ASCII_STAND_INS.get(char) or char.encode("ascii", "backslashreplace").decode("ascii")
+        for char in bad
+    )
+    return shown, exc.end
+
+
+class _Forgiving(io.RawIOBase):
+    """fd 2 for diagnostics: a write that fails is dropped, never raised into the run."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        try:
+            return os.isatty(self._fd)
+        except OSError:
+            return False
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        try:
+            return os.write(self._fd, data)
+        except OSError:
+            return len(data)  # lost: a diagnostic stream must not change the outcome
+
+
+def _prepare_streams() -> None:
+    codecs.register_error(_ERRORS, _stand_in)
+    err = sys.stderr
+    if err is not None:
+        try:
+            fd = err.fileno()
+        except (AttributeError, ValueError, OSError):
+            fd = -1
+        if fd >= 0:
+            encoding = getattr(err, "encoding", None) or "utf-8"
+            sys.stderr = io.TextIOWrapper(
+                io.BufferedWriter(_Forgiving(fd)),
+                encoding=encoding,
+                errors=_ERRORS if not _is_utf8(encoding) else "backslashreplace",
+                line_buffering=True,
+                write_through=True,
+            )
+    out = sys.stdout
+    if isinstance(out, io.TextIOWrapper) and not _is_utf8(out.encoding):
+        out.reconfigure(errors=_ERRORS)
+
+
+def _is_utf8(encoding: str) -> bool:
+    try:
+        return codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        return False
+
+
+def _code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def _say_interrupted() -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.write("oversub: interrupted\n")
+        sys.stderr.flush()
+
+
+def main() -> NoReturn:
+    """Run the `oversub` command line and exit with its documented status."""
+    stopsignals.install()
+    try:
+        try:
+            _prepare_streams()
+            from oversub.cli import main as cli_main
+
+            cli_main()
+            code = 0
+        except SystemExit as exc:
+            code = _code(exc)
+    except KeyboardInterrupt:
+        # During imports or start-up, before the CLI could catch it. One KeyboardInterrupt
+        # per process (stopsignals): another signal now is only recorded.
+        _say_interrupted()
+        code = stopsignals.INTERRUPTED
+    code = stopsignals.finish(code)
+    sys.exit(_flush_stdout(code))
+
+
+def _flush_stdout(code: int) -> int:
+    """Flush what stdout still holds; a failure is one error line and exit 3 (data was lost),
+    and fd 1 then points at /dev/null so that the interpreter's own flush cannot fail again."""
+    try:
+        sys.stdout.flush()
+    except (ValueError, AttributeError):
+        return code
+    except BrokenPipeError:
+        pass  # the reader left: not an error (README, "Exit codes")
+    except OSError as exc:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"oversub: error: cannot write to stdout: {exc.strerror or exc}\n")
+        code = code if code else int(ExitStatus.UNOBSERVABLE)
+    else:
+        return code
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+    finally:
+        os.close(devnull)
+    return code
