@@ -180,6 +180,28 @@ def test_syspkg_installs_as_root_refreshing_package_lists_once(
     )
 
 
+def test_syspkg_require_fails_only_when_an_install_could_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `make test-rules` skips where promtool cannot be installed, never where apt-get broke.
+    _executable(tmp_path / "bin" / "apt-get", "#!/bin/sh\nexit 100\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("OVERSUB_NO_INSTALL", raising=False)
+    monkeypatch.setattr(syspkg.os, "geteuid", lambda: 0)
+    wanted = ["--for", "make test-rules", "no-such-tool-x=pkg-x"]
+    monkeypatch.setattr(sys, "argv", ["syspkg.py", "--require", *wanted])
+    assert syspkg.main() == 1
+    err = capsys.readouterr().err
+    assert "make test-rules: still missing after apt-get: no-such-tool-x" in err
+    assert "make test-rules: failed: no-such-tool-x could be installed, but apt-get did not" in err
+    monkeypatch.setattr(sys, "argv", ["syspkg.py", *wanted])
+    assert syspkg.main() == 0  # without --require a missing tool is a gap, not a failure
+    monkeypatch.setenv("OVERSUB_NO_INSTALL", "1")
+    monkeypatch.setattr(sys, "argv", ["syspkg.py", "--require", *wanted])
+    assert syspkg.main() == 0
+    assert "not installed: OVERSUB_NO_INSTALL is set" in capsys.readouterr().err
+
+
 def test_readme_states_the_supported_versions_and_links_the_changelog() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Supported Python versions", 1)[1]

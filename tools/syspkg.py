@@ -79,6 +79,9 @@ def main() -> int:
     parser.add_argument("wanted", nargs="+", metavar="COMMAND=PACKAGE")
     parser.add_argument("--for", dest="who", default="syspkg", help="name shown in messages")
     parser.add_argument("--check", action="store_true", help="only name what is missing")
+    parser.add_argument(
+        "--require", action="store_true", help="exit 1 when an install that could run failed"
+    )
     args = parser.parse_args()
     wanted: dict[str, str] = {}
     for item in args.wanted:
@@ -86,7 +89,10 @@ def main() -> int:
         if not sep or not cmd or not pkg:
             parser.error(f"{item!r} is not COMMAND=PACKAGE")
         wanted[cmd] = pkg
-    ensure(wanted, args.who, install=not args.check)
+    missing = ensure(wanted, args.who, install=not args.check)
+    if args.require and missing and not args.check and _why_not_installable() is None:
+        _say(args.who, f"failed: {', '.join(missing)} could be installed, but apt-get did not")
+        return 1
     return 0
 
 
