@@ -7,7 +7,7 @@ REAL   := .venv-real
 # machine without the local wheel (empty: pip's own configuration decides).
 TORCH_INDEX ?=
 
-.PHONY: demo test lint typecheck unit shells bench test-real test-matrix dist test-dist clean
+.PHONY: demo test lint typecheck unit shells bench test-real test-matrix dist test-dist test-rules clean
 
 # The stamp is rebuilt when the project metadata changes, so a stale venv never hides a new dependency.
 $(VENV)/.stamp: pyproject.toml
@@ -42,6 +42,26 @@ shells:
 bench: $(VENV)/.stamp
 	@$(PYTHON) tools/syspkg.py --for "make bench" ps=procps pidstat=sysstat
 	$(BIN)/python bench/run.py
+
+# The Prometheus rules and the exporter's example scrape (docs/metrics.md), checked by the
+# real promtool: `check rules` (syntax, PromQL), `test rules` (each alert firing and not
+# firing), `check metrics` (Prometheus's naming lint). promtool comes with Debian's
+# `prometheus` package (which also installs the server; on a systemd machine it enables
+# prometheus.service). Where it cannot be installed (not root, no apt-get,
+# OVERSUB_NO_INSTALL=1) the target says so and skips; an install that could run but failed
+# fails the target.
+test-rules:
+	@$(PYTHON) tools/syspkg.py --for "make test-rules" --require promtool=prometheus
+	@if ! command -v promtool >/dev/null 2>&1; then \
+		echo "make test-rules: skipped: promtool is not installed (see above)"; \
+	else \
+		set -e; \
+		promtool --version 2>&1 | head -n 1; \
+		promtool check rules deploy/prometheus/oversub.rules.yml; \
+		promtool test rules deploy/prometheus/oversub.rules.test.yml; \
+		promtool check metrics < docs/metrics.example.prom; \
+		echo "make test-rules: docs/metrics.example.prom: SUCCESS (promtool check metrics)"; \
+	fi
 
 # The test suite on every Python that pyproject's classifiers list and this machine has, each
 # in its own .venv-matrix/3.X; it says which ran and which are missing, and why.

@@ -157,12 +157,13 @@ def test_wheel_metadata_and_console_script(dist: Path) -> None:
     assert "oversub = oversub.launch:main" in entry_points.splitlines()
 
 
-def test_sdist_holds_package_tests_examples_and_docs_without_leftovers(dist: Path) -> None:
+def test_sdist_holds_package_tests_examples_docs_and_deploy_without_leftovers(dist: Path) -> None:
     top = f"oversub-{VERSION}"
     with tarfile.open(dist / f"{top}.tar.gz") as sdist:
         names = {m.name.removeprefix(f"{top}/") for m in sdist.getmembers() if m.isfile()}
     wanted = {"pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "PKG-INFO"}
     wanted |= _files("oversub") | _files("tests") | _files("examples") | _files("docs")
+    wanted |= _files("deploy")
     assert wanted <= names, sorted(wanted - names)
     leftovers = [
         n
