@@ -1,11 +1,12 @@
 """The exporter's metric contract (docs/metrics.md, issue 15) holds together before the
 exporter exists: names follow Prometheus's conventions, the label values are the rule
-catalogue's, the example scrape is exactly the tables, and every metric the alert rules
-query is documented, with labels it has. `make test-rules` runs promtool on the same
-files."""
+catalogue's, the example scrape is exactly the tables, and every metric the alert rules and
+the Grafana dashboard query is documented, with labels it has. `make test-rules` runs
+promtool on the same files."""
 
 from __future__ import annotations
 
+import json
 import re
 import typing
 from collections import Counter
@@ -17,6 +18,7 @@ import yaml
 from oversub.analysis.verdict import RULES
 from oversub.model import LimitSource, Verdict
 from tests.metrics_contract import (
+    DASHBOARD,
     EXAMPLE_SCRAPE,
     METRICS_DOC,
     ROOT,
@@ -284,3 +286,96 @@ def test_rule_tests_feed_documented_series_and_test_every_alert() -> None:
     for alert in (r["alert"] for r in _rules() if "alert" in r):
         assert tested[f"{alert}:fires"], f"{alert} is never shown firing"
         assert tested[f"{alert}:quiet"] or alert in {"StarvedTarget", "OversubNotJudged"}, alert
+
+
+# --------------------------------------------------------------------------- dashboard
+
+
+def _dashboard() -> dict[str, Any]:
+    dash: dict[str, Any] = json.loads(DASHBOARD.read_text("utf-8"))
+    return dash
+
+
+def test_dashboard_queries_only_documented_metrics() -> None:
+    dash = _dashboard()
+    exprs = 0
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            _check_query(target["expr"], f"panel {panel['title']!r}", {})
+            exprs += 1
+    assert exprs >= 15
+    for var in dash["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        match = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"]["query"])
+        assert match, var["query"]
+        _check_query(match[1], f"variable {var['name']}", {})
+        (sel,) = parse_query(match[1]).selectors
+        assert match[2] in METRICS[sel.metric].labels + SCRAPE_LABELS
+
+
+def test_dashboard_covers_the_contract() -> None:
+    """The panels the issue asks for are there: every per-target quantity is shown."""
+    dash = _dashboard()
+    shown = {
+        sel.metric
+        for panel in dash["panels"]
+        for target in panel["targets"]
+        for sel in parse_query(target["expr"]).selectors
+    }
+    missing = {m.name for m in _per_target()} - shown
+    assert missing == {
+        "oversub_quota_cpus",  # N is shown; the exact quota is in `oversub cpus`
+        "oversub_busy_processes",
+        "oversub_processes",
+        "oversub_pool_processes",
+        "oversub_run_delay_seconds_total",  # the delay ratio gauge is shown
+        "oversub_voluntary_context_switches_total",
+        "oversub_signal_unavailable",
+    }
+
+
+def test_dashboard_model_is_importable() -> None:
+    dash = _dashboard()
+    assert dash["schemaVersion"] == 42  # Grafana 12-13's classic JSON model
+    assert re.fullmatch(r"[a-z0-9-]{8,40}", dash["uid"])
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert variables["target"]["multi"] and variables["target"]["includeAll"]
+    # Every query goes through the datasource variable: nothing to edit on import.
+    datasource = {"type": "prometheus", "uid": "${datasource}"}
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(set(ids)) == len(ids)
+    cells: set[tuple[int, int]] = set()
+    for panel in dash["panels"]:
+        assert panel["datasource"] == datasource, panel["title"]
+        assert panel["type"] in {"timeseries", "state-timeline", "table"}
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(set(refs)) == len(refs), panel["title"]
+        assert all(t["datasource"] == datasource for t in panel["targets"])
+        for override in panel["fieldConfig"]["overrides"]:
+            if override["matcher"]["id"] == "byFrameRefID":
+                assert override["matcher"]["options"] in refs, panel["title"]
+        pos = panel["gridPos"]
+        assert pos["x"] + pos["w"] <= 24, panel["title"]
+        area = {(pos["x"] + dx, pos["y"] + dy) for dx in range(pos["w"]) for dy in range(pos["h"])}
+        assert not area & cells, f"{panel['title']} overlaps another panel"
+        cells |= area
+    for var in variables.values():
+        if var["type"] == "query":
+            assert var["datasource"] == datasource
+
+
+def test_verdict_timeline_maps_every_state() -> None:
+    (panel,) = [p for p in _dashboard()["panels"] if p["type"] == "state-timeline"]
+    expr = panel["targets"][0]["expr"]
+    codes = dict(re.findall(r'verdict="([a-z-]+)"\} == 1\) \* (\d)', expr))
+    assert sorted(codes) == sorted(VALUES["verdict"])
+    (mapping,) = panel["fieldConfig"]["defaults"]["mappings"]
+    texts = {code: m["text"] for code, m in mapping["options"].items()}
+    assert {texts[code].replace(" ", "-") for code in codes.values()} == set(VALUES["verdict"])
+    assert all(texts[codes[v]].replace(" ", "-") == v for v in VALUES["verdict"])
+    # Worse verdicts get higher codes (Verdict.rank), so `max by` keeps the worst.
+    ranked = [codes[v.value] for v in sorted(Verdict, key=lambda v: v.rank)]
+    assert ranked == sorted(ranked) and codes["not-judged"] < min(ranked)
