@@ -17,7 +17,7 @@ $(VENV)/.stamp: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.stamp
-	$(BIN)/python -m oversub.demo
+	$(BIN)/python -m oversub.cli.demo
 
 lint: $(VENV)/.stamp
 	$(BIN)/ruff check oversub tests bench examples tools

@@ -30,7 +30,7 @@ import startup
 import watch_cost
 from trees import INTERRUPTED
 
-from oversub.session import stop_signals_interrupt
+from oversub.run.stopsignals import interrupt as stop_signals_interrupt
 
 TREES = [(50, 20), (250, 20)]
 

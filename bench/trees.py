@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from oversub.session import stop_signals_interrupt
+from oversub.run.stopsignals import interrupt as stop_signals_interrupt
 
 __all__ = ["INTERRUPTED", "Tree", "print_until_stopped", "tree"]
 

@@ -3,7 +3,7 @@
 The console script and `python -m oversub` start here, not in `oversub.cli`: importing click
 and the CLI takes tens of milliseconds, and a SIGTERM from a CI runner (or a Ctrl-C) in
 that time used to kill oversub by the signal (exit 143/129) or print a KeyboardInterrupt
-traceback. So this module imports only the standard library and `oversub.stopsignals`,
+traceback. So this module imports only the standard library and `oversub.run.stopsignals`,
 installs the stop-signal handler, and only then imports the CLI. From this point on, every
 stop signal gives exit 130 and no traceback (`stopsignals.finish` covers the interpreter's
 own exit); only the interpreter's start-up before this module runs remains uncovered.
@@ -27,10 +27,8 @@ import os
 import sys
 from typing import NoReturn
 
-from oversub import stopsignals
 from oversub.errors import ExitStatus
-
-__all__ = ["main"]
+from oversub.run import stopsignals
 
 ASCII_STAND_INS = {
     "·": "-",
@@ -142,10 +140,9 @@ def main() -> NoReturn:
     try:
         try:
             _prepare_streams()
-            from oversub.cli import main as cli_main
+            from oversub.cli.app import main as cli_main
 
-            cli_main()
-            code = 0
+            cli_main()  # exits with the command's status: SystemExit, below
         except SystemExit as exc:
             code = _code(exc)
     except KeyboardInterrupt:

@@ -1,4 +1,4 @@
-"""Data types shared by probes, analysis and renderers: the budget, the plan, verdicts.
+"""Data types shared by probes, analysis and renderers: the budget, the plan, thresholds.
 
 Samples live in `oversub.samples` and analysis results in `oversub.results`; the split
 keeps `oversub recommend --format env` (run inside launch scripts) from paying for ~20
@@ -11,10 +11,11 @@ dicts by convention and must not be mutated after construction.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
+
+from oversub.settings import default
 
 LimitSource = Literal["affinity", "quota", "cpuset", "launcher", "none"]
 """What sets the effective budget N (`limited_by` in JSON). "launcher": a launcher's
@@ -92,6 +93,12 @@ class Budget:
     """The launcher setting that sets N when `limited_by` is "launcher", e.g.
     "SLURM_CPUS_PER_TASK=1"; None otherwise."""
 
+    @property
+    def given(self) -> bool:
+        """A budget given as a count (`--cpus N`, `cpus=`), not measured: pid 0 marks it
+        (`analysis.recommend.synthetic_budget`). Its CPU ids are not this machine's."""
+        return self.pid == 0
+
 
 # --------------------------------------------------------------------------- recommend
 
@@ -127,47 +134,28 @@ class Plan:
     SLURM task with its own CPUs: `procs` is 1 and this is SLURM_NTASKS_PER_NODE)."""
 
 
-# --------------------------------------------------------------------------- verdicts
-
-
-class Verdict(str, enum.Enum):
-    """Overall verdict, ordered from worst to best by `rank`."""
-
-    OVERSUBSCRIBED = "oversubscribed"
-    STARVED = "starved"
-    AT_RISK = "at-risk"
-    OK = "ok"
-
-    @property
-    def rank(self) -> int:
-        """Higher is worse: ok 0, at-risk 1, starved 2, oversubscribed 3."""
-        return {"ok": 0, "at-risk": 1, "starved": 2, "oversubscribed": 3}[self.value]
-
-
-class Severity(str, enum.Enum):
-    CRITICAL = "critical"
-    WARNING = "warning"
-    INFO = "info"
+# --------------------------------------------------------------------------- thresholds
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Every number the verdict depends on; each is a CLI flag and a pyproject key."""
+    """Every number the verdict depends on; each is a CLI flag and a pyproject key, and each
+    default is the one of `oversub.settings` (where the help text lives too)."""
 
-    margin: float = 0.15
+    margin: float = default("margin")
     """Demand may exceed N by this fraction of N before it counts (measurement noise)."""
-    delay_ratio: float = 0.10
+    delay_ratio: float = default("delay_ratio")
     """Share of runnable time spent waiting above which threads 'wait'."""
-    active_cpu: float = 0.20
+    active_cpu: float = default("active_cpu")
     """A thread runnable (running or waiting) this share of an interval counts as active.
 
     Runnable, not running: under contention a busy thread gets little CPU but stays runnable."""
-    throttle_ratio: float = 0.10
+    throttle_ratio: float = default("throttle_ratio")
     """Share of cgroup periods throttled above which the quota 'bites'."""
-    outside_cpu: float = 0.50
+    outside_cpu: float = default("outside_cpu")
     """CPUs used outside the tree above which other processes count as the cause."""
-    idle_seconds: float = 3.0
+    idle_seconds: float = default("idle_seconds")
     """A forked child idle this long with OpenMP mapped is reported as hung."""
-    min_wait: float = 0.05
+    min_wait: float = default("min_wait")
     """Threads 'wait' only when the tree also spends at least this many CPU-seconds per second
     waiting: an idle tree's rare wake-ups can show a high delay ratio on almost nothing."""

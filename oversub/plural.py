@@ -7,8 +7,6 @@ passed in explicitly.
 
 from __future__ import annotations
 
-__all__ = ["count", "noun"]
-
 _IRREGULAR = {"is": "are", "was": "were", "has": "have"}
 
 

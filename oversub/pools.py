@@ -162,6 +162,15 @@ def controlling_value(pool: str, env: Mapping[str, str]) -> tuple[str, str] | No
     return None
 
 
+def first_level(value: str) -> int | None:
+    """OMP_NUM_THREADS may be a nested list ("4,2"): the first level sizes the team."""
+    try:
+        count = int(value.split(",")[0].strip())
+    except ValueError:
+        return None
+    return count if count >= 1 else None
+
+
 def is_openmp(pools: tuple[str, ...]) -> bool:
     """True when any of the pools is an OpenMP runtime (spinning waiters)."""
     return any(POOLS_BY_KEY[p].openmp for p in pools if p in POOLS_BY_KEY)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from oversub.model import Budget, Severity, Thresholds, Verdict
+from oversub.model import Budget, Thresholds
+from oversub.names import Severity, Signal, Verdict, WaitKind
+from oversub.rules import Rule
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class ProcessRates:
     thread_env: Mapping[str, str] | None
     exited: bool = False
     """The process was gone by the end of the interval (its last counters were kept)."""
-    wait: str | None = None
+    wait: WaitKind | None = None
     """What it was blocked in at the end, for single-thread OpenMP processes (`samples`)."""
     seconds: float | None = None
     """How long it was observed, when shorter than or apart from the interval (a whole-run
@@ -44,6 +46,14 @@ class ProcessRates:
     """Pool key -> threads it is set to now, read from the process's memory; None = unknown."""
     live_threads: Mapping[str, int] | None = None
     """Pool key -> threads those pools run now beside the calling thread; None = unknown."""
+    cpu_s: float = 0.0
+    """Raw delta: CPU-seconds used over the time observed (the source of `cpu_percent`)."""
+    delay_s: float | None = None
+    """Raw delta: seconds its threads were runnable but waiting for a CPU; None unknown."""
+    involuntary_ctx: int | None = None
+    """Raw delta: involuntary context switches; None when unknown."""
+    voluntary_ctx: int | None = None
+    """Raw delta: voluntary context switches; None when unknown."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,11 @@ class HostRates:
     """Share of cgroup periods in the interval that were throttled."""
     throttled_s: float | None
     """Seconds of throttling in the interval."""
+
+    @classmethod
+    def unknown(cls) -> HostRates:
+        """No host context at all (nothing was measured)."""
+        return cls(None, None, None, None, None)
 
 
 @dataclass(frozen=True)
@@ -84,11 +99,32 @@ class Totals:
     process its largest pool that exists: `analysis.poolsize`); compare with N."""
     pool_processes: int = 0
     """Processes with such a pool (a pool of more than one thread)."""
+    cpu_s: float = 0.0
+    """Raw delta: CPU-seconds the tree used (0 in a peak: peaks carry no raw deltas)."""
+    delay_s: float | None = None
+    """Raw delta: seconds the tree's threads waited for a CPU; None when unknown."""
+    involuntary_ctx: int | None = None
+    """Raw delta: involuntary context switches of the tree; None when unknown."""
+    voluntary_ctx: int | None = None
+    """Raw delta: voluntary context switches of the tree; None when unknown."""
+
+    @classmethod
+    def empty(cls) -> Totals:
+        """Nothing measured: no process, no thread, rates unknown."""
+        return cls(0, 0, 0, 0.0, 0.0, None, None, None, None)
 
 
 @dataclass(frozen=True)
 class Interval:
-    """Rates between two samples: the pure result of `analysis.rates.interval`."""
+    """What a tree did between two consecutive samples: the pure result of
+    `analysis.rates.interval`.
+
+    Words: a *sample* is one reading of the tree at an instant (`samples.TreeSample`); an
+    *interval* is the span between two samples, and everything measured is an interval's.
+    Each process and the totals carry the raw deltas (`cpu_s`, `delay_s`, switch counts)
+    beside the rates derived from them, so a run summary sums them directly and a recorded
+    interval can be assessed again. (`Summary.samples`, the JSON key `samples`, counts the
+    intervals measured: the name is public and kept.)"""
 
     t0: float
     t1: float
@@ -98,7 +134,7 @@ class Interval:
     """Sorted by CPU use, highest first."""
     totals: Totals
     host: HostRates
-    unavailable: tuple[str, ...] = ()
+    unavailable: tuple[Signal, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -109,8 +145,8 @@ class Interval:
 class Finding:
     """One rule that fired, with its evidence and the fix."""
 
-    rule: str
-    """Stable rule id, e.g. "oversubscribed-pools" (documented in README)."""
+    rule: Rule
+    """Stable rule id, e.g. "oversubscribed-pools" (`oversub.rules`, documented in README)."""
     severity: Severity
     verdict: Verdict
     """The verdict this finding argues for (hazards may argue for at-risk)."""
@@ -179,9 +215,10 @@ class Summary:
     host: HostRates
     """Host context over the whole run."""
     samples: int
+    """Intervals measured (the JSON key `samples`: public, so not renamed)."""
     duration_s: float
     target_exited: bool
-    unavailable: tuple[str, ...] = ()
+    unavailable: tuple[Signal, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     thresholds: Thresholds = field(default_factory=Thresholds)
     """The thresholds the run was judged with (renderers need `min_wait` to tell a delay
@@ -197,3 +234,32 @@ class Summary:
         """The run has a verdict: something was measured (or planned, for a preflight) and
         nothing made the measurement meaningless."""
         return self.verdict is not None
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """How a `check` run ended: what `analysis.policy` judges and the reports show."""
+
+    summary: Summary
+    command: tuple[str, ...] | None = None
+    """`check -- CMD`: the command as text for reports (None for --pid and the preflight)."""
+    command_status: int | None = None
+    """The command's exit status; negative = killed by that signal."""
+    timed_out: bool = False
+    """`--timeout` ended the command (not a failure)."""
+    interrupted: bool = False
+    """A stop signal ended the run (exit 130)."""
+    static: bool = False
+    """A preflight: no sample is expected."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A judged run against `--fail-on` (`analysis.policy.gate`): what fails the build."""
+
+    fail_on: Verdict
+    failing: tuple[Finding, ...]
+    """The findings at or above `fail_on`; none when the run was not judged."""
+
+    def fails(self, finding: Finding) -> bool:
+        return finding in self.failing

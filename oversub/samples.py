@@ -5,13 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-LIVE_DENIED = "live_pools"
-"""What `TreeSample.unavailable` names when a process's memory may not be read, so live pool
-sizes are unknown (not root and not its ancestor): variables and thread counts stand in."""
-
-DENIED_UNAVAILABLE = ("pools", "thread_env")
-"""What `TreeSample.unavailable` names when a process's maps or environ is refused (another
-user's process), so that renderers can say why rather than only "unknown"."""
+from oversub.names import Signal, WaitKind
 
 
 @dataclass(frozen=True)
@@ -58,10 +52,9 @@ class ProcessSample:
     live_threads: Mapping[str, int] | None = None
     """Pool key -> threads those pools run now beside the calling thread (0 while a pool's
     threads do not exist, e.g. in a forked child before its first call); None = unknown."""
-    wait: str | None = None
+    wait: WaitKind | None = None
     """What a single-thread sleeping process with OpenMP mapped is blocked in (see
-    `oversub.probe.waits`): "futex-private" (a private futex wait without timeout: nothing
-    in a one-thread process can ever wake it), "futex", "read", "other"; None = not looked."""
+    `oversub.probe.waits`, `names.WaitKind`); None = not looked."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +93,6 @@ class TreeSample:
     processes: Mapping[int, ProcessSample]
     """pid -> process, the root and all its descendants that could be read."""
     host: HostSample
-    unavailable: tuple[str, ...] = ()
+    unavailable: tuple[Signal, ...] = ()
     """Signals not measured: not provided by this platform/kernel ("schedstat", "psi"), or
-    refused (`DENIED_UNAVAILABLE`)."""
+    refused (`names.DENIED`, "live_pools")."""

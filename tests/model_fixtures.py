@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from oversub.model import Budget, CpuQuota, CpusetLimit, Plan, Severity, Verdict
+from oversub.model import Budget, CpuQuota, CpusetLimit, Plan
+from oversub.names import Severity, Verdict
 from oversub.results import (
     Assessment,
     Finding,

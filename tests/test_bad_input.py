@@ -36,8 +36,8 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from oversub.analysis.recommend import binding_plan, synthetic_budget
-from oversub.cli import cli
-from oversub.cli_options import PID, Seconds, parse_procs
+from oversub.cli.app import cli
+from oversub.cli.options import PID, Seconds, parse_procs
 from oversub.errors import ExitStatus
 from oversub.model import MAX_VCPUS
 from tests.test_check_integration import OVERSUB

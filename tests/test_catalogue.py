@@ -1,30 +1,42 @@
-"""The rule catalogue: every rule a finding can carry is documented in the README, and the
-JUnit report lists exactly the rules of the mode that ran (issue 11 item 8)."""
+"""The single catalogues against what is written about them: every rule a finding can carry
+and every setting, in README's tables, in `--help`, in `[tool.oversub]`, in the `assess`
+docstring and in the JUnit report (issue 11 item 8, issue 13 items 1 and 2)."""
 
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from oversub.analysis.preflight import PREFLIGHT_RULES
-from oversub.analysis.verdict import RULES
+import click
+import pytest
+
+from oversub.analysis import verdict
+from oversub.analysis.policy import gate
+from oversub.cli.app import cli
+from oversub.model import Thresholds
+from oversub.names import Verdict
+from oversub.render.junit import summary_junit
+from oversub.rules import PREFLIGHT_RULES, RUNTIME_RULES, Rule
+from oversub.settings import SETTINGS, THRESHOLDS
+from tests.model_fixtures import make_summary
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 RULE_HEADER = "| rule | severity → verdict | fires when |"
 
 
-def readme_rule_tables() -> list[list[str]]:
-    """The rule ids of each README table under RULE_HEADER, in order."""
-    tables: list[list[str]] = []
-    current: list[str] | None = None
+def readme_rule_tables() -> list[list[tuple[str, str]]]:
+    """(rule id, "severity → verdict") of each README table under RULE_HEADER, in order."""
+    tables: list[list[tuple[str, str]]] = []
+    current: list[tuple[str, str]] | None = None
     for line in README.read_text("utf-8").splitlines():
         if line.strip() == RULE_HEADER:
             current = []
             tables.append(current)
         elif current is not None and line.startswith("|"):
-            match = re.match(r"\| `([a-z-]+)` \|", line)
+            match = re.match(r"\| `([a-z-]+)` \| ([^|]+) \|", line)
             if match:
-                current.append(match.group(1))
+                current.append((match.group(1), match.group(2).strip()))
         else:
             current = None
     return tables
@@ -32,16 +44,34 @@ def readme_rule_tables() -> list[list[str]]:
 
 def test_readme_documents_every_rule_in_catalogue_order() -> None:
     run_time, static = readme_rule_tables()
-    assert run_time == list(RULES)
-    assert static == list(PREFLIGHT_RULES)
+    for table, catalogue in ((run_time, RUNTIME_RULES), (static, PREFLIGHT_RULES)):
+        assert table == [
+            (rule.value, f"{info.severity} → {info.verdict.value}")
+            for rule, info in catalogue.items()
+        ]
 
 
-def test_rule_ids_are_unique_across_modes() -> None:
-    assert not set(RULES) & set(PREFLIGHT_RULES)
-    assert all(RULES.values()) and all(PREFLIGHT_RULES.values())
+def test_every_rule_id_is_in_exactly_one_catalogue() -> None:
+    assert set(RUNTIME_RULES) | set(PREFLIGHT_RULES) == set(Rule)
+    assert not set(RUNTIME_RULES) & set(PREFLIGHT_RULES)
+    assert all(info.summary for info in [*RUNTIME_RULES.values(), *PREFLIGHT_RULES.values()])
 
 
-def readme_thresholds() -> dict[str, tuple[str, str, str]]:
+def test_assess_docstring_lists_every_runtime_rule_in_order() -> None:
+    doc = verdict.assess.__doc__ or ""
+    named = re.findall(r"^    - ([a-z-]+) \(", doc, flags=re.MULTILINE)
+    assert named == [rule.value for rule in RUNTIME_RULES]
+
+
+@pytest.mark.parametrize("preflight", [False, True], ids=["run", "preflight"])
+def test_junit_has_one_testcase_per_rule_of_the_mode(preflight: bool) -> None:
+    s = make_summary(preflight=preflight, findings=())
+    xml = ET.fromstring(summary_junit(s, gate(s, Verdict.OVERSUBSCRIBED)))
+    names = [case.get("name") for case in xml.iter("testcase")]
+    assert names == [rule.value for rule in (PREFLIGHT_RULES if preflight else RUNTIME_RULES)]
+
+
+def readme_settings() -> dict[str, tuple[str, str, str]]:
     """flag -> (key, default, meaning) from the README's thresholds table."""
     rows = {}
     for line in README.read_text("utf-8").splitlines():
@@ -51,23 +81,38 @@ def readme_thresholds() -> dict[str, tuple[str, str, str]]:
     return rows
 
 
-def test_threshold_help_is_the_readme_word_for_word() -> None:
-    # Issue 11 item 9: `--active-cpu` said "CPU share" in --help, "runnable share" in README.
-    import click
+def readme_config_keys() -> dict[str, str]:
+    """key -> value of the README's `[tool.oversub]` example."""
+    text = README.read_text("utf-8")
+    block = text[text.index("[tool.oversub]\n") :].split("```", 1)[0]
+    return dict(re.findall(r"^([a-z-]+) = (\S+)", block, flags=re.MULTILINE))
 
-    from oversub.cli import watch
-    from oversub.cli_options import THRESHOLD_HELP, THRESHOLD_KEYS
-    from oversub.model import Thresholds
 
-    rows = readme_thresholds()
-    assert len(rows) == len(THRESHOLD_KEYS)
-    options = {
-        opt.opts[0]: opt for opt in watch.params if isinstance(opt, click.Option) and opt.opts
-    }
-    for key in THRESHOLD_KEYS:
-        flag = "--" + key.replace("_", "-")
-        readme_key, default, meaning = rows[flag]
-        assert readme_key == flag[2:]
-        assert float(default) == getattr(Thresholds(), key)
-        assert meaning == THRESHOLD_HELP[key]
-        assert options[flag].help == f"{meaning} [{getattr(Thresholds(), key)}]."
+def test_readme_threshold_table_is_the_settings_table() -> None:
+    rows = readme_settings()
+    assert list(rows) == [s.flag for s in THRESHOLDS]
+    for setting in THRESHOLDS:
+        key, default, meaning = rows[setting.flag]
+        assert key == setting.key
+        assert float(default) == setting.default == getattr(Thresholds(), setting.name)
+        assert meaning == setting.help
+
+
+def test_readme_config_example_names_every_key() -> None:
+    assert set(readme_config_keys()) == {s.key for s in SETTINGS}
+
+
+def _options(command: str) -> dict[str, click.Option]:
+    params = cli.commands[command].params
+    return {p.opts[0]: p for p in params if isinstance(p, click.Option) and p.opts}
+
+
+@pytest.mark.parametrize("command", ["watch", "check"])
+def test_flags_are_generated_from_the_settings_table(command: str) -> None:
+    options = _options(command)
+    for setting in SETTINGS:
+        if command in setting.commands:
+            assert options[setting.flag].help == setting.help_text
+            assert options[setting.flag].default is None  # `[tool.oversub]` may still decide
+        else:
+            assert setting.flag not in options

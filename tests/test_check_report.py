@@ -11,21 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from oversub import stopsignals
 from oversub.analysis.recommend import synthetic_budget
-from oversub.analysis.verdict import RULES
-from oversub.check import CheckOptions, _Outcome, _unsampled_summary, report, report_command
+from oversub.analysis.summary import unmeasured_summary
+from oversub.cli.check import CheckOptions
+from oversub.cli.reportfiles import STEP_SUMMARY_MAX
+from oversub.cli.reports import report
 from oversub.errors import ExitStatus, ReportError
-from oversub.model import Verdict
-from oversub.reportfiles import STEP_SUMMARY_MAX
-from oversub.results import Assessment
+from oversub.names import Verdict
+from oversub.results import Assessment, CheckOutcome
+from oversub.rules import RUNTIME_RULES as RULES
+from oversub.run import stopsignals
+from oversub.run.check import report_command
 
 NOTHING = Assessment(Verdict.OK, ())
 
 
-def outcome(**kwargs: object) -> _Outcome:
-    summary = _unsampled_summary(synthetic_budget(4), 42, NOTHING, "test")
-    return _Outcome(summary=summary, **kwargs)  # type: ignore[arg-type]
+def outcome(**kwargs: object) -> CheckOutcome:
+    summary = unmeasured_summary(synthetic_budget(4), 42, note="test", assessment=NOTHING)
+    return CheckOutcome(summary=summary, **kwargs)  # type: ignore[arg-type]
 
 
 def test_unwritable_report_is_exit_3_after_the_verdict_was_printed(tmp_path: Path) -> None:
@@ -51,9 +54,9 @@ def test_command_that_is_not_utf8_still_gets_reports(tmp_path: Path) -> None:
     argv = ["prog", "caf\udce9"]  # b"caf\xe9" (Latin-1) as os.fsdecode gives it
     opts = CheckOptions(json_path=tmp_path / "r.json", markdown_path=tmp_path / "r.md")
     command = report_command(argv)
-    assert command == ["prog", "caf\ufffd"]
+    assert command == ("prog", "caf\ufffd")
     report(outcome(command=command, command_status=0), opts, err=io.StringIO(), environ={})
-    assert json.loads((tmp_path / "r.json").read_text("utf-8"))["command"] == command
+    assert json.loads((tmp_path / "r.json").read_text("utf-8"))["command"] == list(command)
     assert "caf\ufffd" in (tmp_path / "r.md").read_text("utf-8")
 
 
@@ -130,7 +133,7 @@ def test_a_failed_command_keeps_what_was_measured_but_fails_nothing(tmp_path: Pa
     opts = CheckOptions(junit_path=tmp_path / "r.xml")
     summary = replace(make_summary(), findings=(make_finding(),))
     status = report(
-        _Outcome(summary=summary, command=["x"], command_status=4),
+        CheckOutcome(summary=summary, command=("x",), command_status=4),
         opts,
         err=err,
         environ={"GITHUB_ACTIONS": "true"},
@@ -153,7 +156,7 @@ def test_stop_signal_while_reports_are_written_finishes_them_then_exits_130(
 ) -> None:
     # SIGTERM (a CI timeout) between two report files killed oversub by the signal (143),
     # leaving the second report unwritten.
-    from oversub import reportfiles
+    from oversub.cli import reportfiles
 
     written: list[str] = []
     real = reportfiles.write_atomic

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from oversub import __version__
-from oversub.cli import main
+from oversub.cli.app import main
 from oversub.errors import ExitStatus
-from oversub.session import SessionOptions
+from oversub.run.session import SessionOptions
 
 OVERSUB = [sys.executable, "-m", "oversub"]
 SHELL = ["sh", "-c"]
@@ -290,7 +290,7 @@ def test_pyproject_fail_on_applies(
 def test_watch_reads_pyproject_and_flags_win(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import oversub.session
+    import oversub.run.session
 
     (tmp_path / "pyproject.toml").write_text(
         "[tool.oversub]\ninterval = 0.25\nmargin = 0.5\nmin-wait = 0.3\n"
@@ -302,7 +302,7 @@ def test_watch_reads_pyproject_and_flags_win(
         seen.append(args[2])
         raise KeyboardInterrupt  # enough: the options are what this test is about
 
-    monkeypatch.setattr(oversub.session, "run_session", fake_run_session)
+    monkeypatch.setattr(oversub.run.session, "run_session", fake_run_session)
     pid = str(os.getpid())
     code, _, _ = run(["watch", pid, "--format", "json"], capsys)
     assert code == ExitStatus.INTERRUPTED
@@ -326,12 +326,12 @@ def test_watch_refuses_a_bad_pyproject(
 def test_internal_error_is_one_line_exit_3(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import oversub.cli
+    import oversub.cli.target
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(oversub.cli, "_budget", broken)
+    monkeypatch.setattr(oversub.cli.target, "budget_of", broken)
     monkeypatch.delenv("OVERSUB_DEBUG", raising=False)
     code, _, err = run(["cpus"], capsys)
     assert code == ExitStatus.UNOBSERVABLE  # never 1, which means "found" for check
@@ -405,7 +405,7 @@ def test_cpus_detail_adds_model_and_flags(capsys: pytest.CaptureFixture[str]) ->
 def test_cpuinfo_is_only_imported_with_detail() -> None:
     probe = (
         "import sys\n"
-        "from oversub.cli import main\n"
+        "from oversub.cli.app import main\n"
         "try:\n"
         "    main(['cpus', '--format', 'json'])\n"
         "except SystemExit:\n"

@@ -236,8 +236,8 @@ def test_stop_signal_while_the_command_starts_leaves_nothing(
     # AssertionError", exit 3, and a command running on in its own session.
     from oversub import runner
     from oversub.analysis.recommend import synthetic_budget
-    from oversub.check import CheckOptions, check_command
-    from oversub.session import SessionOptions
+    from oversub.cli.check import CheckOptions, check_command
+    from oversub.run.session import SessionOptions
 
     real = runner.start_command
     started: list[subprocess.Popen[bytes]] = []

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from oversub.model import Verdict
+from oversub.names import Verdict
 from tests.test_cli import run
 
 SCRIPT = Path(sys.executable).with_name("oversub")
@@ -146,7 +146,7 @@ def test_completion_runs_no_command(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Completing `oversub stress ... ` must not start the workload (nor any probe)."""
-    monkeypatch.setattr("oversub.stress.run_stress", lambda *a: pytest.fail("stress ran"))
+    monkeypatch.setattr("oversub.run.stress.run_stress", lambda *a: pytest.fail("stress ran"))
     assert _answers("oversub stress --procs 1 --threads 1 --s", monkeypatch, capsys) == [
         ("plain", "--seconds")
     ]

@@ -7,9 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from oversub.config import FAIL_ON_CHOICES, KEYS, load_config, thresholds_from
+from oversub.cli.config import load_config, resolve, thresholds_from
 from oversub.errors import ExitStatus, UsageError
 from oversub.model import Thresholds
+from oversub.settings import BY_KEY, BY_NAME
+
+KEYS = list(BY_KEY)
+FAIL_ON_CHOICES = BY_KEY["fail-on"].choices
 
 
 def write(tmp_path: Path, body: str) -> Path:
@@ -158,12 +162,13 @@ def test_min_wait_from_config_and_flag() -> None:
         thresholds_from({}, {"min_wait": -1.0})
 
 
-def test_docstring_documents_every_key() -> None:
-    import oversub.config
-
-    doc = oversub.config.__doc__ or ""
-    for key in KEYS:
-        assert f"\n    {key} = " in doc, key
+def test_resolve_takes_the_flag_then_the_key_then_the_default() -> None:
+    # Issue 13 item 1: one resolver for every setting.
+    assert resolve("interval", 0.5, {"interval": 2.0}) == 0.5
+    assert resolve("interval", None, {"interval": 2.0}) == 2.0
+    assert resolve("interval", None, {}) == BY_NAME["interval"].default == 1.0
+    assert resolve("timeout", None, {}) is None
+    assert resolve("fail_on", None, {"fail-on": "starved"}) == "starved"
 
 
 def test_thresholds_flag_out_of_range_names_flag() -> None:

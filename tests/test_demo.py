@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oversub.demo import _outcome
+from oversub.cli.demo import _outcome
 
 
 def test_a_green_run_that_was_starved_is_not_called_healthy() -> None:

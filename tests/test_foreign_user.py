@@ -114,7 +114,7 @@ def _child(argv: list[str], root_pid: int, out: int, err: int) -> int:
     else:
         print(f"precondition: /proc/{root_pid}/environ is readable", file=sys.stderr)
         return NOT_UNPRIVILEGED
-    from oversub.cli import main
+    from oversub.cli.app import main
 
     try:
         main(argv)

@@ -80,7 +80,7 @@ def test_short_commands_do_not_read_the_metadata(argv: list[str]) -> None:
     """importlib.metadata costs as much as the rest of `recommend`: only --version pays it."""
     probe = (
         "import sys\n"
-        "from oversub.cli import main\n"
+        "from oversub.cli.app import main\n"
         "try:\n"
         f"    main({argv!r})\n"
         "except SystemExit:\n"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from oversub.analysis.preflight import PREFLIGHT_RULES, preflight
+from oversub.analysis.preflight import preflight
 from oversub.analysis.recommend import synthetic_budget
-from oversub.model import Severity, Verdict
+from oversub.names import Severity, Verdict
+from oversub.rules import PREFLIGHT_RULES
 
 
 def test_exact_fit_is_ok_without_findings() -> None:

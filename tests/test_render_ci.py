@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import pytest
 
-from oversub.model import Severity, Verdict
+from oversub.analysis.policy import fails, gate
+from oversub.names import Severity, Verdict
 from oversub.render import github
 from oversub.render.junit import summary_junit
 from oversub.render.markdown import summary_markdown
-from oversub.render.phrases import fails
 from oversub.results import Finding, Summary
+from oversub.rules import PREFLIGHT_RULES, RUNTIME_RULES, Rule
 from tests.model_fixtures import (
     make_finding,
     make_host_rates,
@@ -25,10 +27,21 @@ from tests.model_fixtures import (
 )
 
 RULES = {
-    "oversubscribed-pools": "Demand exceeds the CPUs with multi-thread pools",
-    "pool-default": "Pools sized by default",
-    "orphan": "A busy orphan",
+    rule: RUNTIME_RULES[rule]
+    for rule in (Rule.OVERSUBSCRIBED_POOLS, Rule.POOL_DEFAULT, Rule.ORPHAN)
 }
+
+
+def junit(s: Summary, *, fail_on: Verdict, **kwargs: Any) -> str:
+    return summary_junit(s, gate(s, fail_on), **kwargs)
+
+
+def annotate(s: Summary, *, fail_on: Verdict) -> list[str]:
+    return github.annotations(s, gate(s, fail_on))
+
+
+def markdown(s: Summary, *, fail_on: Verdict, **kwargs: Any) -> str:
+    return summary_markdown(s, gate=gate(s, fail_on), **kwargs)
 
 
 def critical() -> Finding:
@@ -61,17 +74,18 @@ def mixed_summary() -> Summary:
     return make_summary(findings=(critical(), hazard(), info()))
 
 
-@pytest.mark.parametrize("fail_on", list(Verdict))
+@pytest.mark.parametrize("fail_on", [v for v in Verdict if v is not Verdict.OK])
 @pytest.mark.parametrize("verdict", list(Verdict))
 def test_fails_compares_ranks(fail_on: Verdict, verdict: Verdict) -> None:
-    assert fails(make_finding(verdict=verdict), fail_on) is (verdict.rank >= fail_on.rank)
+    # The one pass/fail policy (issue 13 item 3): "ok" never fails, the rest by rank.
+    assert fails(verdict, fail_on) is (verdict is not Verdict.OK and verdict.rank >= fail_on.rank)
 
 
 # --------------------------------------------------------------------------- markdown
 
 
 def test_markdown_has_heading_findings_processes_and_budget() -> None:
-    md = summary_markdown(
+    md = markdown(
         mixed_summary(),
         command=["python", "train.py", "--lr", "0.1"],
         exit_status=1,
@@ -99,7 +113,9 @@ def test_markdown_escapes_pipes_and_newlines_in_cells() -> None:
         findings=(weird,),
         processes=(make_process_summary(cmdline="py|thon", thread_env={"OMP_NUM_THREADS": "1|2"}),),
     )
-    md = summary_markdown(s, command=None, exit_status=0, command_status=None, fail_on=Verdict.OK)
+    md = markdown(
+        s, command=None, exit_status=0, command_status=None, fail_on=Verdict.OVERSUBSCRIBED
+    )
     row = next(line for line in md.splitlines() if line.startswith("| oversubscribed-pools"))
     assert "a\\|b<br>c" in row and "use \\`x \\| y\\`" in row
     # Unescaped pipes split cells: the row keeps exactly 5 cells (6 separators).
@@ -110,7 +126,7 @@ def test_markdown_escapes_pipes_and_newlines_in_cells() -> None:
 
 def test_markdown_passing_run_and_backticks_in_command() -> None:
     s = make_summary(verdict=Verdict.OK, findings=(), processes=())
-    md = summary_markdown(
+    md = markdown(
         s,
         command=["sh", "-c", "echo `date`"],
         exit_status=0,
@@ -139,11 +155,10 @@ def cases(suite: ET.Element) -> dict[str, ET.Element]:
     [
         (Verdict.OVERSUBSCRIBED, {"oversubscribed-pools"}),
         (Verdict.AT_RISK, {"oversubscribed-pools", "pool-default"}),
-        (Verdict.OK, {"oversubscribed-pools", "pool-default", "orphan"}),
     ],
 )
 def test_junit_failure_per_failing_finding(fail_on: Verdict, failing_rules: set[str]) -> None:
-    suite = parse(summary_junit(mixed_summary(), fail_on=fail_on, rules=RULES))
+    suite = parse(junit(mixed_summary(), fail_on=fail_on, rules=RULES))
     assert suite.tag == "testsuite" and suite.get("name") == "oversub"
     by_name = cases(suite)
     assert list(by_name) == list(RULES)
@@ -162,13 +177,15 @@ def test_junit_failure_per_failing_finding(fail_on: Verdict, failing_rules: set[
 
 
 def test_junit_failure_content() -> None:
-    suite = parse(summary_junit(mixed_summary(), fail_on=Verdict.AT_RISK, rules=RULES))
+    suite = parse(junit(mixed_summary(), fail_on=Verdict.AT_RISK, rules=RULES))
     failure = cases(suite)["pool-default"].find("failure")
     assert failure is not None
     assert failure.get("message") == hazard().message
     assert failure.get("type") == "warning"
     body = failure.text or ""
-    assert "Pools sized by default" in body and "fix: Set OMP_NUM_THREADS=1." in body
+    assert (
+        RUNTIME_RULES[Rule.POOL_DEFAULT].summary in body and "fix: Set OMP_NUM_THREADS=1." in body
+    )
     assert "pids: 2001" in body and "processes: 2" in body
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["verdict"] == "oversubscribed" and props["fail_on"] == "at-risk"
@@ -183,7 +200,7 @@ def test_junit_several_findings_of_one_rule_and_unknown_rules() -> None:
             make_finding(rule="new-rule", message="not in the catalogue"),
         )
     )
-    suite = parse(summary_junit(s, fail_on=Verdict.AT_RISK, rules=RULES))
+    suite = parse(junit(s, fail_on=Verdict.AT_RISK, rules=RULES))
     by_name = cases(suite)
     messages = [f.get("message") for f in by_name["oversubscribed-pools"].findall("failure")]
     assert messages == ["first <&>", "second\ufffd"]
@@ -194,20 +211,17 @@ def test_junit_several_findings_of_one_rule_and_unknown_rules() -> None:
 
 def test_junit_lists_only_the_rules_of_the_mode_that_ran() -> None:
     # Issue 11 item 8: a run listed the preflight rules as passing test cases.
-    from oversub.analysis.preflight import PREFLIGHT_RULES
-    from oversub.analysis.verdict import RULES as VERDICT_RULES
-
-    suite = parse(summary_junit(make_summary(findings=()), fail_on=Verdict.AT_RISK))
-    assert list(cases(suite)) == list(VERDICT_RULES)
+    suite = parse(junit(make_summary(findings=()), fail_on=Verdict.AT_RISK))
+    assert list(cases(suite)) == list(RUNTIME_RULES)
     assert suite.get("failures") == "0"
     static = make_summary(findings=(), preflight=True, samples=0, processes=())
-    suite = parse(summary_junit(static, fail_on=Verdict.AT_RISK))
+    suite = parse(junit(static, fail_on=Verdict.AT_RISK))
     assert list(cases(suite)) == list(PREFLIGHT_RULES)
 
 
 def test_junit_evidence_has_no_python_reprs() -> None:
     finding = make_finding(evidence={"throttled_ratio": None, "demand": 3.5, "processes": 2})
-    text = summary_junit(make_summary(findings=(finding,)), fail_on=Verdict.OVERSUBSCRIBED)
+    text = junit(make_summary(findings=(finding,)), fail_on=Verdict.OVERSUBSCRIBED)
     assert "None" not in text
     assert "throttled_ratio: unknown (not measured)" in text and "demand: 3.5" in text
 
@@ -216,7 +230,7 @@ def test_junit_evidence_has_no_python_reprs() -> None:
 
 
 def test_annotations_error_for_failing_warning_for_others() -> None:
-    lines = github.annotations(mixed_summary(), fail_on=Verdict.OVERSUBSCRIBED)
+    lines = annotate(mixed_summary(), fail_on=Verdict.OVERSUBSCRIBED)
     assert lines == [
         "::error title=oversub oversubscribed-pools::"
         "2 processes run OpenMP pools of 2 threads each on 2 vCPUs. "
@@ -224,19 +238,15 @@ def test_annotations_error_for_failing_warning_for_others() -> None:
         "::warning title=oversub pool-default::"
         "2 processes map libgomp sized by default. Fix: Set OMP_NUM_THREADS=1.",
     ]
-    # With fail_on ok every finding fails, the info one included.
+    # With fail_on at-risk the hazard fails too; the ok finding never does.
     assert [
-        line.split(" ", 1)[0] for line in github.annotations(mixed_summary(), fail_on=Verdict.OK)
-    ] == [
-        "::error",
-        "::error",
-        "::error",
-    ]
+        line.split(" ", 1)[0] for line in annotate(mixed_summary(), fail_on=Verdict.AT_RISK)
+    ] == ["::error", "::error"]
 
 
 def test_annotations_escape_workflow_command_syntax() -> None:
     f = make_finding(rule="a:b,c", message="100% busy\r\nline two", fix="x: y")
-    (line,) = github.annotations(make_summary(findings=(f,)), fail_on=Verdict.AT_RISK)
+    (line,) = annotate(make_summary(findings=(f,)), fail_on=Verdict.AT_RISK)
     assert line == "::error title=oversub a%3Ab%2Cc::100%25 busy%0D%0Aline two Fix: x: y"
     assert "\n" not in line and "\r" not in line
 
@@ -250,7 +260,7 @@ def test_markdown_multiline_command_stays_one_line() -> None:
     # A newline in an argument must not start a line of Markdown (a heading, raw HTML): the
     # command stays on its line, its line breaks as <br>, its HTML as entities.
     script = "import os\nprint(os.getpid())\n<script>alert(1)</script>"
-    md = summary_markdown(
+    md = markdown(
         make_summary(),
         command=["python", "-c", script],
         exit_status=0,
@@ -267,14 +277,16 @@ def test_markdown_multiline_command_stays_one_line() -> None:
 
 def test_markdown_host_line_leaves_out_unknown_signals() -> None:
     s = make_summary(host=make_host_rates(psi_some=None, throttled_ratio=0.2, throttled_s=1.0))
-    md = summary_markdown(s, command=None, exit_status=0, command_status=None, fail_on=Verdict.OK)
+    md = markdown(
+        s, command=None, exit_status=0, command_status=None, fail_on=Verdict.OVERSUBSCRIBED
+    )
     host = next(line for line in md.splitlines() if line.startswith("- Host:"))
     assert host == (
         "- Host: outside the tree 0.05 CPUs, steal 0.00 CPUs, throttled 20% of periods (1.00 s)"
     )
     bare = make_summary(host=make_host_rates(outside_cpus=None, steal_cpus=None, psi_some=None))
-    bare_md = summary_markdown(
-        bare, command=None, exit_status=0, command_status=None, fail_on=Verdict.OK
+    bare_md = markdown(
+        bare, command=None, exit_status=0, command_status=None, fail_on=Verdict.OVERSUBSCRIBED
     )
     assert "- Host:" not in bare_md
 
@@ -295,7 +307,7 @@ def hostile_summary() -> Summary:
 
 
 def test_markdown_has_no_raw_html_and_no_line_of_its_own_for_untrusted_text() -> None:
-    md = summary_markdown(
+    md = markdown(
         hostile_summary(),
         command=["sh", "-c", FORGED],
         exit_status=1,
@@ -311,7 +323,7 @@ def test_markdown_has_no_raw_html_and_no_line_of_its_own_for_untrusted_text() ->
 
 
 def test_annotations_cannot_forge_a_workflow_command() -> None:
-    lines = github.annotations(hostile_summary(), fail_on=Verdict.AT_RISK)
+    lines = annotate(hostile_summary(), fail_on=Verdict.AT_RISK)
     assert len(lines) == 1
     (line,) = lines
     assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\x07" not in line
@@ -326,10 +338,10 @@ def test_markdown_fits_the_job_summary_limit_by_leaving_out_processes() -> None:
     )
     s = make_summary(processes=processes)
     common = {"command": ["python", "train.py"], "exit_status": 0, "command_status": 0}
-    whole = summary_markdown(s, fail_on=Verdict.OVERSUBSCRIBED, **common)  # type: ignore[arg-type]
+    whole = markdown(s, fail_on=Verdict.OVERSUBSCRIBED, **common)  # type: ignore[arg-type]
     assert len(whole.encode()) > 1 << 20
     limit = (1 << 20) - 5000
-    cut = summary_markdown(s, fail_on=Verdict.OVERSUBSCRIBED, max_bytes=limit, **common)  # type: ignore[arg-type]
+    cut = markdown(s, fail_on=Verdict.OVERSUBSCRIBED, max_bytes=limit, **common)  # type: ignore[arg-type]
     assert len(cut.encode()) <= limit
     assert "### Totals" in cut and "more processes (the lowest CPU) left out" in cut
     kept = {int(m[1]) for m in re.finditer(r"^\| (\d+) \| python", cut, re.MULTILINE)}

@@ -94,7 +94,7 @@ def test_utc_timestamp_is_iso_8601_utc() -> None:
     import re
     from datetime import datetime, timedelta, timezone
 
-    from oversub.views import utc_timestamp
+    from oversub.cli.output import utc_timestamp
 
     stamp = utc_timestamp()
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), stamp

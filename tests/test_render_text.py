@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 from rich.console import Console, RenderableType
 
-from oversub.model import Budget, Severity, Verdict
+from oversub.model import Budget
+from oversub.names import Severity, Verdict
 from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE
 from oversub.render.budget_text import budget_renderable
 from oversub.render.live import summary_renderable, summary_text, watch_renderable

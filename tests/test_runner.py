@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from oversub.errors import CommandError, ExitStatus, UsageError
-from oversub.runner import (
+from oversub.run.runner import (
     ExitWatch,
     TreeReaper,
     child_subreaper,

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from oversub import errors
+from oversub.names import DENIED as DENIED_UNAVAILABLE
 from oversub.probe import cmdline, proctree, sampler
 from oversub.probe.proctree import CLK_TCK
+from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE
 from oversub.probe.sampler import TreeSampler
-from oversub.samples import DENIED_UNAVAILABLE
 from tests.fake_proc import FakeProc, FakeThread, deny_open, stat_line
 
 # --------------------------------------------------------------------------- proctree
@@ -298,7 +299,7 @@ def test_psutil_fallback_without_proc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.undo()
     sample = s.sample()
     me = sample.processes[os.getpid()]
-    assert sample.unavailable == sampler.PSUTIL_UNAVAILABLE
+    assert sample.unavailable == PSUTIL_UNAVAILABLE
     assert me.pools is None and me.thread_env is None
     assert me.threads and all(t.state == "?" and t.run_delay_ns is None for t in me.threads)
     assert sample.host.psi_some_us is None

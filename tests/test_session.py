@@ -4,8 +4,8 @@ when the sampler cannot keep the interval asked for."""
 from __future__ import annotations
 
 from oversub.analysis.recommend import synthetic_budget
+from oversub.run.session import SLOW_PACE, SessionOptions, run_session
 from oversub.samples import HostSample, ProcessSample, TreeSample
-from oversub.session import SLOW_PACE, SessionOptions, run_session
 from tests.samples import thread
 
 ROOT = 4242

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from oversub.errors import ExitStatus
-from oversub.stress import run_stress
+from oversub.run.stress import run_stress
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -87,7 +87,7 @@ class StressRun:
 
     def __init__(self, procs: int, threads: int, idle: int, seconds: float) -> None:
         code = (
-            "import sys; from oversub.stress import run_stress; "
+            "import sys; from oversub.run.stress import run_stress; "
             f"sys.exit(run_stress({procs}, {threads}, {idle}, {seconds}))"
         )
         self.process = subprocess.Popen(

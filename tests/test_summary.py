@@ -8,7 +8,8 @@ import pytest
 
 from oversub.analysis.rates import interval
 from oversub.analysis.summary import NO_INTERVAL_NOTE, RunSummary
-from oversub.model import Thresholds, Verdict
+from oversub.model import Thresholds
+from oversub.names import Verdict
 from oversub.results import Interval, ProcessSummary, Summary
 from tests.samples import (
     BUSY,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from oversub.probe.topology import format_cpulist, parse_cpulist, read_topology
+from oversub.cpulist import format_cpulist, parse_cpulist
+from oversub.probe.topology import read_topology
 from tests.fake_budget_tree import FakeBudgetTree
 
 

@@ -24,17 +24,23 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
-from oversub.analysis.preflight import PREFLIGHT_RULES, preflight
+from oversub.analysis.policy import gate
+from oversub.analysis.preflight import preflight
 from oversub.analysis.recommend import make_plan, synthetic_budget
-from oversub.analysis.verdict import RULES, assess
-from oversub.check import CheckOptions, _Outcome, _unsampled_summary, report
-from oversub.model import Budget, Thresholds, Verdict
+from oversub.analysis.summary import unmeasured_summary
+from oversub.analysis.verdict import assess
+from oversub.cli.check import CheckOptions
+from oversub.cli.reports import report
+from oversub.model import Budget, Thresholds
+from oversub.names import Verdict
 from oversub.render.junit import summary_junit
 from oversub.render.live import summary_renderable, summary_text, watch_renderable
 from oversub.render.markdown import summary_markdown
 from oversub.render.phrases import budget_limit_line, totals_line
 from oversub.render.plan_text import plan_renderable
-from oversub.results import Assessment, Finding, Interval
+from oversub.results import Assessment, CheckOutcome, Finding, Interval
+from oversub.rules import PREFLIGHT_RULES
+from oversub.rules import RUNTIME_RULES as RULES
 from tests.model_fixtures import (
     make_budget,
     make_cpuset,
@@ -311,8 +317,8 @@ def summaries() -> Iterator[tuple[str, object]]:
     for n in (1, 2):
         for procs, threads, workers in ((1, 1, 0), (2, 2, 0), (2, 1, 2), (1, 1, 1), (3, 1, 0)):
             a = preflight(synthetic_budget(n), procs, threads, workers)
-            s = _unsampled_summary(
-                synthetic_budget(n), 0, a, "static preflight: nothing was sampled"
+            s = unmeasured_summary(
+                synthetic_budget(n), 0, note="static preflight: nothing was sampled", assessment=a
             )
             yield f"preflight-{n}-{procs}x{threads}+{workers}", replace(s, preflight=True)
 
@@ -331,9 +337,9 @@ def test_every_report_reads_true(summary: object) -> None:
             command=["python", "train.py"],
             exit_status=1,
             command_status=0,
-            fail_on=Verdict.OVERSUBSCRIBED,
+            gate=gate(summary, Verdict.OVERSUBSCRIBED),
         ),
-        "junit": summary_junit(summary, fail_on=Verdict.OVERSUBSCRIBED),
+        "junit": summary_junit(summary, gate(summary, Verdict.OVERSUBSCRIBED)),
     }
     for name, text in texts.items():
         assert problems(text) == [], (name, text)
@@ -372,8 +378,10 @@ def test_every_live_frame_reads_true(procs: Sequence[Proc], n: int, host: Host, 
 def test_every_closing_line_reads_true(kwargs: dict[str, object]) -> None:
     for n in (1, 2):
         err = io.StringIO()
-        summary = _unsampled_summary(synthetic_budget(n), 42, Assessment(Verdict.OK, ()), "a note")
-        report(_Outcome(summary=summary, **kwargs), CheckOptions(), err=err, environ={})  # type: ignore[arg-type]
+        summary = unmeasured_summary(
+            synthetic_budget(n), 42, note="a note", assessment=Assessment(Verdict.OK, ())
+        )
+        report(CheckOutcome(summary=summary, **kwargs), CheckOptions(), err=err, environ={})  # type: ignore[arg-type]
         assert problems(err.getvalue()) == [], err.getvalue()
 
 

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from oversub.analysis.poolsize import blamed, first_level, pool_sizes
+from oversub.analysis.poolsize import blamed, pool_sizes
 from oversub.analysis.wording import join_and, pool_order, verb, who
-from oversub.pools import POOLS_BY_KEY
+from oversub.pools import POOLS_BY_KEY, first_level
 from oversub.results import ProcessRates
-
-__all__ = ["app_thread_fix", "limits_text", "thread_fix"]
 
 
 def _labels(keys: Sequence[str]) -> str:

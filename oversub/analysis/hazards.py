@@ -2,7 +2,7 @@
 
 Default-sized native pools in several processes, children forked from a multi-threaded
 parent (and the libgomp hang that follows an OpenMP region), and busy orphans. Each
-function returns the findings of one rule of `verdict.RULES`; `verdict.assess` calls them.
+function returns the findings of one rule of `rules.RUNTIME_RULES`; `verdict.assess` calls them.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from oversub.analysis.wording import (
     verb,
     who,
 )
-from oversub.model import Severity, Thresholds, Verdict
+from oversub.model import Thresholds
+from oversub.names import Severity, Verdict, WaitKind
 from oversub.plural import count
 from oversub.pools import POOLS_BY_KEY, is_openmp
 from oversub.results import Finding, Interval, ProcessRates
-
-__all__ = ["at_once", "busy", "fork_findings", "orphan_finding", "pool_default_finding"]
+from oversub.rules import Rule
 
 IDLE_CPU_PERCENT = 1.0
 """A hung child uses about no CPU: below this percentage of one CPU."""
@@ -70,7 +70,7 @@ def pool_default_finding(interval: Interval, skip_pids: frozenset[int]) -> Findi
         f"for {count(n, 'CPU')}."
     )
     return Finding(
-        rule="pool-default",
+        rule=Rule.POOL_DEFAULT,
         severity=Severity.WARNING,
         verdict=Verdict.AT_RISK,
         message=message,
@@ -166,7 +166,7 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
         )
         # An idle pool worker waits for work in a pipe read or a shared semaphore; the hang
         # waits in a private futex that no other thread of its one-thread process can wake.
-        if idle_openmp and child.wait == "futex-private":
+        if idle_openmp and child.wait == WaitKind.FUTEX_PRIVATE:
             hung.append(child)
         elif idle_openmp and child.wait is None:
             suspect.append(child)
@@ -185,7 +185,7 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
         )
         found.append(
             Finding(
-                rule="fork-hang",
+                rule=Rule.FORK_HANG,
                 severity=Severity.CRITICAL if certain else Severity.WARNING,
                 verdict=Verdict.AT_RISK,
                 message=f"{who(pids)} forked from a multi-threaded parent "
@@ -210,7 +210,7 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
         parents = sorted({p.ppid for p in forked})
         found.append(
             Finding(
-                rule="fork-after-threads",
+                rule=Rule.FORK_AFTER_THREADS,
                 severity=Severity.INFO,
                 verdict=Verdict.OK,
                 message=f"{who(pids)} {verb(len(pids), 'was', 'were')} forked from a "
@@ -242,7 +242,7 @@ def orphan_finding(interval: Interval, th: Thresholds) -> Finding | None:
         return None
     found = pids_of(orphans)
     return Finding(
-        rule="orphan",
+        rule=Rule.ORPHAN,
         severity=Severity.WARNING,
         verdict=Verdict.AT_RISK,
         message=f"{who(found)} kept using CPU after "

@@ -22,8 +22,6 @@ from oversub.errors import UsageError
 from oversub.model import Budget, Plan
 from oversub.plural import count, noun
 
-__all__ = ["LAUNCHER_VARS", "LauncherInfo", "plan_for_launcher", "procs_from_env"]
-
 TORCHRUN = "LOCAL_WORLD_SIZE"
 SLURM_TASKS = "SLURM_NTASKS_PER_NODE"
 SLURM_CPUS = "SLURM_CPUS_PER_TASK"

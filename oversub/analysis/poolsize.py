@@ -22,18 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from oversub.pools import POOLS_BY_KEY, controlling_value
+from oversub.pools import POOLS_BY_KEY, controlling_value, first_level
 from oversub.results import ProcessRates
-
-__all__ = [
-    "PoolSize",
-    "app_threads",
-    "blamed",
-    "first_level",
-    "latent_pools",
-    "pool_sizes",
-    "pool_threads",
-]
 
 Source = Literal["live", "variable", "default"]
 
@@ -50,15 +40,6 @@ class PoolSize:
     """The variable that sizes it in the process's environment (None: unset)."""
     value: str | None
     """That variable's value as written."""
-
-
-def first_level(value: str) -> int | None:
-    """OMP_NUM_THREADS may be a nested list ("4,2"): the first level sizes the team."""
-    try:
-        count = int(value.split(",")[0].strip())
-    except ValueError:
-        return None
-    return count if count >= 1 else None
 
 
 def pool_sizes(p: ProcessRates, n: int) -> tuple[PoolSize, ...] | None:

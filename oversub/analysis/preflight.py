@@ -11,29 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from oversub.analysis.recommend import threads_for
-from oversub.model import Budget, Severity, Verdict
+from oversub.model import Budget
+from oversub.names import Severity, Verdict
 from oversub.plural import count, noun
 from oversub.results import Assessment, Finding
-
-__all__ = ["PREFLIGHT_RULES", "preflight"]
-
-OVERSUBSCRIBED = "preflight-oversubscribed"
-WORKERS = "preflight-workers"
-IDLE = "preflight-idle"
-
-PREFLIGHT_RULES: Mapping[str, str] = {
-    OVERSUBSCRIBED: (
-        "The main processes' threads alone need more CPUs than the budget: M*T > N "
-        "(critical when T >= 2, because OpenMP teams that share CPUs spin)."
-    ),
-    WORKERS: (
-        "The main processes fit (M*T <= N) but their workers push the total over: M*(T+W) > N."
-    ),
-    IDLE: (
-        "The configuration leaves CPUs idle: a larger T = floor((N - M*W) / M) would still fit."
-    ),
-}
-"""Rule id -> what it means (listed in README)."""
+from oversub.rules import Rule
 
 
 def _evidence(
@@ -96,7 +78,7 @@ def _oversubscribed(budget: Budget, procs: int, threads: int, workers: int) -> F
     n = budget.vcpus
     total = procs * (threads + workers)
     return Finding(
-        rule=OVERSUBSCRIBED,
+        rule=Rule.PREFLIGHT_OVERSUBSCRIBED,
         # Multi-thread teams that share CPUs cost multiples; single threads cost ~1.1x.
         severity=Severity.CRITICAL if threads >= 2 else Severity.WARNING,
         verdict=Verdict.OVERSUBSCRIBED,
@@ -114,7 +96,7 @@ def _workers_push_over(budget: Budget, procs: int, threads: int, workers: int) -
     n = budget.vcpus
     total = procs * (threads + workers)
     return Finding(
-        rule=WORKERS,
+        rule=Rule.PREFLIGHT_WORKERS,
         severity=Severity.CRITICAL if threads >= 2 else Severity.WARNING,
         verdict=Verdict.OVERSUBSCRIBED,
         message=(
@@ -133,7 +115,7 @@ def _idle(budget: Budget, procs: int, threads: int, workers: int, suggested: int
     n = budget.vcpus
     total = procs * (threads + workers)
     return Finding(
-        rule=IDLE,
+        rule=Rule.PREFLIGHT_IDLE,
         severity=Severity.INFO,
         verdict=Verdict.OK,
         message=(

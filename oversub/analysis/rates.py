@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from oversub.analysis.poolsize import pool_threads
 from oversub.model import Thresholds
+from oversub.names import Signal
 from oversub.results import HostRates, Interval, ProcessRates, Totals
 from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
-
-__all__ = ["interval"]
 
 _NS = 1_000_000_000
 
@@ -109,7 +109,7 @@ def _process_delta(
 
 def delay_ratio(delay: float | None, cpu: float) -> float | None:
     """Share of runnable time spent waiting (any one unit for both); None when unknown or
-    nothing was runnable. Shared with the run summary, which sums seconds instead of ns."""
+    nothing was runnable."""
     if delay is None or delay + cpu <= 0:
         return None
     return delay / (delay + cpu)
@@ -120,8 +120,48 @@ def per_s(count: float | None, seconds: float) -> float | None:
     return None if count is None or seconds <= 0 else count / seconds
 
 
+class Measures(NamedTuple):
+    """The raw deltas of a process or a tree over `seconds`, and the rates they give: the one
+    formula behind every `ProcessRates` and `Totals` (of an interval and of a whole run)."""
+
+    cpu_percent: float
+    demand: float
+    run_delay_ratio: float | None
+    involuntary_ctx_per_s: float | None
+    voluntary_ctx_per_s: float | None
+    cpu_s: float
+    delay_s: float | None
+    involuntary_ctx: int | None
+    voluntary_ctx: int | None
+
+
+def measures(
+    seconds: float,
+    cpu_s: float,
+    delay_s: float | None,
+    involuntary: int | None,
+    voluntary: int | None,
+) -> Measures:
+    """Rates from raw deltas over `seconds` (none when no time was observed)."""
+    return Measures(
+        cpu_percent=cpu_s / seconds * 100.0 if seconds > 0 else 0.0,
+        demand=(cpu_s + (delay_s or 0.0)) / seconds if seconds > 0 else 0.0,
+        run_delay_ratio=delay_ratio(delay_s, cpu_s),
+        involuntary_ctx_per_s=per_s(involuntary, seconds),
+        voluntary_ctx_per_s=per_s(voluntary, seconds),
+        cpu_s=cpu_s,
+        delay_s=delay_s,
+        involuntary_ctx=involuntary,
+        voluntary_ctx=voluntary,
+    )
+
+
+def _delta_measures(d: _Delta, dt_s: float) -> Measures:
+    delay = None if d.run_delay_ns is None else d.run_delay_ns / _NS
+    return measures(dt_s, d.cpu_ns / _NS, delay, d.involuntary, d.voluntary)
+
+
 def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> ProcessRates:
-    runnable_ns = d.cpu_ns + (d.run_delay_ns or 0)
     return ProcessRates(
         pid=p.pid,
         ppid=p.ppid,
@@ -129,11 +169,6 @@ def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> Pr
         cmdline=p.cmdline,
         threads=len(p.threads),
         active_threads=d.active_threads,
-        cpu_percent=d.cpu_ns / _NS / dt_s * 100.0,
-        demand=runnable_ns / _NS / dt_s,
-        run_delay_ratio=delay_ratio(d.run_delay_ns, d.cpu_ns),
-        involuntary_ctx_per_s=per_s(d.involuntary, dt_s),
-        voluntary_ctx_per_s=per_s(d.voluntary, dt_s),
         pools=p.pools,
         thread_env=p.thread_env,
         live_pools=p.live_pools,
@@ -141,6 +176,7 @@ def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> Pr
         exited=exited,
         wait=p.wait,
         start_ticks=p.start_ticks,
+        **_delta_measures(d, dt_s)._asdict(),
     )
 
 
@@ -199,28 +235,30 @@ def _host_rates(prev: HostSample, curr: HostSample, tree_cpu_ns: int, dt_s: floa
 def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float, vcpus: int) -> Totals:
     """Sums over live processes (exited ones have zero deltas by construction)."""
     deltas = [d for _, d in live]
-    cpu_ns = sum(d.cpu_ns for d in deltas)
-    delay_ns = _sum_or_none(d.run_delay_ns for d in deltas)
-    involuntary = _sum_or_none(d.involuntary for d in deltas)
-    voluntary = _sum_or_none(d.voluntary for d in deltas)
-    cpu_s = cpu_ns / _NS
+    total = _Delta(
+        cpu_ns=sum(d.cpu_ns for d in deltas),
+        run_delay_ns=_sum_or_none(d.run_delay_ns for d in deltas),
+        involuntary=_sum_or_none(d.involuntary for d in deltas),
+        voluntary=_sum_or_none(d.voluntary for d in deltas),
+        active_threads=sum(d.active_threads for d in deltas),
+    )
     in_pools, with_pools = pool_threads((r for r, _ in live), vcpus)
+    m = _delta_measures(total, dt_s)
     return Totals(
         processes=len(live),
         threads=sum(r.threads for r, _ in live),
-        active_threads=sum(d.active_threads for d in deltas),
-        cpu_percent=cpu_s / dt_s * 100.0,
-        demand=(cpu_ns + (delay_ns or 0)) / _NS / dt_s,
-        run_delay_ratio=delay_ratio(delay_ns, cpu_ns),
-        involuntary_ctx_per_s=per_s(involuntary, dt_s),
-        voluntary_ctx_per_s=per_s(voluntary, dt_s),
-        involuntary_ctx_per_cpu_s=(
-            involuntary / cpu_s if involuntary is not None and cpu_s > 0 else None
-        ),
+        active_threads=total.active_threads,
+        involuntary_ctx_per_cpu_s=per_cpu_s(m.involuntary_ctx, m.cpu_s),
         busy_processes=sum(1 for r, _ in live if r.demand >= BUSY_DEMAND),
         pool_threads=in_pools,
         pool_processes=with_pools,
+        **m._asdict(),
     )
+
+
+def per_cpu_s(involuntary: float | None, cpu_s: float) -> float | None:
+    """Involuntary switches per CPU-second used: the normalised contention signal."""
+    return involuntary / cpu_s if involuntary is not None and cpu_s > 0 else None
 
 
 def _reaped_cpu_ns(prev: TreeSample, curr: TreeSample) -> int:
@@ -280,8 +318,8 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresho
         for p in s.processes.values()
         for t in p.threads
     )
-    if no_delay and "schedstat" not in unavailable:
-        unavailable.append("schedstat")
+    if no_delay and Signal.SCHEDSTAT not in unavailable:
+        unavailable.append(Signal.SCHEDSTAT)
     processes = sorted(
         [r for r, _ in live] + gone_rates, key=lambda r: (-r.cpu_percent, r.exited, r.pid)
     )

@@ -15,8 +15,6 @@ from oversub.model import MAX_VCPUS, Budget, Plan
 from oversub.plural import count, noun
 from oversub.pools import RECOMMENDED_VARS
 
-__all__ = ["binding_plan", "is_given", "make_plan", "synthetic_budget", "threads_for"]
-
 
 def threads_for(vcpus: int, procs: int, workers: int = 0) -> int:
     """Threads per main process: floor((N - M*W) / M), never below 1.
@@ -243,12 +241,6 @@ def _fewer_workers(n: int, procs: int) -> str:
     return f"use at most {most} worker{'s' if most > 1 else ''} per process"
 
 
-def is_given(budget: Budget) -> bool:
-    """A budget given as a count (`--cpus N`, `cpus=`), not measured: pid 0 marks it
-    (`synthetic_budget`). Its CPU ids are not this machine's."""
-    return budget.pid == 0
-
-
 def _oversubscription_warnings(budget: Budget, procs: int, workers: int, threads: int) -> list[str]:
     """Warnings that the plan itself cannot fit N: the most important ones, first."""
     n = budget.vcpus
@@ -319,7 +311,7 @@ def make_plan(
     T = threads_for(N, M, W); the plan is oversubscribed when even T = 1 needs more than N
     threads (M*(T+W) > N). Each process is bound to T + W CPUs: its workers share them. No
     binding with `bind=False` (the launcher places the processes) or for a budget given as
-    a count (`is_given`), whose CPU ids are not this machine's. Warnings come most
+    a count (`Budget.given`), whose CPU ids are not this machine's. Warnings come most
     important first: the plan cannot fit, then `context` (the launcher's say on N and M),
     then no binding, then how to apply the plan.
     """
@@ -331,7 +323,7 @@ def make_plan(
     threads = threads_for(n, procs, workers)
     needed = procs * (threads + workers)
     warnings = [*_oversubscription_warnings(budget, procs, workers, threads), *context]
-    if not bind or is_given(budget):
+    if not bind or budget.given:
         binding: tuple[tuple[int, ...], ...] = ()
     else:
         binding = binding_plan(budget, procs, threads + workers)

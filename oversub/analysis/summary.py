@@ -2,9 +2,9 @@
 
 `RunSummary` folds intervals in as they come. It keeps one accumulator per process seen
 and one for the tree, so memory grows with the number of processes, not with run length.
-Raw counter changes are recovered from each interval's rates (Δcpu = cpu% / 100 * Δt,
-Δrun_delay = demand * Δt - Δcpu, switches = rate * Δt), summed, and divided by the time
-observed: means are time-weighted. An interval at the end of which no process of the tree
+Each interval carries its raw deltas (CPU-seconds, delay-seconds, switches); they are
+summed and divided by the time observed (`rates.measures`, the same formula as an
+interval's), so means are time-weighted. An interval at the end of which no process of the tree
 was alive adds nothing to the tree's means (the work done before the exit was not seen).
 
 The run verdict is `assess()` on one whole-run `Interval` built from those sums, except
@@ -17,15 +17,22 @@ helper thread (a DataLoader queue feeder waiting for a CPU) count as a live pool
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 from oversub.analysis.poolsize import pool_threads
-from oversub.analysis.rates import delay_ratio, per_s
+from oversub.analysis.rates import measures, per_cpu_s
 from oversub.analysis.verdict import assess
 from oversub.model import Budget, Thresholds
-from oversub.results import HostRates, Interval, ProcessRates, ProcessSummary, Summary, Totals
-
-__all__ = ["NO_INTERVAL_NOTE", "RunSummary"]
+from oversub.names import Signal
+from oversub.results import (
+    Assessment,
+    HostRates,
+    Interval,
+    ProcessRates,
+    ProcessSummary,
+    Summary,
+    Totals,
+)
 
 SUSTAINED_SHARE = 0.25
 """Share of observed time a count of active threads must hold to count for the verdict."""
@@ -57,17 +64,6 @@ def _peak(current: float | None, value: float | None) -> float | None:
     return value if current is None else max(current, value)
 
 
-def _delay_s(rates: ProcessRates | Totals, seconds: float) -> float | None:
-    """Run delay seconds behind an interval's rates; None when it was not measured."""
-    cpu_s = rates.cpu_percent / 100.0 * seconds
-    delay_s = max(0.0, rates.demand * seconds - cpu_s)
-    # A ratio of None with CPU used means run delay was unknown; with no CPU and no delay
-    # nothing was runnable, which is a known zero.
-    if rates.run_delay_ratio is None and delay_s + cpu_s > 0:
-        return None
-    return delay_s
-
-
 @dataclass
 class _ProcessAccumulator:
     """Sums and peaks of one process over the intervals it was seen in."""
@@ -76,8 +72,8 @@ class _ProcessAccumulator:
     seconds: float = 0.0
     cpu_s: float = 0.0
     delay_s: float | None = 0.0
-    involuntary: float | None = 0.0
-    voluntary: float | None = 0.0
+    involuntary: int | None = 0
+    voluntary: int | None = 0
     threads_peak: int = 0
     active_peak: int = 0
     active_seconds: dict[int, float] = field(default_factory=dict)
@@ -105,10 +101,10 @@ class _ProcessAccumulator:
         if p.exited:  # zero deltas by construction: the process was not observed running
             return
         self.seconds += seconds
-        self.cpu_s += p.cpu_percent / 100.0 * seconds
-        self.delay_s = _add(self.delay_s, _delay_s(p, seconds))
-        self.involuntary = _add(self.involuntary, _scaled(p.involuntary_ctx_per_s, seconds))
-        self.voluntary = _add(self.voluntary, _scaled(p.voluntary_ctx_per_s, seconds))
+        self.cpu_s += p.cpu_s
+        self.delay_s = _add(self.delay_s, p.delay_s)
+        self.involuntary = _add_count(self.involuntary, p.involuntary_ctx)
+        self.voluntary = _add_count(self.voluntary, p.voluntary_ctx)
         self.active_peak = max(self.active_peak, p.active_threads)
         self.active_seconds[p.active_threads] = (
             self.active_seconds.get(p.active_threads, 0.0) + seconds
@@ -122,27 +118,15 @@ class _ProcessAccumulator:
     def rates(self) -> ProcessRates:
         """The process over its observed time, with its sustained active threads."""
         s = self.seconds
-        p = self.latest
-        return ProcessRates(
-            pid=p.pid,
-            ppid=p.ppid,
-            name=p.name,
-            cmdline=p.cmdline,
-            threads=p.threads,
+        return replace(
+            self.latest,
             active_threads=_sustained(self.active_seconds, s),
-            cpu_percent=self.cpu_s / s * 100.0 if s > 0 else 0.0,
-            demand=(self.cpu_s + (self.delay_s or 0.0)) / s if s > 0 else 0.0,
-            run_delay_ratio=delay_ratio(self.delay_s, self.cpu_s),
-            involuntary_ctx_per_s=per_s(self.involuntary, s),
-            voluntary_ctx_per_s=per_s(self.voluntary, s),
             pools=self.pools,
             thread_env=self.thread_env,
             live_pools=self.live_pools,
             live_threads=self.live_threads,
-            exited=p.exited,
-            wait=p.wait,
             seconds=s,
-            start_ticks=p.start_ticks,
+            **measures(s, self.cpu_s, self.delay_s, self.involuntary, self.voluntary)._asdict(),
         )
 
     def summary(self) -> ProcessSummary:
@@ -172,8 +156,9 @@ class _ProcessAccumulator:
         )
 
 
-def _scaled(rate: float | None, seconds: float) -> float | None:
-    return None if rate is None else rate * seconds
+def _add_count(total: int | None, value: int | None) -> int | None:
+    """Sum of counts that turns unknown once any term is unknown."""
+    return None if total is None or value is None else total + value
 
 
 @dataclass
@@ -199,8 +184,8 @@ class _TreeAccumulator:
     seconds: float = 0.0
     cpu_s: float = 0.0
     delay_s: float | None = 0.0
-    involuntary: float | None = 0.0
-    voluntary: float | None = 0.0
+    involuntary: int | None = 0
+    voluntary: int | None = 0
     processes_s: float = 0.0
     threads_s: float = 0.0
     active_seconds: dict[int, float] = field(default_factory=dict)
@@ -221,37 +206,29 @@ class _TreeAccumulator:
             # last work was not seen, so zeros here would only dilute the means.
             return
         self.seconds += s
-        self.cpu_s += t.cpu_percent / 100.0 * s
-        self.delay_s = _add(self.delay_s, _delay_s(t, s))
-        self.involuntary = _add(self.involuntary, _scaled(t.involuntary_ctx_per_s, s))
-        self.voluntary = _add(self.voluntary, _scaled(t.voluntary_ctx_per_s, s))
+        self.cpu_s += t.cpu_s
+        self.delay_s = _add(self.delay_s, t.delay_s)
+        self.involuntary = _add_count(self.involuntary, t.involuntary_ctx)
+        self.voluntary = _add_count(self.voluntary, t.voluntary_ctx)
         self.processes_s += t.processes * s
         self.threads_s += t.threads * s
         self.active_seconds[t.active_threads] = self.active_seconds.get(t.active_threads, 0.0) + s
         self.busy_seconds[t.busy_processes] = self.busy_seconds.get(t.busy_processes, 0.0) + s
-        for f in fields(Totals):
-            self.peak[f.name] = _peak(self.peak.get(f.name), getattr(t, f.name))
+        for name in _PEAKS:
+            self.peak[name] = _peak(self.peak.get(name), getattr(t, name))
 
     def totals(self) -> Totals:
         """Means over the run; active threads is the sustained tree total (see module doc)."""
         s = self.seconds
         if s <= 0:
-            return _EMPTY_TOTALS
+            return Totals.empty()
         return Totals(
             processes=round(self.processes_s / s),
             threads=round(self.threads_s / s),
             active_threads=_sustained(self.active_seconds, s),
-            cpu_percent=self.cpu_s / s * 100.0,
-            demand=(self.cpu_s + (self.delay_s or 0.0)) / s,
-            run_delay_ratio=delay_ratio(self.delay_s, self.cpu_s),
-            involuntary_ctx_per_s=per_s(self.involuntary, s),
-            voluntary_ctx_per_s=per_s(self.voluntary, s),
-            involuntary_ctx_per_cpu_s=(
-                self.involuntary / self.cpu_s
-                if self.involuntary is not None and self.cpu_s > 0
-                else None
-            ),
+            involuntary_ctx_per_cpu_s=per_cpu_s(self.involuntary, self.cpu_s),
             busy_processes=_sustained(self.busy_seconds, s),
+            **measures(s, self.cpu_s, self.delay_s, self.involuntary, self.voluntary)._asdict(),
         )
 
     def totals_peak(self) -> Totals:
@@ -285,8 +262,54 @@ class _TreeAccumulator:
         )
 
 
-_EMPTY_TOTALS = Totals(0, 0, 0, 0.0, 0.0, None, None, None, None)
-_EMPTY_HOST = HostRates(None, None, None, None, None)
+_PEAKS = (
+    "processes",
+    "threads",
+    "active_threads",
+    "cpu_percent",
+    "demand",
+    "run_delay_ratio",
+    "involuntary_ctx_per_s",
+    "voluntary_ctx_per_s",
+    "involuntary_ctx_per_cpu_s",
+    "busy_processes",
+    "pool_threads",
+    "pool_processes",
+)
+"""The totals whose peak over the intervals a run reports (`Summary.totals_peak`)."""
+
+
+def unmeasured_summary(
+    budget: Budget,
+    root_pid: int,
+    thresholds: Thresholds | None = None,
+    *,
+    note: str | None = None,
+    assessment: Assessment | None = None,
+    target_exited: bool = False,
+    unavailable: tuple[Signal, ...] = (),
+    notes: tuple[str, ...] = (),
+) -> Summary:
+    """A summary with no measurement behind it: a static preflight (judged by its
+    `assessment`), or a run in which nothing could be measured (not judged: `note` says
+    why, and is also a note of the run when given)."""
+    return Summary(
+        root_pid=root_pid,
+        budget=budget,
+        verdict=None if assessment is None else assessment.verdict,
+        not_judged=(note or NO_INTERVAL_NOTE) if assessment is None else None,
+        findings=() if assessment is None else assessment.findings,
+        processes=(),
+        totals=Totals.empty(),
+        totals_peak=Totals.empty(),
+        host=HostRates.unknown(),
+        samples=0,
+        duration_s=0.0,
+        target_exited=target_exited,
+        unavailable=unavailable,
+        notes=notes if note is None else (*notes, note),
+        thresholds=thresholds if thresholds is not None else Thresholds(),
+    )
 
 
 class RunSummary:
@@ -303,7 +326,7 @@ class RunSummary:
         self._t1: float | None = None
         self._root_pid: int | None = root_pid
         self._vcpus: int | None = None
-        self._unavailable: dict[str, None] = {}
+        self._unavailable: dict[Signal, None] = {}
 
     def add(self, interval: Interval) -> None:
         """Fold in one interval (in time order)."""
@@ -340,22 +363,13 @@ class RunSummary:
         and `not_judged` says that nothing could be measured.
         """
         if self._intervals == 0 or self._t0 is None or self._t1 is None:  # nothing measured
-            return Summary(
-                root_pid=self._root_pid if self._root_pid is not None else budget.pid,
-                budget=budget,
-                verdict=None,
-                not_judged=NO_INTERVAL_NOTE,
-                findings=(),
-                processes=(),
-                totals=_EMPTY_TOTALS,
-                totals_peak=_EMPTY_TOTALS,
-                host=_EMPTY_HOST,
-                samples=0,
-                duration_s=0.0,
+            return unmeasured_summary(
+                budget,
+                self._root_pid if self._root_pid is not None else budget.pid,
+                thresholds,
                 target_exited=target_exited,
                 unavailable=tuple(self._unavailable),
                 notes=notes,
-                thresholds=thresholds,
             )
         accs = list(self._processes.values())
         rates = [a.rates() for a in accs]

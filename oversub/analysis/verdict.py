@@ -1,6 +1,6 @@
 """The verdict: which rules an interval (or a whole run) breaks, with evidence and a fix.
 
-Two measured quantities decide most of it (see SIGNALS.md), with N = `interval.vcpus`:
+Two measured quantities decide most of it (docs/signals.md), with N = `interval.vcpus`:
 
 - over: the tree's demand D (average runnable threads) exceeds N by more than `margin`
   (D > N * (1 + margin)); demand exactly N is within budget;
@@ -16,8 +16,6 @@ Every number comes from `Thresholds`. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
 from oversub.analysis.poolsize import app_threads, blamed
@@ -32,32 +30,12 @@ from oversub.analysis.wording import (
     sentence,
     verb,
 )
-from oversub.model import Severity, Thresholds, Verdict
+from oversub.model import Thresholds
+from oversub.names import Severity, Signal, Verdict
 from oversub.plural import count, noun
 from oversub.pools import POOLS_BY_KEY
 from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates
-
-__all__ = ["RULES", "assess"]
-
-RULES: Mapping[str, str] = {
-    "oversubscribed-pools": "Demand exceeds the CPUs and processes run multi-thread native pools",
-    "oversubscribed-threads": "Demand exceeds the CPUs through application threads, not pools",
-    "oversubscribed-processes": "More single-thread processes than CPUs keep demand above them",
-    "demand-exceeds-budget": "Demand exceeds the budget but threads do not wait",
-    "starved-quota": "The cgroup CPU quota throttles the tree",
-    "starved-outside": "Other processes or hypervisor steal take the CPUs the tree waits for",
-    "starved-unattributed": "The tree's threads wait for CPUs and no measured load explains it",
-    "busy-threads-exceed": "More threads are busy than there are CPUs",
-    "pool-default": "Pools in several processes add up to more threads than CPUs, even idle",
-    "fork-hang": "A child forked after an OpenMP region sits idle: the libgomp fork hang",
-    "fork-after-threads": "Processes forked from a multi-threaded parent",
-    "orphan": "A busy process whose parent has exited",
-    "no-schedstat": "Run delay is unavailable, so oversubscription cannot be measured",
-}
-"""Rule id -> one-line description, in report order. Renderers emit one testcase per rule."""
-
-_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
-_RULE_ORDER = {rule: i for i, rule in enumerate(RULES)}
+from oversub.rules import REPORT_ORDER, Rule
 
 Evidence = dict[str, float | int | str | None]
 
@@ -105,7 +83,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         if m > n:
             fix += f"; and run at most {count(n, 'busy process')} at a time"
         return Finding(
-            rule="oversubscribed-pools",
+            rule=Rule.OVERSUBSCRIBED_POOLS,
             severity=Severity.CRITICAL,
             verdict=Verdict.OVERSUBSCRIBED,
             message=head
@@ -125,7 +103,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
     if multi:
         evidence |= {"threads_per_process": threads, "pools": None}
         return Finding(
-            rule="oversubscribed-threads",
+            rule=Rule.OVERSUBSCRIBED_THREADS,
             severity=Severity.WARNING,
             verdict=Verdict.OVERSUBSCRIBED,
             message=head
@@ -137,7 +115,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
             fix=sentence(app_thread_fix(n, len(multi), m)) + ".",
         )
     return Finding(
-        rule="oversubscribed-processes",
+        rule=Rule.OVERSUBSCRIBED_PROCESSES,
         severity=Severity.WARNING,
         verdict=Verdict.OVERSUBSCRIBED,
         message=head + f"they are {m} single-thread {noun(m, 'process')} sharing "
@@ -176,7 +154,7 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
         throttled = "" if h.throttled_s is None else f" ({h.throttled_s:.1f} s throttled)"
         found.append(
             Finding(
-                rule="starved-quota",
+                rule=Rule.STARVED_QUOTA,
                 severity=Severity.WARNING,
                 verdict=Verdict.STARVED,
                 message=f"The cgroup CPU quota throttled the tree in {throttled_ratio:.0%} of "
@@ -215,7 +193,7 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
             causes.append(f"the hypervisor stole {h.steal_cpus:.2f} CPUs (hypervisor steal)")
         found.append(
             Finding(
-                rule="starved-outside",
+                rule=Rule.STARVED_OUTSIDE,
                 severity=Severity.WARNING,
                 verdict=Verdict.STARVED,
                 message=f"{sentence(' and '.join(causes))}; the tree's threads waited "
@@ -230,7 +208,7 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
     elif not quota:
         found.append(
             Finding(
-                rule="starved-unattributed",
+                rule=Rule.STARVED_UNATTRIBUTED,
                 severity=Severity.INFO,
                 verdict=Verdict.STARVED,
                 message=f"The tree's threads waited {ratio:.0%} of their runnable time "
@@ -273,7 +251,7 @@ def _busy_threads(interval: Interval) -> Finding:
     m = max(1, len(busy))
     threads = threads_for(n, m)
     return Finding(
-        rule="busy-threads-exceed",
+        rule=Rule.BUSY_THREADS_EXCEED,
         severity=Severity.WARNING,
         verdict=Verdict.AT_RISK,
         message=f"{t.active_threads} threads were busy on {count(n, 'CPU')}; they have not "
@@ -294,7 +272,7 @@ def _over_unexplained(interval: Interval) -> Finding:
     t = interval.totals
     busy = sorted(interval.processes, key=lambda p: -p.demand)[:3]
     return Finding(
-        rule="demand-exceeds-budget",
+        rule=Rule.DEMAND_EXCEEDS_BUDGET,
         severity=Severity.WARNING,
         verdict=Verdict.AT_RISK,
         message=f"The tree keeps {t.demand:.1f} threads runnable on {count(n, 'CPU')}, yet they "
@@ -309,7 +287,7 @@ def _over_unexplained(interval: Interval) -> Finding:
 
 def _no_schedstat() -> Finding:
     return Finding(
-        rule="no-schedstat",
+        rule=Rule.NO_SCHEDSTAT,
         severity=Severity.INFO,
         verdict=Verdict.OK,
         message="Run delay (/proc/PID/task/TID/schedstat) is unavailable, so demand "
@@ -321,11 +299,11 @@ def _no_schedstat() -> Finding:
 
 
 def _sort_key(f: Finding) -> tuple[int, int, int]:
-    return (-f.verdict.rank, -_SEVERITY_RANK[f.severity], _RULE_ORDER[f.rule])
+    return (-f.verdict.rank, -f.severity.rank, REPORT_ORDER[f.rule])
 
 
 def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
-    """Apply every rule of `RULES` to an interval (or a whole-run interval).
+    """Apply every rule of `rules.RUNTIME_RULES` to an interval (or a whole-run interval).
 
     With N = interval.vcpus, D = totals.demand, r = totals.run_delay_ratio:
 
@@ -357,11 +335,11 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
     - no-schedstat (info, ok): run delay unavailable; over and waiting are then False.
 
     The verdict is the worst finding's verdict by `Verdict.rank` ("ok" when none fired);
-    findings come worst first (verdict rank, then severity, then `RULES` order).
+    findings come worst first (verdict rank, then severity, then catalogue order).
     """
     n = interval.vcpus
     totals = interval.totals
-    measured = "schedstat" not in interval.unavailable
+    measured = Signal.SCHEDSTAT not in interval.unavailable
     ratio = totals.run_delay_ratio
     over = measured and totals.demand > n * (1.0 + thresholds.margin)
     # Waiting needs a share of the runnable time *and* some absolute waiting: an idle tree's
@@ -381,7 +359,7 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
     if over and waiting:
         finding = _oversubscribed(interval, thresholds)
         findings.append(finding)
-        if finding.rule == "oversubscribed-pools":
+        if finding.rule is Rule.OVERSUBSCRIBED_POOLS:
             skip_pids = frozenset(finding.pids)
     elif over:
         findings.append(_over_unexplained(interval))

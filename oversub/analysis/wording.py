@@ -10,18 +10,6 @@ from collections.abc import Iterable, Sequence
 from oversub.pools import POOL_KINDS
 from oversub.results import ProcessRates
 
-__all__ = [
-    "count_processes",
-    "join_and",
-    "pid_list",
-    "pids_of",
-    "pool_order",
-    "rounded",
-    "sentence",
-    "verb",
-    "who",
-]
-
 
 def pids_of(procs: Iterable[ProcessRates]) -> tuple[int, ...]:
     """Sorted pids of `procs`."""

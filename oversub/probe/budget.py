@@ -16,19 +16,12 @@ import math
 import os
 import sys
 
+from oversub.cpulist import format_cpulist, parse_cpulist
 from oversub.errors import NoSuchProcess, PermissionDenied, UnsupportedPlatform
 from oversub.model import Budget, LimitSource
 from oversub.probe.cgroup import read_cgroup_limits
 from oversub.probe.pidns import check_pid_namespace
-from oversub.probe.topology import (
-    describe_error,
-    format_cpulist,
-    parse_cpulist,
-    read_topology,
-    rooted,
-)
-
-__all__ = ["QUOTA_TOLERANCE", "effective_vcpus", "read_budget"]
+from oversub.probe.topology import describe_error, read_topology, rooted
 
 QUOTA_TOLERANCE = 1e-6
 """A quota within this many CPUs of an integer counts as that integer (float error)."""

@@ -19,19 +19,9 @@ import re
 from collections.abc import Iterable
 from typing import Literal, NamedTuple
 
+from oversub.cpulist import parse_cpulist
 from oversub.model import CpuQuota, CpusetLimit
-from oversub.probe.topology import describe_error, parse_cpulist, read_text, rooted
-
-__all__ = [
-    "CgroupEntry",
-    "CgroupLimits",
-    "CgroupMount",
-    "parse_cfs_quota",
-    "parse_cpu_max",
-    "parse_mountinfo",
-    "parse_proc_cgroup",
-    "read_cgroup_limits",
-]
+from oversub.probe.topology import describe_error, read_text, rooted
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
 

@@ -22,8 +22,6 @@ import os
 
 from oversub.probe.proctree import read_small
 
-__all__ = ["CMDLINE_MAX", "CMDLINE_READ_MAX", "argv_bounds", "bound_cmdline", "read_cmdline"]
-
 CMDLINE_MAX = 200
 """Characters of a command line kept in a sample."""
 CMDLINE_READ_MAX = 4096

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 from oversub.probe.topology import describe_error, rooted
 
-__all__ = ["CpuDetail", "parse_proc_cpuinfo", "read_cpu_detail"]
-
 # Keys naming the model and the feature flags, x86 first, then ARM's spelling.
 _MODEL_KEYS = ("model name", "Model", "Processor", "cpu model")
 _FLAG_KEYS = ("flags", "Features")

@@ -13,8 +13,6 @@ import time
 from oversub.probe.proctree import read_all, ticks_to_ns
 from oversub.samples import HostSample, ThrottleStat
 
-__all__ = ["parse_cpu_line", "parse_cpu_stat", "parse_psi_some", "read_host"]
-
 
 def parse_cpu_line(proc_stat: bytes) -> tuple[int, int] | None:
     """(busy_ns, steal_ns) from the aggregate "cpu" line of /proc/stat; None if absent.

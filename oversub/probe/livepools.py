@@ -30,8 +30,6 @@ from typing import NamedTuple
 
 from oversub import pools
 
-__all__ = ["ElfSymbol", "LiveReader", "LiveSizes", "elf_symbol", "maps_libraries"]
-
 _MAX_TABLE = 64 << 20
 """Largest .dynsym or .dynstr read (bytes): a bigger one is not a real library's."""
 _MAX_CACHE = 256

@@ -18,17 +18,6 @@ import re
 from oversub import pools
 from oversub.probe.proctree import read_all
 
-__all__ = [
-    "THREAD_ENV_MAX_VARS",
-    "THREAD_ENV_NAME_MAX",
-    "THREAD_ENV_VALUE_MAX",
-    "pools_from_maps",
-    "read_maps",
-    "read_pools",
-    "read_thread_env",
-    "thread_env_from_bytes",
-]
-
 # A mapped file's basename: the last path component of a maps line. Lines without a path
 # (anonymous memory) or with a pseudo path ("[heap]") do not match.
 _MAPPED_BASENAME = re.compile(rb"/([^/\n]+)$", re.MULTILINE)

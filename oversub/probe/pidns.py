@@ -17,8 +17,6 @@ import os
 
 from oversub.errors import TargetError
 
-__all__ = ["ForeignProcError", "check_pid_namespace", "foreign_proc_reason"]
-
 
 class ForeignProcError(TargetError):
     """/proc belongs to another PID namespace: no pid can be looked up in it (exit 3)."""

@@ -1,7 +1,7 @@
 """Find a process tree with one pass over `/proc/*/stat`.
 
 psutil's `children(recursive=True)` walks the tree one process at a time (4.1 ms for 51
-processes, see SIGNALS.md); one scan of every `/proc/PID/stat` costs 1.8 ms and also hands
+processes, docs/signals.md); one scan of every `/proc/PID/stat` costs 1.8 ms and also hands
 the sampler each process's stat line, which it would otherwise read again.
 
 Everything takes `root` (default "/") prefixed to `/proc`, so tests can build fake trees.
@@ -13,20 +13,6 @@ import os
 import weakref
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
-
-__all__ = [
-    "CLK_TCK",
-    "HeldFiles",
-    "ProcStat",
-    "descendants",
-    "parse_stat",
-    "ppids_of",
-    "read_ppids",
-    "read_small",
-    "scan_stats",
-    "subtree",
-    "ticks_to_ns",
-]
 
 # Clock ticks per second of /proc times (USER_HZ, 100 nearly everywhere). Windows has no
 # sysconf; nothing there reads /proc, the fallback only keeps imports working.
@@ -40,7 +26,8 @@ def ticks_to_ns(ticks: int) -> int:
 
 @dataclass(frozen=True)
 class ProcStat:
-    """The fields of a `/proc/PID/stat` (or `task/TID/stat`) line the sampler needs."""
+    """The fields of a `/proc/PID/stat` (or `task/TID/stat`) line that oversub reads (the
+    sampler and `run.runner`, one parser for both)."""
 
     comm: str
     """Executable name (field 2), without the parentheses; may hold spaces and ')'."""
@@ -48,6 +35,10 @@ class ProcStat:
     """One letter (field 3): R, S, D, Z, T, ..."""
     ppid: int
     """Parent pid (field 4)."""
+    pgrp: int
+    """Process group id (field 5)."""
+    session: int
+    """Session id (field 6)."""
     utime_ticks: int
     """User CPU time in clock ticks (field 14)."""
     stime_ticks: int
@@ -56,6 +47,11 @@ class ProcStat:
     """CPU time of waited-for children, user + system (fields 16 and 17)."""
     start_ticks: int
     """Start time in clock ticks after boot (field 22)."""
+
+    @property
+    def alive(self) -> bool:
+        """Not dead yet: a zombie has died, and only its parent (perhaps init) removes it."""
+        return self.state not in ("Z", "X", "x")
 
 
 def _after_comm(data: bytes) -> tuple[int, list[bytes]]:
@@ -81,6 +77,8 @@ def parse_stat(data: bytes) -> ProcStat:
         comm=comm,
         state=rest[0].decode("ascii", "replace"),
         ppid=int(rest[1]),
+        pgrp=int(rest[2]),
+        session=int(rest[3]),
         utime_ticks=int(rest[11]),
         stime_ticks=int(rest[12]),
         children_ticks=int(rest[13]) + int(rest[14]),

@@ -12,15 +12,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from oversub import errors
+from oversub.names import Signal
 from oversub.probe.proctree import CLK_TCK
 from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
 
 if TYPE_CHECKING:
     import psutil
 
-__all__ = ["PSUTIL_UNAVAILABLE", "PsutilTreeSampler"]
 
-PSUTIL_UNAVAILABLE = ("schedstat", "thread-state", "context-switches", "pools", "psi")
+PSUTIL_UNAVAILABLE = (
+    Signal.SCHEDSTAT,
+    Signal.THREAD_STATE,
+    Signal.CONTEXT_SWITCHES,
+    Signal.POOLS,
+    Signal.PSI,
+)
 """What the psutil fallback (no /proc) cannot provide."""
 
 

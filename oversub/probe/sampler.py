@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from oversub import errors, pools
+from oversub.names import DENIED, Signal
 from oversub.probe import native
 from oversub.probe.cmdline import CMDLINE_MAX, read_cmdline
 from oversub.probe.host import read_host
@@ -41,25 +42,13 @@ from oversub.probe.proctree import (
     subtree,
     ticks_to_ns,
 )
-from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE, PsutilTreeSampler
+from oversub.probe.psutil_sampler import PsutilTreeSampler
 from oversub.probe.waits import read_wait
-from oversub.samples import (
-    DENIED_UNAVAILABLE,
-    LIVE_DENIED,
-    ProcessSample,
-    ThreadSample,
-    TreeSample,
-)
+from oversub.samples import ProcessSample, ThreadSample, TreeSample
 
 if TYPE_CHECKING:
     from oversub.model import Budget
 
-__all__ = [
-    "CMDLINE_MAX",
-    "MAPS_REFRESH_S",
-    "PSUTIL_UNAVAILABLE",
-    "TreeSampler",
-]
 
 MAPS_REFRESH_S = 5.0
 """Re-read a process's maps at least this often even when its thread count is stable."""
@@ -210,7 +199,7 @@ class TreeSampler:
             # own sampling (only the process itself: anything it starts is the user's).
             tree.discard(self._self_pid)
 
-        unavailable: list[str] = []
+        unavailable: list[Signal] = []
         processes: dict[int, ProcessSample] = {}
         for pid in sorted(tree):
             try:
@@ -234,7 +223,7 @@ class TreeSampler:
             # oversub is the watched tree's root: its CPU is the tree's, not to be subtracted.
             host = dataclasses.replace(host, observer_cpu_ns=None)
         if host.psi_some_us is None:
-            unavailable.append("psi")
+            unavailable.append(Signal.PSI)
         return TreeSample(
             t=t,
             root_pid=self.root_pid,
@@ -257,7 +246,7 @@ class TreeSampler:
         raw_stat: bytes,
         now: float,
         strict: bool,
-        unavailable: list[str],
+        unavailable: list[Signal],
     ) -> ProcessSample | None:
         base = f"{self._proc}/{pid}"
         try:
@@ -274,9 +263,9 @@ class TreeSampler:
             os.close(task_fd)
         known = self._refresh_cache(pid, stat, raw_stat, len(threads), now)
         if known.denied:
-            unavailable.extend(k for k in DENIED_UNAVAILABLE if k not in unavailable)
-        elif known.live_denied and LIVE_DENIED not in unavailable:
-            unavailable.append(LIVE_DENIED)
+            unavailable.extend(k for k in DENIED if k not in unavailable)
+        elif known.live_denied and Signal.LIVE_POOLS not in unavailable:
+            unavailable.append(Signal.LIVE_POOLS)
         wait = None
         if (
             len(threads) == 1
@@ -301,7 +290,7 @@ class TreeSampler:
         )
 
     def _read_threads(
-        self, pid: int, start_ticks: int, task_fd: int, unavailable: list[str]
+        self, pid: int, start_ticks: int, task_fd: int, unavailable: list[Signal]
     ) -> tuple[ThreadSample, ...]:
         threads: list[ThreadSample] = []
         held = self._held
@@ -326,8 +315,8 @@ class TreeSampler:
                     stat = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd))
                     cpu_ns = ticks_to_ns(stat.utime_ticks + stat.stime_ticks)
                     run_delay = runs = None
-                    if "schedstat" not in unavailable:
-                        unavailable.append("schedstat")
+                    if Signal.SCHEDSTAT not in unavailable:
+                        unavailable.append(Signal.SCHEDSTAT)
                 prev = last_run.get(key)
                 if status is None and prev is not None and prev[0] == cpu_ns and prev[1] == runs:
                     # Not run since the last sample (same CPU time, same number of times

@@ -1,7 +1,6 @@
 """CPU topology from sysfs: online CPUs, SMT sibling groups, NUMA nodes.
 
-Also home of the kernel cpu-list syntax ("0-3,8-11,15") shared by every probe that reads
-affinity masks, cpusets or topology files: `parse_cpulist` and its inverse `format_cpulist`.
+CPU lists are parsed and printed by `oversub.cpulist`.
 
 Every path is `root` joined with the absolute system path, so tests point `root` at a fake
 tree. Unreadable files degrade to notes; nothing here raises for a missing file.
@@ -11,77 +10,21 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import NamedTuple
 
-__all__ = [
-    "Topology",
-    "describe_error",
-    "format_cpulist",
-    "parse_cpulist",
-    "read_topology",
-    "rooted",
-]
+from oversub.cpulist import format_cpulist, parse_cpulist
 
 _CPU_DIR = "/sys/devices/system/cpu"
 _NODE_DIR = "/sys/devices/system/node"
 # Newer kernels call the SMT siblings "core_cpus"; thread_siblings is the older name that
 # most kernels still provide. Either gives the same groups.
 _SIBLING_FILES = ("topology/core_cpus_list", "topology/thread_siblings_list")
-# One element of a cpu list: "5", "0-7" or the grouped form "0-15:2/4" (bitmap_parselist).
-_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?$")
 
 
 def rooted(root: str, path: str) -> str:
     """`path` (absolute) inside the tree at `root`; `root="/"` is the real system."""
     return os.path.join(root, path.lstrip("/"))
-
-
-def parse_cpulist(text: str) -> tuple[int, ...]:
-    """Parse kernel cpu-list syntax ("0-3,8-11,15") into sorted, unique CPU ids.
-
-    An empty string (or only whitespace) is the empty list. The grouped form the kernel
-    accepts on input, "first-last:used/group" (e.g. "0-7:2/4" = 0,1,4,5), is understood too.
-    Raises ValueError on anything else.
-    """
-    cpus: set[int] = set()
-    stripped = text.strip()
-    if not stripped:
-        return ()
-    for item in stripped.split(","):
-        match = _RANGE.match(item.strip())
-        if match is None:
-            raise ValueError(f"bad cpu list element {item.strip()!r} in {stripped!r}")
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) is not None else first
-        if last < first:
-            raise ValueError(f"bad cpu range {item.strip()!r} in {stripped!r}")
-        if match.group(3) is None:
-            cpus.update(range(first, last + 1))
-            continue
-        used, group = int(match.group(3)), int(match.group(4))
-        if group == 0 or used == 0 or used > group:
-            raise ValueError(f"bad cpu group {item.strip()!r} in {stripped!r}")
-        cpus.update(cpu for cpu in range(first, last + 1) if (cpu - first) % group < used)
-    return tuple(sorted(cpus))
-
-
-def format_cpulist(cpus: Iterable[int]) -> str:
-    """Format CPU ids as a compact kernel cpu list: (0, 1, 2, 3, 8) -> "0-3,8".
-
-    Input order and duplicates do not matter; the empty input gives "".
-    """
-    ordered = sorted(set(cpus))
-    parts: list[str] = []
-    index = 0
-    while index < len(ordered):
-        start = index
-        while index + 1 < len(ordered) and ordered[index + 1] == ordered[index] + 1:
-            index += 1
-        first, last = ordered[start], ordered[index]
-        parts.append(str(first) if first == last else f"{first}-{last}")
-        index += 1
-    return ",".join(parts)
 
 
 class Topology(NamedTuple):

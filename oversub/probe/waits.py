@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import os
 
+from oversub.names import WaitKind
 from oversub.probe.proctree import read_small
-
-__all__ = ["parse_syscall", "read_wait"]
 
 # Syscall numbers differ by architecture; unknown architectures are not classified.
 _FUTEX = {"x86_64": 202, "aarch64": 98, "arm64": 98, "ppc64le": 221, "s390x": 238}
@@ -28,7 +27,7 @@ _FUTEX_CLOCK_REALTIME = 256
 _FUTEX_WAITS = (0, 9)  # FUTEX_WAIT, FUTEX_WAIT_BITSET
 
 
-def parse_syscall(text: str, machine: str) -> str | None:
+def parse_syscall(text: str, machine: str) -> WaitKind | None:
     """Classify a `/proc/PID/syscall` line: "futex-private", "futex", "read", "other".
 
     None when the process is running or the architecture is unknown.
@@ -44,14 +43,14 @@ def parse_syscall(text: str, machine: str) -> str | None:
             timeout = int(fields[4], 16)
             command = op & ~(_FUTEX_PRIVATE_FLAG | _FUTEX_CLOCK_REALTIME)
             if op & _FUTEX_PRIVATE_FLAG and command in _FUTEX_WAITS and timeout == 0:
-                return "futex-private"
-            return "futex"
+                return WaitKind.FUTEX_PRIVATE
+            return WaitKind.FUTEX
     except (ValueError, IndexError):
         return None
-    return "read" if number == read else "other"
+    return WaitKind.READ if number == read else WaitKind.OTHER
 
 
-def read_wait(pid: int, root: str = "/") -> str | None:
+def read_wait(pid: int, root: str = "/") -> WaitKind | None:
     """What `pid` (its main thread) is blocked in; None when unreadable or running."""
     try:
         text = read_small(os.path.join(root, "proc", str(pid), "syscall"))

@@ -22,16 +22,6 @@ if TYPE_CHECKING:
     from oversub.model import Budget, Plan, Thresholds
     from oversub.results import Assessment, Interval, Summary
 
-__all__ = [
-    "CpusFormat",
-    "RecommendFormat",
-    "WatchFormat",
-    "render_cpus",
-    "render_recommend",
-    "render_watch_interval",
-    "render_watch_summary",
-]
-
 
 class CpusFormat(str, enum.Enum):
     """`oversub cpus --format`."""

@@ -11,12 +11,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from oversub.cpulist import format_cpulist
 from oversub.model import Budget
 from oversub.render.escape import terminal
 from oversub.render.phrases import budget_limit_line, cpus_phrase
 from oversub.render.serialize import ROUNDING_RULE
-
-__all__ = ["budget_renderable"]
 
 
 def _quota_text(b: Budget) -> str:
@@ -44,8 +43,6 @@ def _smt_text(b: Budget) -> str:
 
 
 def _numa_text(b: Budget) -> str:
-    from oversub.probe.topology import format_cpulist
-
     if not b.numa:
         return "not reported"
     nodes = sorted(b.numa.items())

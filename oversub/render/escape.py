@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["github_data", "github_property", "markdown", "terminal"]
-
 _SHOWN_ESCAPED = re.compile(r"[^\S ]|[\x00-\x1f\x7f-\x9f]|[^\x00-\x7f]")
 """Candidates for escaping: whitespace other than the space, C0/C1 controls, non-ASCII (the
 last are kept when printable; the regex only keeps ASCII text off the slow path)."""

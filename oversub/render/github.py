@@ -12,21 +12,18 @@ name cannot drive the log viewer either.
 # No `from __future__ import annotations` here: that import binds the name `annotations`,
 # which is this module's public function. Every annotation below is valid at runtime on 3.10.
 
-from oversub.model import Severity, Verdict
+from oversub.names import Severity
 from oversub.render.escape import github_data as escape_data
 from oversub.render.escape import github_property as escape_property
-from oversub.render.phrases import fails
-from oversub.results import Summary
-
-__all__ = ["annotations", "escape_data", "escape_property"]
+from oversub.results import Gate, Summary
 
 
-def annotations(s: Summary, *, fail_on: Verdict) -> list[str]:
+def annotations(s: Summary, gate: Gate) -> list[str]:
     """One workflow command per finding worth showing, worst first.
 
-    `fail_on` semantics: a finding fails when finding.verdict.rank >= fail_on.rank.
-    Failing findings give `::error title=oversub RULE::MESSAGE Fix: FIX`; findings that
-    do not fail but have severity warning or critical give the same as `::warning`;
+    Failing findings (`gate`, from `analysis.policy`) give `::error title=oversub
+    RULE::MESSAGE Fix: FIX`; findings that do not fail but have severity warning or
+    critical give the same as `::warning`;
     non-failing info findings give nothing (they are in the reports). A run that was not
     judged gives one `::error title=oversub::not judged: REASON`, and no finding fails.
     """
@@ -36,7 +33,7 @@ def annotations(s: Summary, *, fail_on: Verdict) -> list[str]:
         reason = escape_data(f"not judged: {s.not_judged or 'nothing was measured'}")
         lines.append(f"::error title={escape_property('oversub')}::{reason}")
     for f in s.findings:
-        if s.verdict is not None and fails(f, fail_on):
+        if gate.fails(f):
             command = "error"
         elif f.severity in (Severity.WARNING, Severity.CRITICAL):
             command = "warning"

@@ -11,11 +11,9 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
-from oversub.model import Verdict
-from oversub.render.phrases import budget_limit_line, fails
-from oversub.results import Finding, Summary
-
-__all__ = ["summary_junit"]
+from oversub.render.phrases import budget_limit_line
+from oversub.results import Finding, Gate, Summary
+from oversub.rules import PREFLIGHT_RULES, RUNTIME_RULES, Rule, RuleInfo
 
 _CLASSNAME = "oversub"
 
@@ -29,17 +27,10 @@ def _x(text: str) -> str:
     return _NOT_XML.sub("\ufffd", text)
 
 
-def _mode_rules(s: Summary) -> Mapping[str, str]:
+def _mode_rules(s: Summary) -> Mapping[Rule, RuleInfo]:
     """The rules the run's mode applies: the preflight's for a static preflight, else the
-    run-time rules. Imported here, not at module level: the renderer must not drag the
-    analysis package into every import of `oversub.render`."""
-    if s.preflight:
-        from oversub.analysis.preflight import PREFLIGHT_RULES
-
-        return PREFLIGHT_RULES
-    from oversub.analysis.verdict import RULES
-
-    return RULES
+    run-time rules."""
+    return PREFLIGHT_RULES if s.preflight else RUNTIME_RULES
 
 
 def _evidence_value(value: float | int | str | None) -> str:
@@ -61,14 +52,14 @@ def _finding_text(f: Finding) -> str:
     return _x("\n".join(lines))
 
 
-def summary_junit(s: Summary, *, fail_on: Verdict, rules: Mapping[str, str] | None = None) -> str:
+def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | None = None) -> str:
     """JUnit XML for the run, with an XML declaration and a trailing newline.
 
     One `<testsuite name="oversub">` holding one `<testcase classname="oversub" name=RULE>`
-    per rule of `rules` (default: the rules of the mode that ran, `analysis.verdict.RULES`
-    for a run, `analysis.preflight.PREFLIGHT_RULES` for a static preflight), plus one per
-    rule that fired but is not listed, so no finding is ever dropped. `fail_on` semantics:
-    a finding fails when finding.verdict.rank >= fail_on.rank. Each failing finding becomes
+    per rule of `rules` (default: the catalogue of the mode that ran, `rules.RUNTIME_RULES`
+    for a run, `rules.PREFLIGHT_RULES` for a static preflight), plus one per rule that fired
+    but is not listed, so no finding is ever dropped. Each failing finding (`gate`, from
+    `analysis.policy`) becomes
     a `<failure message=MESSAGE type=SEVERITY>` of its rule's test case (body: fix, pids,
     evidence); findings below `fail_on` become `<system-out>` text of their test case.
     A run that was not judged fails nothing: every test case is `<skipped message="not
@@ -78,11 +69,14 @@ def summary_junit(s: Summary, *, fail_on: Verdict, rules: Mapping[str, str] | No
     `<properties>` record the verdict ("not judged" without one), fail-on, N and the root
     pid.
     """
-    catalogue = dict(_mode_rules(s) if rules is None else rules)
+    catalogue = {
+        str(rule): info.summary
+        for rule, info in (_mode_rules(s) if rules is None else rules).items()
+    }
     by_rule: dict[str, list[Finding]] = {}
     for f in s.findings:
-        by_rule.setdefault(f.rule, []).append(f)
-        catalogue.setdefault(f.rule, "")
+        by_rule.setdefault(str(f.rule), []).append(f)
+        catalogue.setdefault(str(f.rule), "")
     judged = s.verdict is not None
     not_judged = f"not judged: {s.not_judged or 'nothing was measured'}"
 
@@ -90,7 +84,7 @@ def summary_junit(s: Summary, *, fail_on: Verdict, rules: Mapping[str, str] | No
     properties = ET.SubElement(suite, "properties")
     for name, value in (
         ("verdict", "not judged" if s.verdict is None else s.verdict.value),
-        ("fail_on", fail_on.value),
+        ("fail_on", gate.fail_on.value),
         ("vcpus", str(s.budget.vcpus)),
         ("budget", budget_limit_line(s.budget)),
         ("root_pid", str(s.root_pid)),
@@ -104,7 +98,7 @@ def summary_junit(s: Summary, *, fail_on: Verdict, rules: Mapping[str, str] | No
             suite, "testcase", classname=_CLASSNAME, name=_x(rule), time=f"{s.duration_s:.3f}"
         )
         findings = by_rule.get(rule, [])
-        failing = [f for f in findings if judged and fails(f, fail_on)]
+        failing = [f for f in findings if gate.fails(f)]
         passing = [f for f in findings if f not in failing]
         if not judged:
             ET.SubElement(case, "skipped", message=_x(not_judged))
@@ -115,7 +109,7 @@ def summary_junit(s: Summary, *, fail_on: Verdict, rules: Mapping[str, str] | No
             out = ET.SubElement(case, "system-out")
             out.text = "\n\n".join(
                 (
-                    f"below --fail-on {fail_on.value} (verdict {f.verdict.value})"
+                    f"below --fail-on {gate.fail_on.value} (verdict {f.verdict.value})"
                     if judged
                     else f"measured, but the run is {not_judged}"
                 )

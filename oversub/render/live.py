@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from oversub.model import Budget, Severity, Thresholds, Verdict
+from oversub.model import Budget, Thresholds
+from oversub.names import Severity, Verdict
 from oversub.plural import count
 from oversub.render.escape import terminal
 from oversub.render.phrases import (
@@ -53,13 +54,6 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-__all__ = [
-    "VERDICT_STYLE",
-    "hanging",
-    "summary_renderable",
-    "summary_text",
-    "watch_renderable",
-]
 
 VERDICT_STYLE: Mapping[Verdict, str] = {
     Verdict.OK: "bold black on green",

@@ -16,13 +16,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from oversub.model import Verdict
 from oversub.plural import count
 from oversub.render.escape import markdown as _md
 from oversub.render.phrases import (
     budget_limit_line,
     delay_text,
-    fails,
     headline,
     host_phrases,
     number,
@@ -33,9 +31,7 @@ from oversub.render.phrases import (
     totals_line,
     unavailable_text,
 )
-from oversub.results import Finding, Summary
-
-__all__ = ["summary_markdown"]
+from oversub.results import Finding, Gate, Summary
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -45,15 +41,15 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def _findings_section(findings: tuple[Finding, ...], fail_on: Verdict | None) -> list[str]:
-    """The findings table; `fail_on` None (a run not judged): nothing is marked as failing."""
+def _findings_section(findings: tuple[Finding, ...], gate: Gate) -> list[str]:
+    """The findings table; the failing ones (none in a run not judged) are marked."""
     if not findings:
         return ["No findings."]
     rows = [
         (
             f.rule,
             f.severity.value,
-            f.verdict.value + (" (fails)" if fail_on is not None and fails(f, fail_on) else ""),
+            f.verdict.value + (" (fails)" if gate.fails(f) else ""),
             f.message,
             f.fix,
         )
@@ -131,10 +127,10 @@ def _fit_processes(head: list[str], table: list[str], tail: list[str], max_bytes
 def summary_markdown(
     s: Summary,
     *,
-    command: list[str] | None,
+    command: tuple[str, ...] | None,
     exit_status: int,
     command_status: int | None,
-    fail_on: Verdict,
+    gate: Gate,
     max_bytes: int | None = None,
 ) -> str:
     """The run as Markdown, ending in a newline.
@@ -142,9 +138,9 @@ def summary_markdown(
     Sections: a heading with the verdict as a word badge ("OVERSUBSCRIBED"), whether the
     check failed at `--fail-on`, the command and its exit status, the budget line, a
     findings table (rule, severity, verdict, message, fix), a per-process mean/peak table,
-    totals and host context. `fail_on` semantics: a finding fails when
-    finding.verdict.rank >= fail_on.rank; the badge says FAILED when any finding fails
-    (`exit_status` is printed as given, since the CLI may fail for other reasons).
+    totals and host context. The badge says FAILED when any finding fails (`gate`, from
+    `analysis.policy`); `exit_status` is printed as given, since the CLI may fail for other
+    reasons.
     With `max_bytes`, process rows are left out (lowest CPU first, and said so) until the
     report fits; a report whose other sections alone exceed it is returned whole.
     """
@@ -158,14 +154,14 @@ def summary_markdown(
             "",
         ]
     else:
-        failing = [f for f in s.findings if fails(f, fail_on)]
+        failing = gate.failing
         outcome = "FAILED" if failing else "passed"
         head = [
             f"## oversub: {_md(word.upper())} ({outcome})",
             "",
             f"**Verdict: {_md(word)}**: {_md(meaning)}. "
             f"{len(failing)} of {count(len(s.findings), 'finding')} at or above "
-            f"`--fail-on {fail_on.value}`; oversub exit status {exit_status}.",
+            f"`--fail-on {gate.fail_on.value}`; oversub exit status {exit_status}.",
             "",
         ]
     if command is not None:
@@ -185,7 +181,7 @@ def summary_markdown(
         "",
         "### Findings",
         "",
-        *_findings_section(s.findings, fail_on if s.judged else None),
+        *_findings_section(s.findings, gate),
     ]
     if s.preflight:
         head.extend(f"- Note: {_md(note)}" for note in s.notes)

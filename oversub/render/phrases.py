@@ -9,35 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from oversub.model import Budget, Thresholds, Verdict
+from oversub.cpulist import format_cpulist
+from oversub.model import Budget, Thresholds
+from oversub.names import DENIED, Signal, Verdict
 from oversub.plural import count, noun
-from oversub.pools import POOL_KINDS, POOLS_BY_KEY, RECOMMENDED_VARS, controlling_value
+from oversub.pools import (
+    POOL_KINDS,
+    POOLS_BY_KEY,
+    RECOMMENDED_VARS,
+    controlling_value,
+    first_level,
+)
 from oversub.results import Finding, HostRates, ProcessSummary, Summary, Totals
-from oversub.samples import DENIED_UNAVAILABLE
-
-__all__ = [
-    "NOT_JUDGED",
-    "PLAN_MEANING",
-    "UNKNOWN",
-    "VERDICT_MEANING",
-    "budget_limit_line",
-    "cpus_phrase",
-    "delay_text",
-    "env_text",
-    "fails",
-    "finding_line",
-    "headline",
-    "host_phrases",
-    "live_pools_line",
-    "number",
-    "percent",
-    "pool_threads_phrase",
-    "pools_text",
-    "process_label",
-    "rate",
-    "sizing_vars_text",
-    "totals_line",
-]
 
 UNKNOWN = "-"
 """Shown for a value the platform did not provide."""
@@ -71,15 +54,8 @@ def headline(s: Summary) -> tuple[str, str]:
     return s.verdict.value, meaning[s.verdict]
 
 
-def fails(finding: Finding, fail_on: Verdict) -> bool:
-    """The `--fail-on` rule: a finding fails when finding.verdict.rank >= fail_on.rank."""
-    return finding.verdict.rank >= fail_on.rank
-
-
 def cpus_phrase(cpus: tuple[int, ...]) -> str:
     """ "2 CPUs: 0-1" (count, then the kernel cpu-list syntax); "none" when empty."""
-    from oversub.probe.topology import format_cpulist
-
     if not cpus:
         return "none"
     return f"{count(len(cpus), 'CPU')}: {format_cpulist(cpus)}"
@@ -102,8 +78,7 @@ def budget_limit_line(b: Budget) -> str:
         why = f"cpuset: {count(len(b.cpuset.cpus), 'CPU')}"
     elif b.limited_by == "launcher" and b.launcher is not None:
         why = f"launcher: {b.launcher} per task"
-    elif b.limited_by == "none" and b.pid == 0:
-        # pid 0 marks a budget given with --cpus (analysis.recommend.synthetic_budget).
+    elif b.limited_by == "none" and b.given:
         return f"{head} (given, not measured)"
     elif b.limited_by == "none":
         return f"{head} (no limit: all {b.logical} logical CPUs)"
@@ -220,14 +195,14 @@ def env_text(env: Mapping[str, str] | None) -> str:
 
 
 # Why a signal is missing, for the names `unavailable` carries (see serialize's schema).
-_UNAVAILABLE_WHY = {
-    "schedstat": "run delay (no schedstat in this kernel)",
-    "psi": "CPU pressure (no PSI in this kernel)",
-    "thread-state": "thread states",
-    "context-switches": "context switches",
-    "pools": "pools",
-    "thread_env": "thread variables",
-    "live_pools": "live pool sizes (reading a process's memory needs root or being its "
+_UNAVAILABLE_WHY: Mapping[str, str] = {
+    Signal.SCHEDSTAT: "run delay (no schedstat in this kernel)",
+    Signal.PSI: "CPU pressure (no PSI in this kernel)",
+    Signal.THREAD_STATE: "thread states",
+    Signal.CONTEXT_SWITCHES: "context switches",
+    Signal.POOLS: "pools",
+    Signal.THREAD_ENV: "thread variables",
+    Signal.LIVE_POOLS: "live pool sizes (reading a process's memory needs root or being its "
     "ancestor, as `oversub check -- CMD` is; thread variables and thread counts stand in)",
 }
 
@@ -237,10 +212,10 @@ def unavailable_text(names: tuple[str, ...]) -> str:
     process: run as that user or root)": what is missing and why, so "?" in a table is not
     a mystery."""
     # The sampler names both when refused; "pools" alone is the no-/proc fallback's.
-    refused = set(DENIED_UNAVAILABLE) <= set(names)
-    parts = [_UNAVAILABLE_WHY.get(n, n) for n in names if not (refused and n in DENIED_UNAVAILABLE)]
+    refused = set(DENIED) <= set(names)
+    parts = [_UNAVAILABLE_WHY.get(n, n) for n in names if not (refused and n in DENIED)]
     if refused:
-        denied = " and ".join(_UNAVAILABLE_WHY[n] for n in DENIED_UNAVAILABLE)
+        denied = " and ".join(_UNAVAILABLE_WHY[n] for n in DENIED)
         parts.append(denied + " (another user's process: run as that user or root)")
     return ", ".join(parts)
 
@@ -294,9 +269,6 @@ def live_pools_line(processes: Iterable[ProcessSummary], vcpus: int) -> str | No
     """ "OpenBLAS 1 thread in pids 11, 12 (set in code)": live pool sizes read from memory,
     grouped; "set in code" where the size differs from what the process's environment asks
     for (its variable, else all N CPUs). None when none was read."""
-    from oversub.analysis.poolsize import first_level
-    from oversub.pools import POOLS_BY_KEY, controlling_value
-
     groups: dict[tuple[str, int, bool], list[int]] = {}
     for p in processes:
         for key, value in (p.live_pools or {}).items():

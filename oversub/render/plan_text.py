@@ -10,14 +10,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from oversub.analysis.recommend import is_given
+from oversub.cpulist import format_cpulist
 from oversub.model import Plan
 from oversub.plural import count, noun
 from oversub.render.escape import terminal
 from oversub.render.phrases import budget_limit_line
 from oversub.render.serialize import export_lines, plan_env
-
-__all__ = ["binding_lines", "code_lines", "plan_renderable"]
 
 
 def code_lines(p: Plan) -> list[str]:
@@ -42,8 +40,6 @@ def code_lines(p: Plan) -> list[str]:
 def binding_lines(p: Plan) -> list[str]:
     """One `taskset -c LIST <cmd>` line per main process, with the numactl equivalent; empty
     when the plan has no binding."""
-    from oversub.probe.topology import format_cpulist
-
     lines = []
     for index, cpus in enumerate(p.binding):
         cpulist = format_cpulist(cpus)
@@ -62,7 +58,7 @@ def _numbers_table(p: Plan) -> Table:
     if p.budget.limited_by != "none":
         source = f"limited by {p.budget.limited_by}"
     else:
-        source = "given with --cpus" if is_given(p.budget) else "all host CPUs"
+        source = "given with --cpus" if p.budget.given else "all host CPUs"
     table.add_row("N", str(n), f"usable {noun(n, 'vCPU')} ({source})")
     if p.launcher_procs is not None and p.launcher_procs != p.procs:
         procs_meaning = (
@@ -136,7 +132,7 @@ def plan_renderable(p: Plan) -> RenderableType:
         parts.append(Text(""))
         parts.append(Text("Binding (optional, one CPU set per process):", style="bold"))
         parts.append(Text("\n".join(bindings)))
-    elif is_given(p.budget):
+    elif p.budget.given:
         parts.append(
             Text(
                 "Binding: none, since --cpus gives a count, not this machine's CPUs; run "

@@ -30,17 +30,6 @@ if TYPE_CHECKING:  # annotations only: `recommend --format env` must not build t
         Totals,
     )
 
-__all__ = [
-    "ROUNDING_RULE",
-    "budget_dict",
-    "export_lines",
-    "finding_dict",
-    "interval_dict",
-    "plan_dict",
-    "plan_env",
-    "summary_dict",
-    "to_json",
-]
 
 ROUNDING_RULE = "fractional quotas round down; at least 1"
 """How a fractional cgroup quota becomes the integer N (the `rounding` key)."""

@@ -4,7 +4,7 @@ M worker processes each run T busy threads and K idle ones. A busy thread hashes
 buffer in a loop: hashlib releases the GIL for inputs above 2047 bytes, so the T threads
 of one process really run in parallel, like the native thread pools (OpenMP, BLAS) that
 oversubscribe real jobs. M*T > N gives a known amount of oversubscription: the measured
-delay ratio follows 1 - N/(M*T) (see shared SIGNALS.md).
+delay ratio follows 1 - N/(M*T) (docs/signals.md).
 
 Workers are started with the "spawn" start method: forking a threaded parent is itself a
 hazard oversub reports, and the stress tool must not commit it. Besides the workers,
@@ -20,22 +20,20 @@ middle leaves a child that dies reading half of its instructions (an EOFError tr
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from oversub import stopsignals
 from oversub.errors import ExitStatus
 from oversub.plural import count
+from oversub.run import stopsignals
 
 if TYPE_CHECKING:
+    import threading
     from multiprocessing.process import BaseProcess
 
-__all__ = ["run_stress"]
 
 _BUFFER_BYTES = 1 << 20
 """Bytes hashed per call: large enough that the GIL is released for nearly all the time."""
@@ -46,14 +44,19 @@ _STOP_GRACE_S = 2.0
 _LATE_S = 5.0
 """How long after the deadline the root waits for workers before it stops them itself."""
 MAX_PROCS = 256
+"""Worker processes at most (`--procs`)."""
 MAX_THREADS = 1024
-"""Per worker, for busy and for idle threads each."""
+"""Per worker, for busy and for idle threads each (`--threads`, `--idle`)."""
 MAX_TOTAL_THREADS = 16384
-"""Busy and idle threads of all workers together."""
+"""Busy and idle threads of all workers together: far beyond any useful oversubscription,
+far below what makes a machine unusable. (The CLI reads these bounds at start-up: this
+module imports threading, hashlib and multiprocessing only when it runs.)"""
 
 
 def _busy(stop: threading.Event, buffer: bytes) -> None:
     """Hash `buffer` until `stop` is set: native work that holds a CPU without the GIL."""
+    import hashlib
+
     digest = hashlib.sha256()
     while not stop.is_set():
         digest.update(buffer)
@@ -66,12 +69,12 @@ def stress_worker(threads: int, idle: int, deadline: float, parent: int) -> None
     `deadline` (CLOCK_MONOTONIC is system-wide, so the root's deadline holds here) or the
     parent `parent` is gone (the worker is then re-parented and getppid() changes).
     """
+    import threading
+
     # Ctrl-C in a terminal reaches the whole foreground group; the root decides when
     # workers stop, so a worker must not die with a traceback of its own. The root spawned
     # it with the stop signals blocked: SIGTERM and SIGHUP end it from now on.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopsignals.STOP_SIGNALS)
+    stopsignals.unblock_in_child(ignore=(signal.SIGINT,))
     stop = threading.Event()
     buffer = bytes(_BUFFER_BYTES)
     pool = [
@@ -125,7 +128,7 @@ def run_stress(
     seconds: float = 10.0,
     *,
     stderr: TextIO | None = None,
-) -> int:
+) -> ExitStatus:
     """Run `procs` worker processes x `threads` busy threads (+ `idle` idle) for `seconds`.
 
     Returns the exit status: 0 when every worker finished, 3 when one failed (the
@@ -167,7 +170,7 @@ def run_stress(
             for worker in workers:
                 worker.join(max(0.0, deadline - time.monotonic()) + _LATE_S)
         except KeyboardInterrupt:
-            return int(ExitStatus.INTERRUPTED)
+            return ExitStatus.INTERRUPTED
         finally:
             with stopsignals.deferred():
                 _stop_workers(workers)
@@ -177,4 +180,4 @@ def run_stress(
             f"oversub stress: worker pid {failure.pid} exited with status {failure.exitcode}",
             file=out,
         )
-    return int(ExitStatus.UNOBSERVABLE if failed else ExitStatus.OK)
+    return ExitStatus.UNOBSERVABLE if failed else ExitStatus.OK

@@ -26,19 +26,6 @@ import signal
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-__all__ = [
-    "INTERRUPTED",
-    "STOP_SIGNALS",
-    "Deferred",
-    "blocked",
-    "deferred",
-    "finish",
-    "install",
-    "interrupt",
-    "received",
-    "unblock_in_child",
-]
-
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Signals that end a run the way Ctrl-C does."""
 
@@ -146,11 +133,12 @@ def blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def unblock_in_child() -> None:
-    """In a child forked inside `blocked()`, before exec: default dispositions (a signal now
-    ends the child, not Python code of the parent's) and the stop signals unblocked."""
+def unblock_in_child(ignore: tuple[signal.Signals, ...] = ()) -> None:
+    """In a child started inside `blocked()` (before exec, or a spawned worker): default
+    dispositions (a signal now ends the child, not Python code of the parent's), except the
+    signals in `ignore`, and the stop signals unblocked."""
     for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_DFL)
+        signal.signal(sig, signal.SIG_IGN if sig in ignore else signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 

@@ -25,14 +25,6 @@ from pathlib import Path
 
 from oversub.errors import ReportError, UsageError
 
-__all__ = [
-    "STEP_SUMMARY_MAX",
-    "append_step_summary",
-    "check_report_path",
-    "step_summary_problem",
-    "write_atomic",
-]
-
 STEP_SUMMARY_MAX = 1 << 20
 """Bytes GitHub accepts in one step's job summary file (larger ones are not shown)."""
 

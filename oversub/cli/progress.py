@@ -13,14 +13,17 @@ No clock is read here: the session passes the elapsed time with each interval.
 from __future__ import annotations
 
 import os
-from typing import TextIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
 
-from oversub.model import Budget, Verdict
+from oversub.model import Budget
+from oversub.names import Verdict
 from oversub.plural import count
 from oversub.render.phrases import budget_limit_line
 from oversub.results import Assessment, Interval
 
-__all__ = ["CheckProgress", "shown_command"]
+if TYPE_CHECKING:
+    from oversub.run.session import SessionOptions
 
 PREFIX = "oversub check: "
 _ERASE_LINE = "\r\x1b[K"
@@ -28,7 +31,7 @@ COMMAND_WIDTH = 60
 """Characters of the command line in the start line."""
 
 
-def shown_command(argv: list[str], width: int = COMMAND_WIDTH) -> str:
+def shown_command(argv: Sequence[str], width: int = COMMAND_WIDTH) -> str:
     """The command for the start line: shell-quoted, control characters escaped, cut."""
     import shlex
 
@@ -84,6 +87,27 @@ class CheckProgress:
             f"{PREFIX}{what}; {budget_limit_line(self.budget)}; "
             f"{warm}a sample every {interval:g} s {until}\n"
         )
+
+    def started(
+        self, pid: int, command: Sequence[str], session: SessionOptions, timeout: float | None
+    ) -> None:
+        """The start line of `check -- CMD`."""
+        until = "until it exits" + (
+            f" (--timeout ends it after {timeout:g} s)" if timeout is not None else ""
+        )
+        what = f"started pid {pid} ({shown_command(command)})"
+        self.start(what, interval=session.interval, warmup=session.warmup, until=until)
+
+    def attached(self, pid: int, session: SessionOptions) -> None:
+        """The start line of `check --pid PID`."""
+        duration = session.duration
+        until = (
+            f"for {duration:g} s, or until the target exits"
+            if duration is not None
+            else "until the target exits (no --duration given)"
+        )
+        what = f"attached to pid {pid}"
+        self.start(what, interval=session.interval, warmup=session.warmup, until=until)
 
     def interval(self, iv: Interval, assessment: Assessment, samples: int, elapsed: float) -> None:
         """After each interval: redraw the status line, or print a line every `every` s."""

@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from oversub import stopsignals
 from oversub.analysis.rates import interval as interval_between
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
@@ -19,13 +18,8 @@ from oversub.probe.sampler import TreeSampler
 from oversub.results import Assessment, Interval, Summary
 from oversub.samples import TreeSample
 
-# The stop signals end a run the way Ctrl-C does (see `oversub.stopsignals`); these names
-# are the ones `watch`, `check` and the benchmarks use.
-stop_signals_interrupt = stopsignals.interrupt
-STOP_SIGNALS = stopsignals.STOP_SIGNALS
-
 OnInterval = Callable[[Interval, Assessment, int, float], None]
-"""Called after each interval with (interval, assessment, samples so far, elapsed seconds)."""
+"""Called after each interval with (interval, assessment, intervals so far, elapsed seconds)."""
 
 
 @dataclass(frozen=True)

@@ -31,20 +31,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
-from oversub import stopsignals
 from oversub.errors import CommandError, UsageError
-from oversub.probe.proctree import descendants, read_ppids, read_small, scan_stats, subtree
-
-__all__ = [
-    "ExitWatch",
-    "TreeReaper",
-    "child_subreaper",
-    "descendants_now",
-    "pid_gone",
-    "start_command",
-]
+from oversub.probe.proctree import (
+    ProcStat,
+    descendants,
+    parse_stat,
+    read_ppids,
+    read_small,
+    scan_stats,
+    subtree,
+)
+from oversub.run import stopsignals
 
 _POLL_S = 0.05
 """How often terminate() looks whether the tree has exited."""
@@ -122,59 +120,29 @@ def start_command(argv: list[str]) -> subprocess.Popen[bytes]:
         raise CommandError(f"cannot start {argv[0]!r}: {reason}") from exc
 
 
-@dataclass(frozen=True)
-class _Stat:
-    """The fields of /proc/PID/stat the reaper needs."""
-
-    pid: int
-    ppid: int
-    pgrp: int
-    session: int
-    state: str
-    start_ticks: int
-
-    @property
-    def alive(self) -> bool:
-        # A zombie has already died; only its parent (perhaps init) can remove it.
-        return self.state not in ("Z", "X", "x")
-
-
-def _parse(pid: int, data: bytes) -> _Stat | None:
-    """The reaper's fields of a raw stat line; None when it is malformed.
-
-    proctree.ProcStat has no process group or session, which only the reaper needs.
-    """
-    # comm may contain spaces and parentheses; it ends at the LAST ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
+def _parse(data: bytes) -> ProcStat | None:
+    """A raw stat line, None when it is malformed (a process caught mid-exit)."""
     try:
-        # fields[0] is stat field 3 (state): field N is fields[N - 3].
-        return _Stat(
-            pid=pid,
-            ppid=int(fields[1]),
-            pgrp=int(fields[2]),
-            session=int(fields[3]),
-            state=fields[0].decode("ascii", "replace"),
-            start_ticks=int(fields[19]),
-        )
-    except (IndexError, ValueError):
+        return parse_stat(data)
+    except ValueError:
         return None
 
 
-def _read_stat(root: str, pid: int) -> _Stat | None:
+def _read_stat(root: str, pid: int) -> ProcStat | None:
     """/proc/PID/stat of one process; None when it is gone or unreadable."""
     try:
-        return _parse(pid, read_small(os.path.join(root, "proc", str(pid), "stat")))
+        return _parse(read_small(os.path.join(root, "proc", str(pid), "stat")))
     except OSError:
         return None
 
 
-def _scan(root: str) -> dict[int, _Stat]:
+def _scan(root: str) -> dict[int, ProcStat]:
     """Every process under `root`/proc that could be read, by pid ({} without /proc)."""
     try:
         raw = scan_stats(root)
     except OSError:
         return {}
-    table = {pid: _parse(pid, data) for pid, data in raw.items()}
+    table = {pid: _parse(data) for pid, data in raw.items()}
     return {pid: stat for pid, stat in table.items() if stat is not None}
 
 
@@ -197,7 +165,7 @@ def pid_gone(pid: int, root: str = "/") -> bool:
         return True
     for tid in tids:
         try:
-            thread = _parse(tid, read_small(os.path.join(task, str(tid), "stat")))
+            thread = _parse(read_small(os.path.join(task, str(tid), "stat")))
         except OSError:
             continue
         if thread is not None and thread.alive:
@@ -387,7 +355,7 @@ class TreeReaper:
             stat = table.get(pid)
             if stat is None or stat.start_ticks != self._known[pid]:
                 del self._known[pid]  # gone, or the number now belongs to someone else
-        in_session = {s.pid for s in table.values() if pgid in (s.pgrp, s.session)}
+        in_session = {pid for pid, s in table.items() if pgid in (s.pgrp, s.session)}
         ppids = {pid: stat.ppid for pid, stat in table.items()}
         seeds = set(self._known)
         if self._adopter is not None:

@@ -1,0 +1,256 @@
+"""`oversub check`: the CI gate, in three modes, with reports and a documented exit code.
+
+The command validates its flags (which mode, which flags that mode takes), checks the report
+paths before anything runs, runs the mode (`run.check`), and reports (`cli.reports`); the
+exit status comes from `analysis.policy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import click
+
+from oversub.cli.options import (
+    CONTEXT,
+    COUNT,
+    CPUS,
+    PID,
+    POSITIVE,
+    SECONDS,
+    report_options,
+    setting_option,
+    threshold_options,
+)
+from oversub.errors import ExitStatus, UsageError
+from oversub.names import CheckMode, Verdict
+
+if TYPE_CHECKING:
+    from oversub.model import Budget
+    from oversub.run.session import SessionOptions
+
+
+def _session_options() -> SessionOptions:
+    from oversub.run.session import SessionOptions
+
+    return SessionOptions()
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Everything `check` needs besides the target."""
+
+    fail_on: Verdict = Verdict.OVERSUBSCRIBED
+    """Fail (exit 1) when the verdict's rank is at least this one's."""
+    session: SessionOptions = field(default_factory=_session_options)
+    timeout: float | None = None
+    """`check -- CMD`: end the command after this many seconds (not a failure)."""
+    grace: float = 3.0
+    """Seconds between SIGTERM and SIGKILL when ending the command's tree."""
+    json_path: Path | None = None
+    junit_path: Path | None = None
+    markdown_path: Path | None = None
+    progress_every: float = 10.0
+    """Seconds between progress lines on stderr when it is not a terminal (a CI log)."""
+
+
+# check's modes -> the mode-specific flags each accepts, and what to say to someone who
+# gives a flag to the wrong mode (a silently ignored flag makes a gate lie).
+_MODE_FLAGS: dict[CheckMode, tuple[str, ...]] = {
+    CheckMode.COMMAND: ("--timeout", "--warmup", "--interval"),
+    CheckMode.PID: ("--duration", "--interval"),
+    CheckMode.STATIC: ("--workers", "--cpus"),
+}
+_WRONG_MODE_HINT: dict[str, str] = {
+    "--duration": "--duration only applies with --pid (use --timeout with a command)",
+    "--timeout": "--timeout only applies with a command (-- CMD ARGS...)",
+    "--warmup": "--warmup only applies with a command (-- CMD ARGS...)",
+    "--interval": "--interval does not apply to the static preflight: it samples nothing",
+    "--workers": "--workers only applies to the static preflight (--procs/--threads)",
+    "--cpus": "--cpus only applies to the static preflight (--procs/--threads)",
+}
+
+
+def refuse_flags_of_other_modes(mode: CheckMode, given: dict[str, object]) -> None:
+    """UsageError for the first flag given that `check` in `mode` would ignore."""
+    for flag, value in given.items():
+        if value is not None and flag not in _MODE_FLAGS[mode]:
+            raise UsageError(_WRONG_MODE_HINT[flag])
+
+
+def check_mode(
+    command: tuple[str, ...], pid: int | None, procs: int | None, threads: int | None
+) -> CheckMode:
+    """Which of check's three modes the flags ask for; UsageError unless exactly one is asked
+    for, completely."""
+    static = procs is not None or threads is not None
+    if sum([bool(command), pid is not None and not static, static]) != 1:
+        raise UsageError(
+            "check needs exactly one of: -- CMD ARGS..., --pid PID, or --procs M --threads T"
+        )
+    if static and (procs is None or threads is None):
+        raise UsageError("static preflight needs both --procs and --threads")
+    if command:
+        return CheckMode.COMMAND
+    return CheckMode.STATIC if static else CheckMode.PID
+
+
+@click.command("check", context_settings={**CONTEXT, "ignore_unknown_options": False})
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--pid", type=PID, default=None, help="Attach to this running tree.")
+@click.option("--duration", type=SECONDS, default=None, help="With --pid: seconds to sample.")
+@click.option("--procs", "-M", type=POSITIVE, default=None, help="Static preflight: processes.")
+@click.option(
+    "--threads", "-T", type=POSITIVE, default=None, help="Static preflight: threads each."
+)
+@click.option(
+    "--workers",
+    "-W",
+    type=COUNT,
+    default=None,
+    help="Static preflight: single-thread workers per process [0].",
+)
+@click.option("--cpus", "ncpus", type=CPUS, default=None, help="Static preflight: N CPUs.")
+@setting_option("interval")
+@setting_option("warmup")
+@setting_option("timeout")
+@setting_option("fail_on")
+@report_options
+@threshold_options("check")
+def command(
+    command: tuple[str, ...],
+    pid: int | None,
+    duration: float | None,
+    procs: int | None,
+    threads: int | None,
+    workers: int | None,
+    ncpus: int | None,
+    interval: float | None,
+    warmup: float | None,
+    timeout: float | None,
+    fail_on: str | None,
+    json_path: Path | None,
+    junit_path: Path | None,
+    markdown_path: Path | None,
+    **kwargs: Any,
+) -> ExitStatus:
+    """CI gate: exit 1 when a job oversubscribes its CPUs (see README for all exit codes).
+
+    \b
+    Three ways:
+      oversub check [options] -- CMD ARGS...     run CMD and sample its whole tree
+      oversub check --pid PID --duration S       attach to a running tree
+      oversub check --procs M --threads T [--workers W] [--cpus N]   static preflight
+    Defaults also come from [tool.oversub] in ./pyproject.toml; flags win.
+
+    \b
+    Examples:
+      oversub check --timeout 120 --junit oversub.xml -- python train.py --smoke
+      oversub check --pid 1234 --duration 20 --fail-on at-risk
+      oversub check --procs 4 --threads 8 --cpus 16
+    """
+    from oversub.cli.config import load_config, resolve, resolve_float, thresholds_from
+    from oversub.cli.options import pop_thresholds
+    from oversub.cli.target import budget_of
+    from oversub.run.session import SessionOptions
+
+    mode = check_mode(command, pid, procs, threads)
+    refuse_flags_of_other_modes(
+        mode,
+        {
+            "--duration": duration,
+            "--timeout": timeout,
+            "--warmup": warmup,
+            "--interval": interval,
+            "--workers": workers,
+            "--cpus": ncpus,
+        },
+    )
+    if ncpus is not None and pid is not None:
+        raise UsageError("--pid and --cpus exclude each other")
+    config = load_config(Path.cwd())
+    thresholds = thresholds_from(config, pop_thresholds(kwargs))
+    limit = resolve("timeout", timeout, config)
+    assert limit is None or isinstance(limit, float | int)
+    opts = CheckOptions(
+        fail_on=Verdict(resolve("fail_on", fail_on, config)),
+        session=SessionOptions(
+            interval=resolve_float("interval", interval, config),
+            duration=duration,
+            warmup=resolve_float("warmup", warmup, config) if mode is CheckMode.COMMAND else 0.0,
+            thresholds=thresholds,
+        ),
+        timeout=None if limit is None else float(limit),
+        json_path=json_path,
+        junit_path=junit_path,
+        markdown_path=markdown_path,
+    )
+    if mode is CheckMode.STATIC:
+        assert procs is not None and threads is not None
+        return check_static(budget_of(pid, ncpus), procs, threads, workers or 0, opts)
+    if mode is CheckMode.COMMAND:
+        # CMD inherits our affinity and cgroup, so our own budget is its budget (and reading
+        # it before CMD starts cannot race with a command that exits at once).
+        return check_command(list(command), budget_of(None), opts)
+    assert pid is not None
+    return check_pid(pid, budget_of(pid), opts)
+
+
+def _progress(budget: Budget, opts: CheckOptions, err: TextIO | None) -> Any:
+    import sys
+
+    from oversub.cli.progress import CheckProgress
+
+    return CheckProgress(err if err is not None else sys.stderr, budget, every=opts.progress_every)
+
+
+def check_command(
+    argv: list[str], budget: Budget, opts: CheckOptions, *, err: TextIO | None = None
+) -> ExitStatus:
+    """Start `argv`, sample its tree until it exits or times out, stop what is left, report.
+
+    SIGINT, SIGTERM and SIGHUP end the run like Ctrl-C (exit 130); see `run.check`."""
+    from oversub.cli.reports import prepare_reports, report
+    from oversub.run.check import run_command
+
+    environ = prepare_reports(opts, err)
+    outcome = run_command(
+        argv,
+        budget,
+        opts.session,
+        _progress(budget, opts, err),
+        timeout=opts.timeout,
+        grace=opts.grace,
+    )
+    return report(outcome, opts, err=err, environ=environ)
+
+
+def check_pid(
+    pid: int, budget: Budget, opts: CheckOptions, *, err: TextIO | None = None
+) -> ExitStatus:
+    """Attach to a running tree for `opts.session.duration` seconds (or until it exits)."""
+    from oversub.cli.reports import prepare_reports, report
+    from oversub.run.check import run_pid
+
+    environ = prepare_reports(opts, err)
+    outcome = run_pid(pid, budget, opts.session, _progress(budget, opts, err))
+    return report(outcome, opts, err=err, environ=environ)
+
+
+def check_static(
+    budget: Budget,
+    procs: int,
+    threads: int,
+    workers: int,
+    opts: CheckOptions,
+    *,
+    err: TextIO | None = None,
+) -> ExitStatus:
+    """Would M processes x (T threads + W workers) oversubscribe the budget? Samples nothing."""
+    from oversub.cli.reports import prepare_reports, report
+    from oversub.run.check import run_static
+
+    environ = prepare_reports(opts, err)
+    return report(run_static(budget, procs, threads, workers), opts, err=err, environ=environ)

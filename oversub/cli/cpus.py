@@ -1,0 +1,40 @@
+"""`oversub cpus`: the usable CPU budget N and where each limit comes from."""
+
+from __future__ import annotations
+
+import click
+
+from oversub.cli.options import CONTEXT, PID
+from oversub.errors import ExitStatus
+from oversub.render import CpusFormat
+
+
+@click.command("cpus", context_settings=CONTEXT)
+@click.option(
+    "--pid", type=PID, default=None, help="Measure this process [default: oversub itself]."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([f.value for f in CpusFormat]),
+    default=CpusFormat.TEXT.value,
+    show_default=True,
+)
+@click.option("--detail", is_flag=True, help="Add CPU model and flags (py-cpuinfo; ~1 s).")
+def command(pid: int | None, fmt: str, detail: bool) -> ExitStatus:
+    """Show the usable CPU budget N of a process and where each limit comes from.
+
+    N is the tightest of affinity, cgroup CPU quota (rounded down, at least 1) and cpuset.
+
+    \b
+    Examples:
+      oversub cpus
+      oversub cpus --pid 1234 --format json
+      oversub cpus --detail
+    """
+    from oversub.cli.output import emit
+    from oversub.cli.target import budget_of
+    from oversub.render import render_cpus
+
+    emit(render_cpus(budget_of(pid, detail=detail), CpusFormat(fmt)))
+    return ExitStatus.OK

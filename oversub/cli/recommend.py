@@ -1,0 +1,72 @@
+"""`oversub recommend`: threads per process for M processes on the budget N."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from oversub.cli.options import CONTEXT, COUNT, CPUS, PID, parse_procs
+from oversub.errors import ExitStatus, UsageError
+from oversub.render import RecommendFormat
+
+
+@click.command("recommend", context_settings=CONTEXT)
+@click.option(
+    "--procs",
+    "-M",
+    "procs",
+    type=str,
+    metavar="M|auto",
+    callback=parse_procs,
+    required=True,
+    help="Processes sharing the CPUs, or 'auto' (torchrun, SLURM, MPI variables).",
+)
+@click.option(
+    "--workers",
+    "-W",
+    type=COUNT,
+    default=0,
+    show_default=True,
+    help="Single-thread helper processes per process (DataLoader/pool workers).",
+)
+@click.option("--pid", type=PID, default=None, help="Use this process's budget.")
+@click.option("--cpus", "ncpus", type=CPUS, default=None, help="Use N CPUs instead of measuring.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([f.value for f in RecommendFormat]),
+    default=RecommendFormat.TEXT.value,
+    show_default=True,
+    help="env: only `export NAME=VALUE` lines, for eval.",
+)
+def command(
+    procs: int | str, workers: int, pid: int | None, ncpus: int | None, fmt: str
+) -> ExitStatus:
+    """Threads per process for M processes on this budget: T = max(1, floor(N/M)).
+
+    \b
+    Examples:
+      oversub recommend --procs 4
+      eval "$(oversub recommend --procs 4 --format env)"
+      oversub recommend --procs auto --workers 2 --format json
+      oversub recommend --procs 8 --cpus 16
+    """
+    from oversub.analysis.recommend import make_plan
+    from oversub.cli.output import emit, warn
+    from oversub.cli.target import budget_of
+    from oversub.render import render_recommend
+
+    if pid is not None and ncpus is not None:
+        raise UsageError("--pid and --cpus exclude each other")
+    budget = budget_of(pid, ncpus)
+    if procs == "auto":
+        from oversub.analysis.launcher import plan_for_launcher, procs_from_env
+
+        plan = plan_for_launcher(budget, procs_from_env(os.environ), workers)
+    else:
+        assert isinstance(procs, int)
+        plan = make_plan(budget, procs, workers)
+    emit(render_recommend(plan, RecommendFormat(fmt)))
+    warn(plan.warnings, severe=plan.oversubscribed)
+    return ExitStatus.OK

@@ -1,0 +1,25 @@
+"""What a command looks at: the budget N of a process, measured or given.
+
+`watch` and `check` sample a process tree rooted at a pid (`probe.sampler.TreeSampler`,
+whose `tree` decides which processes belong to it); this module reads the budget N that
+tree is judged against. A new kind of target (a cgroup, the whole node) adds its budget
+reader here and its membership rule to the sampler.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from oversub.model import Budget
+
+
+def budget_of(pid: int | None, cpus: int | None = None, *, detail: bool = False) -> Budget:
+    """The budget of `pid` (None: oversub itself), or N = `cpus` given, not measured."""
+    if cpus is not None:
+        from oversub.analysis.recommend import synthetic_budget
+
+        return synthetic_budget(cpus)
+    from oversub.probe.budget import read_budget
+
+    return read_budget(pid, detail=detail)

@@ -1,0 +1,171 @@
+"""`oversub watch PID`: a live view of a process tree, its verdict and the fix.
+
+`WatchView` decides when output is written: a live terminal view, one JSON line per
+interval, or one summary at the end (the renderers in `oversub.render` build each).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import click
+
+from oversub.cli.options import CONTEXT, PID, SECONDS, setting_option, threshold_options
+from oversub.cli.output import make_console, reader_may_leave, utc_timestamp
+from oversub.errors import ExitStatus
+from oversub.plural import count
+from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
+
+    from oversub.model import Budget, Thresholds
+    from oversub.results import Assessment, Interval, Summary
+
+
+@click.command("watch", context_settings=CONTEXT)
+@click.argument("pid", type=PID)
+@setting_option("interval")
+@click.option("--duration", type=SECONDS, default=None, help="Stop after this many seconds.")
+@click.option("--once", is_flag=True, help="One interval, one report, then exit.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([f.value for f in WatchFormat]),
+    default=None,
+    help="live on a terminal, ndjson otherwise; json = only the final summary.",
+)
+@threshold_options("watch")
+def command(
+    pid: int,
+    interval: float | None,
+    duration: float | None,
+    once: bool,
+    fmt: str | None,
+    **kwargs: Any,
+) -> ExitStatus:
+    """Watch a process tree: CPU, threads, run-queue delay, switches, pools; verdict and fix.
+
+    Observes only: exits 0 whatever the verdict (use `oversub check` to gate). Ctrl-C,
+    SIGTERM and SIGHUP end it with the summary (exit 130). Thresholds and interval also
+    come from [tool.oversub] in ./pyproject.toml; flags win.
+
+    \b
+    Examples:
+      oversub watch 1234
+      oversub watch 1234 --duration 30 --format json > report.json
+      oversub watch 1234 --once --format ndjson
+    """
+    from oversub.cli.config import load_config, resolve_float, thresholds_from
+    from oversub.cli.options import pop_thresholds
+    from oversub.cli.target import budget_of
+    from oversub.probe.sampler import TreeSampler
+    from oversub.run import stopsignals
+    from oversub.run.runner import ExitWatch
+    from oversub.run.session import SessionOptions, run_session
+
+    config = load_config(Path.cwd())
+    thresholds = thresholds_from(config, pop_thresholds(kwargs))
+    budget = budget_of(pid)
+    chosen = WatchFormat(fmt) if fmt else default_watch_format(sys.stdout)
+    options = SessionOptions(
+        interval=resolve_float("interval", interval, config),
+        duration=duration,
+        thresholds=thresholds,
+        max_intervals=1 if once else None,
+    )
+    with (
+        stopsignals.interrupt(),
+        TreeSampler.for_budget(pid, budget) as sampler,
+        ExitWatch(pid) as target,
+        WatchView(chosen, budget, thresholds=thresholds) as view,
+    ):
+        # A target that exits mid-interval ends the run now, not at the end of the interval.
+        result = run_session(
+            sampler, budget, options, on_interval=view.interval, should_stop=target.gone
+        )
+    view.summary(result.summary)
+    # Ctrl-C is the normal way to leave `watch`: the summary is the answer, exit 130.
+    return ExitStatus.INTERRUPTED if result.interrupted else ExitStatus.OK
+
+
+class WatchView:
+    """Receives each interval and the final summary and writes them in one format."""
+
+    def __init__(
+        self,
+        fmt: WatchFormat,
+        budget: Budget,
+        *,
+        out: TextIO | None = None,
+        thresholds: Thresholds | None = None,
+    ) -> None:
+        self.fmt = fmt
+        self.budget = budget
+        self.thresholds = thresholds
+        self.out = out if out is not None else sys.stdout
+        self._console: Console | None = None
+        self._live: Live | None = None
+
+    def __enter__(self) -> WatchView:
+        if self.fmt is WatchFormat.LIVE:
+            from rich.live import Live
+            from rich.text import Text
+
+            self._console = make_console()
+            # auto_refresh off: the sampling loop owns the clock and refreshes after each sample.
+            # Transient: the last frame is erased when the run ends, so the screen never shows
+            # a frame's verdict (one interval's) above the summary's (the whole run's); and
+            # off a terminal no frame is printed at all, only the summary.
+            self._live = Live(
+                Text(f"sampling every interval; N = {count(self.budget.vcpus, 'vCPU')} ..."),
+                console=self._console,
+                auto_refresh=False,
+                transient=True,
+            )
+            self._live.start(refresh=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            live, self._live = self._live, None
+            with reader_may_leave():
+                live.stop()
+
+    def interval(
+        self, iv: Interval, assessment: Assessment, intervals: int, elapsed: float
+    ) -> None:
+        frame = render_watch_interval(
+            iv,
+            assessment,
+            self.budget,
+            self.fmt,
+            elapsed=elapsed,
+            samples=intervals,
+            thresholds=self.thresholds,
+            timestamp=utc_timestamp(),
+        )
+        if self._live is not None and frame is not None:
+            with reader_may_leave():
+                self._live.update(frame, refresh=True)
+        elif isinstance(frame, str):
+            with reader_may_leave():
+                self.out.write(frame)
+                self.out.flush()
+
+    def summary(self, summary: Summary) -> None:
+        report = render_watch_summary(summary, self.fmt, timestamp=utc_timestamp())
+        with reader_may_leave():
+            if isinstance(report, str):
+                self.out.write(report)
+            else:
+                (self._console or make_console()).print(report)
+            self.out.flush()
+
+
+def default_watch_format(out: TextIO) -> WatchFormat:
+    """Live on a terminal, one JSON line per interval otherwise (a pipe gets no redraws)."""
+    return WatchFormat.LIVE if out.isatty() else WatchFormat.NDJSON

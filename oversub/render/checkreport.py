@@ -1,0 +1,53 @@
+"""`check`'s own words about a finished run: the closing lines of the stderr report and the
+JSON report document. Pure: the CLI (`cli.reports`) writes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oversub.errors import ExitStatus
+from oversub.results import CheckOutcome, Gate
+
+
+def closing_lines(outcome: CheckOutcome, status: ExitStatus, gate: Gate) -> list[str]:
+    """The lines after the summary: how the command ended, then pass/FAIL and the exit code
+    ("oversub check: FAIL: verdict oversubscribed (--fail-on oversubscribed), exit 1")."""
+    tail = []
+    if outcome.command is not None:
+        how = "ended by --timeout" if outcome.timed_out else f"exit status {outcome.command_status}"
+        tail.append(f"oversub check: command {how}")
+    tail.append(f"oversub check: {_verdict_line(outcome, status, gate)}, exit {int(status)}")
+    return tail
+
+
+def _verdict_line(outcome: CheckOutcome, status: ExitStatus, gate: Gate) -> str:
+    """The last line of the report: pass/FAIL and the verdict, or why there is none."""
+    s = outcome.summary
+    if s.verdict is None:
+        why = s.not_judged or "nothing was measured"
+        if status is ExitStatus.INTERRUPTED:
+            return f"interrupted, not judged: {why}"
+        return f"error: not judged: {why}"
+    judged = f"verdict {s.verdict.value} (--fail-on {gate.fail_on.value})"
+    if status is ExitStatus.INTERRUPTED:
+        return f"interrupted: {judged}"
+    word = "FAIL" if status is ExitStatus.FOUND else "pass"
+    return f"{word}: {judged}"
+
+
+def check_dict(outcome: CheckOutcome, status: ExitStatus, gate: Gate) -> dict[str, Any]:
+    """The `--json` report: `serialize.summary_dict` plus `exit_status`, `fail_on`,
+    `command` (list or null), `command_status` (negative: killed by that signal) and
+    `timed_out`."""
+    from oversub.render.serialize import summary_dict
+
+    doc: dict[str, Any] = summary_dict(outcome.summary)
+    doc.update(
+        exit_status=int(status),
+        fail_on=gate.fail_on.value,
+        command=None if outcome.command is None else list(outcome.command),
+        command_status=outcome.command_status,
+        timed_out=outcome.timed_out,
+    )
+    return doc
