@@ -40,8 +40,8 @@ from oversub.cli.app import cli
 from oversub.cli.options import PID, Seconds, parse_procs
 from oversub.errors import ExitStatus
 from oversub.model import MAX_VCPUS
-from tests.test_check_integration import OVERSUB
-from tests.test_cli import LAUNCHER_VARS, run
+from tests.harness import LAUNCHER_VARS, OVERSUB
+from tests.harness import run_cli as run
 
 DOCUMENTED = {int(s) for s in ExitStatus}
 PID_MAX_LIMIT = 4 * 1024 * 1024

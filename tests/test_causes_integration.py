@@ -18,7 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.test_check_integration import CPU, oversub, stress
+from tests.harness import CPU, stress
+from tests.harness import oversub as run_oversub
+
+
+def oversub(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return run_oversub(args, pin=True, **kwargs)
+
 
 pytestmark = pytest.mark.integration
 

@@ -7,88 +7,45 @@ oversubscribes anywhere, 1 x 1 never does. Margins are wide; no timing is assert
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from oversub.errors import ExitStatus
+from tests.harness import (
+    OVERSUB,
+    Spawner,
+    alive,
+    busy_workers,
+    descendants,
+    stress,
+    wait_until,
+)
+from tests.harness import oversub as run_oversub
+from tests.harness import pin_to_one_cpu as _pin
 
 pytestmark = pytest.mark.integration
 
-CPU = min(os.sched_getaffinity(0))
-OVERSUB = [sys.executable, "-m", "oversub"]
+
+def oversub(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """`oversub ARGS` pinned to one CPU (see the module docstring)."""
+    return run_oversub(args, pin=True, **kwargs)
 
 
-def _pin() -> None:
-    os.sched_setaffinity(0, {CPU})
-
-
-def stress(procs: int, threads: int, seconds: float) -> list[str]:
-    return [
-        *OVERSUB,
-        "stress",
-        "--procs",
-        str(procs),
-        "--threads",
-        str(threads),
-        "--seconds",
-        str(seconds),
-    ]
-
-
-def oversub(
-    args: list[str],
-    *,
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-    timeout: float = 90,
+def check_json(
+    tmp_path: Path, command: list[str], env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*OVERSUB, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        preexec_fn=_pin,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-    )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
-def _descendants(pid: int) -> set[int]:
-    from oversub.probe.proctree import descendants, read_ppids
-
-    return set(descendants(pid, read_ppids("/")))
-
-
-@pytest.fixture
-def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test starts; all are killed with their trees, even when the test fails."""
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        for pid in _descendants(p.pid) | {p.pid}:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        p.wait(timeout=10)
+    """`oversub check --interval 0.5 --warmup 0.5 --json tmp_path/r.json -- COMMAND`."""
+    flags = ["--interval", "0.5", "--warmup", "0.5", "--json", str(tmp_path / "r.json")]
+    return oversub(["check", *flags, "--", *command], env=env)
 
 
 def test_check_fails_an_oversubscribed_command_and_writes_reports(tmp_path: Path) -> None:
@@ -133,20 +90,7 @@ def test_check_fails_an_oversubscribed_command_and_writes_reports(tmp_path: Path
 def test_a_variable_already_set_is_never_asked_for_again(tmp_path: Path) -> None:
     # Issue 11 item 1 / issue 12 item 1: OMP_NUM_THREADS=1 is in every process's environment
     # and stress's threads are hashlib threads, not a pool: the fix names the thread count.
-    result = oversub(
-        [
-            "check",
-            "--interval",
-            "0.5",
-            "--warmup",
-            "0.5",
-            "--json",
-            str(tmp_path / "r.json"),
-            "--",
-            *stress(2, 2, 4),
-        ],
-        env={"OMP_NUM_THREADS": "1"},
-    )
+    result = check_json(tmp_path, stress(2, 2, 4), env={"OMP_NUM_THREADS": "1"})
     assert result.returncode == ExitStatus.FOUND, result.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
     [finding] = [f for f in doc["findings"] if f["rule"].startswith("oversubscribed")]
@@ -158,19 +102,7 @@ def test_a_variable_already_set_is_never_asked_for_again(tmp_path: Path) -> None
 
 
 def test_check_passes_a_healthy_command(tmp_path: Path) -> None:
-    result = oversub(
-        [
-            "check",
-            "--interval",
-            "0.5",
-            "--warmup",
-            "0.5",
-            "--json",
-            str(tmp_path / "r.json"),
-            "--",
-            *stress(1, 1, 3),
-        ]
-    )
+    result = check_json(tmp_path, stress(1, 1, 3))
     assert result.returncode == ExitStatus.OK, result.stderr
     # Other load on a shared CI machine may starve it; it never oversubscribes itself.
     assert json.loads((tmp_path / "r.json").read_text())["verdict"] in {"ok", "starved"}
@@ -272,45 +204,43 @@ def test_timeout_ends_the_tree_and_is_not_a_failure(tmp_path: Path) -> None:
     doc = json.loads(result_json := (tmp_path / "r.json").read_text())
     assert doc["timed_out"] is True, result_json
     for proc in doc["processes"]:
-        assert not _alive(proc["pid"]) or proc["pid"] == os.getpid()
+        assert not alive(proc["pid"]) or proc["pid"] == os.getpid()
 
 
-def test_ctrl_c_kills_the_whole_tree(spawned: list[subprocess.Popen[bytes]]) -> None:
-    check = subprocess.Popen(
+def test_ctrl_c_kills_the_whole_tree(spawn: Spawner) -> None:
+    check = spawn(
         [*OVERSUB, "check", "--interval", "0.5", "--", *stress(2, 1, 120)],
         stderr=subprocess.PIPE,
         preexec_fn=_pin,
     )
-    spawned.append(check)
     assert check.stderr is not None
     # check's start line, then stress announces its root pid.
     lines = [check.stderr.readline().decode() for _ in range(2)]
     assert lines[0].startswith("oversub check: started pid "), lines
     assert "root pid" in lines[1], lines
-    deadline = time.monotonic() + 30
-    tree: set[int] = set()
-    while time.monotonic() < deadline and len(tree) < 4:  # command, stress root, 2 workers
-        tree = _descendants(check.pid)
-        time.sleep(0.2)
-    assert len(tree) >= 4, tree
+
+    # The command, the stress root and its 2 workers.
+    def whole_tree() -> set[int] | None:
+        tree = descendants(check.pid)
+        return tree if len(tree) >= 4 else None
+
+    tree = wait_until(whole_tree, what="the command, the stress root and its workers")
     check.send_signal(signal.SIGINT)
     assert check.wait(timeout=30) == ExitStatus.INTERRUPTED
-    survivors = [pid for pid in tree if _alive(pid)]
+    survivors = [pid for pid in tree if alive(pid)]
     assert survivors == []
 
 
-def test_check_attaches_to_a_running_pid(spawned: list[subprocess.Popen[bytes]]) -> None:
-    target = subprocess.Popen(stress(1, 3, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
-    spawned.append(target)
-    time.sleep(1.5)
+def test_check_attaches_to_a_running_pid(spawn: Spawner) -> None:
+    target = spawn(stress(1, 3, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
+    wait_until(lambda: busy_workers(target.pid, 1, 3), what="the stress workers")
     result = oversub(["check", "--pid", str(target.pid), "--duration", "2.5", "--interval", "0.5"])
     assert result.returncode == ExitStatus.FOUND, result.stderr
 
 
-def test_watch_json_summary_and_ndjson_lines(spawned: list[subprocess.Popen[bytes]]) -> None:
-    target = subprocess.Popen(stress(1, 3, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
-    spawned.append(target)
-    time.sleep(1.5)
+def test_watch_json_summary_and_ndjson_lines(spawn: Spawner) -> None:
+    target = spawn(stress(1, 3, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
+    wait_until(lambda: busy_workers(target.pid, 1, 3), what="the stress workers")
     summary = oversub(
         ["watch", str(target.pid), "--duration", "2", "--interval", "0.5", "--format", "json"]
     )
@@ -331,11 +261,10 @@ def test_watch_json_summary_and_ndjson_lines(spawned: list[subprocess.Popen[byte
         assert abs(datetime.now(timezone.utc) - stamp) < timedelta(minutes=10)
 
 
-def test_watch_sees_starvation_from_outside(spawned: list[subprocess.Popen[bytes]]) -> None:
-    hog = subprocess.Popen(stress(1, 2, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
-    target = subprocess.Popen(stress(1, 1, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
-    spawned.extend([hog, target])
-    time.sleep(1.5)
+def test_watch_sees_starvation_from_outside(spawn: Spawner) -> None:
+    hog = spawn(stress(1, 2, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
+    target = spawn(stress(1, 1, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
+    wait_until(lambda: busy_workers(hog.pid, 1, 2) and busy_workers(target.pid, 1, 1))
     result = oversub(
         ["watch", str(target.pid), "--duration", "3", "--interval", "0.5", "--format", "json"]
     )
@@ -344,9 +273,8 @@ def test_watch_sees_starvation_from_outside(spawned: list[subprocess.Popen[bytes
     assert any(f["rule"] == "starved-outside" for f in doc["findings"])
 
 
-def test_watch_reports_target_exit(spawned: list[subprocess.Popen[bytes]]) -> None:
-    target = subprocess.Popen(stress(1, 1, 2), stderr=subprocess.DEVNULL, preexec_fn=_pin)
-    spawned.append(target)
+def test_watch_reports_target_exit(spawn: Spawner) -> None:
+    target = spawn(stress(1, 1, 2), stderr=subprocess.DEVNULL, preexec_fn=_pin)
     result = oversub(["watch", str(target.pid), "--interval", "0.5", "--format", "json"])
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["target_exited"] is True

@@ -15,20 +15,10 @@ from oversub import __version__
 from oversub.cli.app import main
 from oversub.errors import ExitStatus
 from oversub.run.session import SessionOptions
+from tests.harness import LAUNCHER_VARS, OVERSUB
+from tests.harness import run_cli as run
 
-OVERSUB = [sys.executable, "-m", "oversub"]
 SHELL = ["sh", "-c"]
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run the CLI in-process the way the console script does; return (code, out, err)."""
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _dead_pid() -> int:
@@ -132,15 +122,6 @@ def test_recommend_auto_uses_launcher(
     assert code == 0
     doc = json.loads(out)
     assert doc["procs"] == 2 and doc["procs_source"] == "LOCAL_WORLD_SIZE"
-
-
-LAUNCHER_VARS = (
-    "LOCAL_WORLD_SIZE",
-    "SLURM_NTASKS_PER_NODE",
-    "SLURM_CPUS_PER_TASK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "MPI_LOCALNRANKS",
-)
 
 
 @pytest.mark.parametrize(

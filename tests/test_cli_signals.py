@@ -8,7 +8,6 @@ pipe early is not an error.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -17,18 +16,15 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from oversub.errors import ExitStatus
 from oversub.probe.proctree import descendants, read_ppids
+from tests.harness import OVERSUB, SLEEPER, Spawner, alive, wait_until
 
 pytestmark = pytest.mark.integration
-
-OVERSUB = [sys.executable, "-m", "oversub"]
 
 # A process that ignores SIGTERM (only SIGKILL ends it) and sleeps.
 STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
@@ -45,47 +41,6 @@ time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
-
-
-class Started:
-    """Processes a test starts, and every pid of their trees it has seen."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.pids: set[int] = set()
-
-    def popen(self, argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
-        proc: subprocess.Popen[bytes] = subprocess.Popen(argv, **kwargs)  # type: ignore[call-overload]
-        self.procs.append(proc)
-        return proc
-
-
-@pytest.fixture
-def started() -> Iterator[Started]:
-    """Kills every process (and remembered tree member) a test started, even on failure."""
-    record = Started()
-    try:
-        yield record
-    finally:
-        for proc in record.procs:
-            record.pids |= descendants(proc.pid, read_ppids("/")) | {proc.pid}
-        for pid in record.pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        for proc in record.procs:
-            proc.wait(timeout=30)
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-
-
 @pytest.mark.parametrize(
     "signals",
     [
@@ -97,10 +52,10 @@ def started() -> Iterator[Started]:
     ids=lambda sigs: "-".join(signal.Signals(s).name for s in sigs),
 )
 def test_check_stops_the_whole_tree_whatever_signals_arrive(
-    started: Started, signals: tuple[signal.Signals, ...]
+    spawn: Spawner, signals: tuple[signal.Signals, ...]
 ) -> None:
     argv = [*OVERSUB, "check", "--interval", "0.5", "--warmup", "0"]
-    check = started.popen(
+    check = spawn(
         [*argv, "--", sys.executable, "-c", COMMAND],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -109,31 +64,31 @@ def test_check_stops_the_whole_tree_whatever_signals_arrive(
     line = check.stdout.readline().decode().split()  # CMD's stdout passes through
     assert line[:1] == ["ready"], line
     tree = descendants(check.pid, read_ppids("/")) | {int(pid) for pid in line[1:]}
-    started.pids |= tree
+    spawn.pids |= tree
     assert len(tree) >= 3, tree  # CMD, its child, its setsid child
-    assert all(_alive(pid) for pid in tree)
+    assert all(alive(pid) for pid in tree)
     for i, sig in enumerate(signals):
         if i:
             time.sleep(0.5)  # the second one lands while the tree is being stopped
         check.send_signal(sig)
     _, err = check.communicate(timeout=60)
     assert check.returncode == ExitStatus.INTERRUPTED, err.decode()
-    survivors = sorted(pid for pid in tree if _alive(pid))
+    survivors = sorted(pid for pid in tree if alive(pid))
     assert survivors == [], err.decode()
     assert b"Traceback" not in err
 
 
 @pytest.fixture
-def sleeper(started: Started) -> subprocess.Popen[bytes]:
+def sleeper(spawn: Spawner) -> subprocess.Popen[bytes]:
     """A quiet process for `watch` to look at."""
-    return started.popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    return spawn([sys.executable, "-c", "import time; time.sleep(600)"])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_watch_ends_on_signal_with_its_summary(
-    started: Started, sleeper: subprocess.Popen[bytes], sig: signal.Signals
+    spawn: Spawner, sleeper: subprocess.Popen[bytes], sig: signal.Signals
 ) -> None:
-    watch = started.popen(
+    watch = spawn(
         [*OVERSUB, "watch", str(sleeper.pid), "--interval", "0.2", "--format", "ndjson"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -151,8 +106,8 @@ def test_watch_ends_on_signal_with_its_summary(
     assert b"error" not in err, err.decode()
 
 
-def test_watch_ends_soon_after_the_target_exits(started: Started) -> None:
-    target = started.popen([sys.executable, "-c", "import time; time.sleep(2)"])
+def test_watch_ends_soon_after_the_target_exits(spawn: Spawner) -> None:
+    target = spawn([sys.executable, "-c", "import time; time.sleep(2)"])
     # The interval is far longer than the target lives: watch must not wait it out (the
     # target stays a zombie of this test until reaped, which counts as gone).
     watch = subprocess.run(
@@ -166,10 +121,10 @@ def test_watch_ends_soon_after_the_target_exits(started: Started) -> None:
 
 
 def test_watch_piped_to_a_reader_that_leaves_exits_0(
-    started: Started, sleeper: subprocess.Popen[bytes]
+    spawn: Spawner, sleeper: subprocess.Popen[bytes]
 ) -> None:
     # `oversub watch PID | head -n 1`
-    watch = started.popen(
+    watch = spawn(
         [*OVERSUB, "watch", str(sleeper.pid), "--interval", "0.2", "--format", "ndjson"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -184,59 +139,15 @@ def test_watch_piped_to_a_reader_that_leaves_exits_0(
 
 # ------------------------------------------------ issue 10: every path, every moment
 
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
-
-
-class Marked:
-    """Processes whose environment holds a marker unique to one test: found wherever they
-    were re-parented, and killed at the end even when the test fails."""
-
-    def __init__(self) -> None:
-        self.mark = f"oversub-test-{uuid.uuid4().hex}"
-        self.env = {**os.environ, "OVERSUB_TEST_MARK": self.mark}
-
-    def alive(self) -> set[int]:
-        found = set()
-        needle = f"OVERSUB_TEST_MARK={self.mark}".encode()
-        for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) != os.getpid():
-                with contextlib.suppress(OSError):
-                    if needle in Path(f"/proc/{name}/environ").read_bytes() and _alive(int(name)):
-                        found.add(int(name))
-        return found
-
-    def kill(self) -> None:
-        for pid in self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture
-def marked() -> Iterator[Marked]:
-    record = Marked()
-    try:
-        yield record
-    finally:
-        record.kill()
-
-
-def _wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
 
 def test_stop_signal_while_the_command_starts_leaves_nothing(
-    monkeypatch: pytest.MonkeyPatch, marked: Marked
+    monkeypatch: pytest.MonkeyPatch, spawn: Spawner
 ) -> None:
     # A signal between the fork and the moment check held the child gave "internal error:
     # AssertionError", exit 3, and a command running on in its own session.
-    from oversub import runner
     from oversub.analysis.recommend import synthetic_budget
     from oversub.cli.check import CheckOptions, check_command
+    from oversub.run import runner
     from oversub.run.session import SessionOptions
 
     real = runner.start_command
@@ -249,7 +160,7 @@ def test_stop_signal_while_the_command_starts_leaves_nothing(
         return proc
 
     monkeypatch.setattr(runner, "start_command", start_then_signal)
-    monkeypatch.setattr(os, "environ", marked.env)
+    monkeypatch.setattr(os, "environ", spawn.env)
     opts = CheckOptions(session=SessionOptions(interval=0.5), grace=1.0)
     try:
         status = check_command(SLEEPER, synthetic_budget(2), opts, err=io.StringIO())
@@ -260,11 +171,11 @@ def test_stop_signal_while_the_command_starts_leaves_nothing(
                 proc.wait()
     assert status == ExitStatus.INTERRUPTED
     assert started and started[0].returncode is not None  # stopped and reaped by check
-    assert marked.alive() == set()
+    assert spawn.alive() == set()
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
-def test_stop_signal_injected_at_the_fork_gives_130_and_leaves_nothing(marked: Marked) -> None:
+def test_stop_signal_injected_at_the_fork_gives_130_and_leaves_nothing(spawn: Spawner) -> None:
     # The issue's reproduction: strace delivers SIGINT to oversub as its clone() returns.
     inject = "inject=vfork,clone,clone3:signal=SIGINT:when=1"
     argv = ["strace", "-o", os.devnull, "-e", "trace=vfork,clone,clone3", "-e", inject]
@@ -273,13 +184,13 @@ def test_stop_signal_injected_at_the_fork_gives_130_and_leaves_nothing(marked: M
         capture_output=True,
         text=True,
         timeout=60,
-        env=marked.env,
+        env=spawn.env,
     )
     if "ptrace" in run.stderr and run.returncode != ExitStatus.INTERRUPTED:
         pytest.skip(f"strace cannot trace here: {run.stderr.strip()}")
     assert run.returncode == ExitStatus.INTERRUPTED, run.stderr
     assert "internal error" not in run.stderr and "Traceback" not in run.stderr
-    assert marked.alive() == set()
+    assert spawn.alive() == set()
 
 
 def _caught(pid: int) -> set[int]:
@@ -309,7 +220,7 @@ def test_stop_signal_during_start_up_gives_130_without_traceback(
         text=True,
     )
     try:
-        handled = _wait_until(lambda: {signal.SIGTERM, signal.SIGHUP} <= _caught(proc.pid), 10)
+        handled = wait_until(lambda: {signal.SIGTERM, signal.SIGHUP} <= _caught(proc.pid), 10)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -324,7 +235,7 @@ def test_stop_signal_during_start_up_gives_130_without_traceback(
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
 def test_stress_stopped_while_it_spawns_gives_130_and_no_worker_traceback(
-    sig: str, marked: Marked
+    sig: str, spawn: Spawner
 ) -> None:
     # SIGTERM during a spawn printed a worker's EOFError traceback (the root stopped before
     # the worker had read its instructions); SIGHUP killed the root by the signal. strace
@@ -338,14 +249,14 @@ def test_stress_stopped_while_it_spawns_gives_130_and_no_worker_traceback(
             capture_output=True,
             text=True,
             timeout=60,
-            env=marked.env,
+            env=spawn.env,
         )
         assert run.returncode == ExitStatus.INTERRUPTED, (when, run.stderr)
         assert "Traceback" not in run.stderr and "EOFError" not in run.stderr, (when, run.stderr)
-        assert _wait_until(lambda: marked.alive() == set(), 10), (when, marked.alive())
+        assert wait_until(lambda: spawn.alive() == set(), 10), (when, spawn.alive())
 
 
-def test_sigkill_of_oversub_takes_the_command_with_it(marked: Marked) -> None:
+def test_sigkill_of_oversub_takes_the_command_with_it(spawn: Spawner) -> None:
     # Nothing of oversub runs after SIGKILL: the kernel ends CMD (PR_SET_PDEATHSIG). What CMD
     # started lives on, re-parented (README, Guarantees): here its sleeping child.
     cmd = (
@@ -358,7 +269,7 @@ def test_sigkill_of_oversub_takes_the_command_with_it(marked: Marked) -> None:
         [*OVERSUB, "check", "--interval", "0.5", "--", sys.executable, "-c", cmd],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env=marked.env,
+        env=spawn.env,
     )
     try:
         assert check.stdout is not None
@@ -366,8 +277,8 @@ def test_sigkill_of_oversub_takes_the_command_with_it(marked: Marked) -> None:
         command = _parent(child)
         check.kill()
         check.wait(timeout=30)
-        assert _wait_until(lambda: not _alive(command), 10), "CMD outlived oversub's SIGKILL"
-        assert _alive(child)  # the documented remainder
+        assert wait_until(lambda: not alive(command), 10), "CMD outlived oversub's SIGKILL"
+        assert alive(child)  # the documented remainder
     finally:
         if check.poll() is None:
             check.kill()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from oversub.names import Verdict
-from tests.test_cli import run
+from tests.harness import run_cli as run
 
 SCRIPT = Path(sys.executable).with_name("oversub")
 """The console script pip installed beside this interpreter."""

@@ -2,7 +2,7 @@
 and orphans (the /proc read faults are in test_probe_faults.py).
 
 The tests run `python -m oversub` on real process trees started in sessions of their own
-(`started` kills each group, even when a test fails); every wait is bounded.
+(`spawn` kills every process they start, even when a test fails); every wait is bounded.
 """
 
 from __future__ import annotations
@@ -22,27 +22,20 @@ from typing import Any
 
 import pytest
 
-from tests import test_watch_real
 from tests.fault_tree import ndjson, sampling
-from tests.test_runner import parent_of, wait_for
-from tests.test_watch_real import OVERSUB
+from tests.harness import OVERSUB, Spawner, parent_of
+from tests.harness import state as _state
+from tests.harness import wait_until as wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
-Started = list[subprocess.Popen[bytes]]
 
-started = test_watch_real.started
-"""Process groups a test starts, each killed at teardown (the fixture of test_watch_real)."""
-
-
-def _spawn(started: Started, script: str, *args: str, **kw: Any) -> subprocess.Popen[bytes]:
-    """A Python tree in a session of its own, killed (whole group) by `started`."""
-    proc = subprocess.Popen([sys.executable, "-c", script, *args], start_new_session=True, **kw)
-    started.append(proc)
-    return proc
+def _spawn(started: Spawner, script: str, *args: str, **kw: Any) -> subprocess.Popen[bytes]:
+    """A Python tree in a session of its own, reaped by the `spawn` fixture."""
+    return started([sys.executable, "-c", script, *args], start_new_session=True, **kw)
 
 
-def _watch(started: Started, tmp_path: Path, pid: int, *flags: str) -> subprocess.Popen[bytes]:
+def _watch(started: Spawner, tmp_path: Path, pid: int, *flags: str) -> subprocess.Popen[bytes]:
     """`oversub watch PID --format ndjson FLAGS` with stdout and stderr in files."""
     out = (tmp_path / "out").open("wb")
     err = (tmp_path / "err").open("wb")
@@ -52,10 +45,8 @@ def _watch(started: Started, tmp_path: Path, pid: int, *flags: str) -> subproces
         )
 
 
-def _spawn_argv(started: Started, argv: list[str], out: Any, err: Any) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(argv, stdout=out, stderr=err, start_new_session=True)
-    started.append(proc)
-    return proc
+def _spawn_argv(started: Spawner, argv: list[str], out: Any, err: Any) -> subprocess.Popen[bytes]:
+    return started(argv, stdout=out, stderr=err, start_new_session=True)
 
 
 def _finished(proc: subprocess.Popen[bytes], tmp_path: Path, timeout: float) -> tuple[int, str]:
@@ -86,15 +77,6 @@ def _watch_to_end(*args: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return _check_output([json.loads(line) for line in out.stdout.splitlines()])
 
 
-def _state(pid: int) -> str | None:
-    """State letter of /proc/PID/stat (Z: zombie), None when gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2 :].split()[0]
-
-
 def _pids(record: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {p["pid"]: p for p in record["processes"]}
 
@@ -102,6 +84,8 @@ def _pids(record: dict[str, Any]) -> dict[int, dict[str, Any]]:
 # --------------------------------------------------------------------------- 1. churn
 
 CHURN_SECONDS = 20
+CHURN_SEED = "13"
+"""Seeds the churn's random lifetimes: a failure can be run again as it happened."""
 
 # ~80 forks a second (os.fork + os._exit: no new interpreter), each child living 0-200 ms so
 # that samples catch some of them, reaped without blocking; a second thread starts short
@@ -109,6 +93,7 @@ CHURN_SECONDS = 20
 CHURN = """
 import os, random, sys, threading, time
 end = time.monotonic() + float(sys.argv[1])
+random.seed(int(sys.argv[2]))  # the same churn on every run
 
 def thread_churn():
     while time.monotonic() < end:
@@ -134,8 +119,8 @@ time.sleep(600)
 
 
 @pytest.mark.integration
-def test_watch_survives_process_and_thread_churn(started: Started) -> None:
-    root = _spawn(started, CHURN, str(CHURN_SECONDS + 60), stderr=subprocess.DEVNULL)
+def test_watch_survives_process_and_thread_churn(spawn: Spawner) -> None:
+    root = _spawn(spawn, CHURN, str(CHURN_SECONDS + 60), CHURN_SEED, stderr=subprocess.DEVNULL)
     argv = [*OVERSUB, "watch", str(root.pid), "--interval", "0.1", "--format", "ndjson"]
     out = subprocess.run(
         [*argv, "--duration", str(CHURN_SECONDS)],
@@ -184,10 +169,10 @@ def _kill_when_sampled(watcher: subprocess.Popen[bytes], root: subprocess.Popen[
 @pytest.mark.integration
 @pytest.mark.parametrize("reaped", [True, False], ids=["root-reaped", "root-left-zombie"])
 def test_watch_ends_with_summary_when_target_is_killed(
-    started: Started, tmp_path: Path, reaped: bool
+    spawn: Spawner, tmp_path: Path, reaped: bool
 ) -> None:
-    root = _spawn(started, SLEEPY)
-    watcher = _watch(started, tmp_path, root.pid, "--interval", "0.2")
+    root = _spawn(spawn, SLEEPY)
+    watcher = _watch(spawn, tmp_path, root.pid, "--interval", "0.2")
     _kill_when_sampled(watcher, root)
     if reaped:
         root.wait(timeout=10)
@@ -217,8 +202,8 @@ ctypes.CDLL(None).pthread_exit(None)
 
 
 @pytest.mark.integration
-def test_watch_of_a_process_whose_main_thread_exited(started: Started) -> None:
-    proc = _spawn(started, LEADER_EXITS)
+def test_watch_of_a_process_whose_main_thread_exited(spawn: Spawner) -> None:
+    proc = _spawn(spawn, LEADER_EXITS)
     wait_for(lambda: _state(proc.pid) == "Z", 15)
     _intervals, summary = _watch_to_end(str(proc.pid), "--interval", "0.2", "--duration", "1.5")
     assert proc.poll() is None  # it was alive all along
@@ -227,12 +212,12 @@ def test_watch_of_a_process_whose_main_thread_exited(started: Started) -> None:
 
 
 @pytest.mark.integration
-def test_check_pid_ends_when_target_is_killed(started: Started, tmp_path: Path) -> None:
-    root = _spawn(started, SLEEPY)
+def test_check_pid_ends_when_target_is_killed(spawn: Spawner, tmp_path: Path) -> None:
+    root = _spawn(spawn, SLEEPY)
     report = tmp_path / "report.json"
     argv = [*OVERSUB, "check", "--pid", str(root.pid), "--duration", "10", "--interval", "0.2"]
     with (tmp_path / "out").open("wb") as out, (tmp_path / "err").open("wb") as err:
-        checker = _spawn_argv(started, [*argv, "--json", str(report)], out, err)
+        checker = _spawn_argv(spawn, [*argv, "--json", str(report)], out, err)
     _kill_when_sampled(checker, root)
     root.wait(timeout=10)
     code, err_text = _finished(checker, tmp_path, 30)
@@ -261,9 +246,9 @@ time.sleep(600)
 
 
 @pytest.fixture
-def zombie(started: Started) -> Iterator[tuple[int, int]]:
+def zombie(spawn: Spawner) -> Iterator[tuple[int, int]]:
     """(parent pid, zombie pid)."""
-    parent = _spawn(started, ZOMBIE_PARENT, stdout=subprocess.PIPE)
+    parent = _spawn(spawn, ZOMBIE_PARENT, stdout=subprocess.PIPE)
     assert parent.stdout is not None
     line = parent.stdout.readline()
     assert line, "the zombie's parent did not start"
@@ -335,12 +320,12 @@ time.sleep(600)
 
 
 @pytest.mark.integration
-def test_watch_keeps_counting_reparented_grandchild(started: Started, tmp_path: Path) -> None:
+def test_watch_keeps_counting_reparented_grandchild(spawn: Spawner, tmp_path: Path) -> None:
     go = tmp_path / "go"
-    root = _spawn(started, ORPHANING, str(go), stdout=subprocess.PIPE)
+    root = _spawn(spawn, ORPHANING, str(go), stdout=subprocess.PIPE)
     assert root.stdout is not None
     mid, grand = (int(x) for x in root.stdout.readline().split())
-    watcher = _watch(started, tmp_path, root.pid, "--interval", "0.25", "--duration", "6")
+    watcher = _watch(spawn, tmp_path, root.pid, "--interval", "0.25", "--duration", "6")
 
     def seen_under_mid() -> bool:
         records = ndjson(tmp_path / "out")
@@ -472,9 +457,9 @@ def test_stderr_pipe_closed_under_a_chatty_command_keeps_exit_status(tmp_path: P
 
 
 @pytest.mark.integration
-def test_duration_ends_a_run_in_the_middle_of_an_interval(started: Started) -> None:
+def test_duration_ends_a_run_in_the_middle_of_an_interval(spawn: Spawner) -> None:
     # `watch PID --interval 5 --duration 1` took 5 s; `--interval 1e308` never returned.
-    root = _spawn(started, SLEEPY)
+    root = _spawn(spawn, SLEEPY)
     began = time.monotonic()
     _intervals, summary = _watch_to_end(
         str(root.pid), "--interval", "60", "--duration", "0.5", "--format", "ndjson"

@@ -20,16 +20,9 @@ from pathlib import Path
 import pytest
 
 import oversub
-from tests.test_cli import run
+from tests.harness import PROJECT, ROOT, VERSION
+from tests.harness import run_cli as run
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - 3.10
-    import tomli as tomllib
-
-ROOT = Path(__file__).resolve().parent.parent
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-VERSION = PROJECT["version"]
 CACHES = ("__pycache__", "*.pyc", "*.pyo")
 NOT_COPIED = shutil.ignore_patterns(
     ".git", ".venv*", "dist", ".mypy_cache", ".ruff_cache", ".hypothesis", ".pytest_cache"

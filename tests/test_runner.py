@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,8 @@ from oversub.run.runner import (
     descendants_now,
     start_command,
 )
-from tests.test_cli_signals import OVERSUB, SLEEPER, Marked
+from tests.harness import OVERSUB, SLEEPER, Spawner, parent_of, start_ticks
+from tests.harness import wait_until as wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -95,32 +96,6 @@ time.sleep(600)
 """
 
 LABELS = {"root", "plain", "setsid", "stubborn", "orphan", "regroup", "escaped"}
-
-
-def start_ticks(pid: int) -> int | None:
-    """Start time of a live (not zombie) process, None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    return None if fields[0] in ("Z", "X") else int(fields[19])
-
-
-def parent_of(pid: int) -> int | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(text[text.rfind(")") + 2 :].split()[1])
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 class Tree:
@@ -376,22 +351,13 @@ sys.exit(status)
 """
 
 
-@pytest.fixture
-def marked() -> Iterator[Marked]:
-    record = Marked()
-    try:
-        yield record
-    finally:
-        record.kill()
-
-
 @pytest.mark.integration
-def test_reaper_stops_and_reaps_what_the_subreaper_adopted(tmp_path: Path, marked: Marked) -> None:
+def test_reaper_stops_and_reaps_what_the_subreaper_adopted(tmp_path: Path, spawn: Spawner) -> None:
     pidfile = tmp_path / "daemon"
     argv = [sys.executable, "-c", DAEMONIZER, str(pidfile), "0", "0", "7"]
     with child_subreaper() as adopting:
         assert adopting
-        process = subprocess.Popen(argv, start_new_session=True, env=marked.env)
+        process = subprocess.Popen(argv, start_new_session=True, env=spawn.env)
         try:
             reaper = TreeReaper(process, adopter=os.getpid())
             assert process.wait(timeout=30) == 7
@@ -404,13 +370,13 @@ def test_reaper_stops_and_reaps_what_the_subreaper_adopted(tmp_path: Path, marke
             process.wait()
     assert process.returncode == 7  # the command's own status was not taken by the reaping
     assert not Path(f"/proc/{daemon}").exists()  # stopped, and reaped: not even a zombie
-    assert marked.alive() == set()
+    assert spawn.alive() == set()
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("when", ["before-the-first-sample", "mid-run"])
 def test_check_counts_and_stops_a_daemon_that_left_with_setsid(
-    tmp_path: Path, marked: Marked, when: str
+    tmp_path: Path, spawn: Spawner, when: str
 ) -> None:
     # A double-forked daemon in a session of its own was never seen and survived check.
     pidfile = tmp_path / "daemon"
@@ -422,27 +388,27 @@ def test_check_counts_and_stops_a_daemon_that_left_with_setsid(
         text=True,
         timeout=60,
         cwd=tmp_path,
-        env=marked.env,
+        env=spawn.env,
     )
     assert run.returncode in (0, 1), run.stderr
     daemon = int(pidfile.read_text())
-    assert marked.alive() == set(), run.stderr
+    assert spawn.alive() == set(), run.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert daemon in {p["pid"] for p in report["processes"]}  # counted as the command's
 
 
 @pytest.mark.integration
-def test_check_stops_setsid_fork_of_a_command_that_exits_at_once(marked: Marked) -> None:
+def test_check_stops_setsid_fork_of_a_command_that_exits_at_once(spawn: Spawner) -> None:
     # `setsid -f sleep 600`: the command is gone before the first sample; the sleep is not.
     run = subprocess.run(
         [*OVERSUB, "check", "--", "setsid", "-f", *SLEEPER],
         capture_output=True,
         text=True,
         timeout=60,
-        env=marked.env,
+        env=spawn.env,
     )
     assert run.returncode == ExitStatus.UNOBSERVABLE, run.stderr  # nothing measured
-    assert marked.alive() == set()
+    assert spawn.alive() == set()
 
 
 # The command lives on while its double-forked children die at once: each becomes a zombie
@@ -462,7 +428,7 @@ time.sleep(600)
 
 
 @pytest.mark.integration
-def test_adopted_orphans_that_exit_are_reaped_during_the_run(marked: Marked) -> None:
+def test_adopted_orphans_that_exit_are_reaped_during_the_run(spawn: Spawner) -> None:
     def zombies_of_mine() -> set[int]:
         found = set()
         for name in os.listdir("/proc"):
@@ -483,7 +449,7 @@ def test_adopted_orphans_that_exit_are_reaped_during_the_run(marked: Marked) -> 
             [sys.executable, "-c", SHORT_DAEMONS],
             start_new_session=True,
             stdout=subprocess.PIPE,
-            env=marked.env,
+            env=spawn.env,
         )
         try:
             born = start_ticks(process.pid) or 0

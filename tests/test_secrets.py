@@ -36,7 +36,9 @@ from typing import Any
 import pytest
 
 from oversub.pools import is_thread_var
-from tests.test_check_integration import OVERSUB, _descendants, _pin
+from tests.harness import OVERSUB
+from tests.harness import descendants as _descendants
+from tests.harness import pin_to_one_cpu as _pin
 
 pytestmark = pytest.mark.integration
 

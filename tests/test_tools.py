@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.test_packaging import PROJECT, ROOT, VERSION
+from tests.harness import PROJECT, ROOT, VERSION
 
 
 def _load(name: str) -> ModuleType:

@@ -3,33 +3,19 @@ that throttles, and a busy worker whose parent died. Neither depends on the core
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.cgroup_sandbox import quota_cgroup
+from tests.harness import OVERSUB, Spawner, busy_workers, descendants, oversub, wait_until
 
 pytestmark = pytest.mark.integration
-
-OVERSUB = [sys.executable, "-m", "oversub"]
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Process groups a test starts; every member is killed even when the test fails."""
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait(timeout=10)
 
 
 def _watch(pid: int, seconds: float) -> dict[str, object]:
@@ -61,7 +47,7 @@ def _rules(doc: dict[str, object]) -> set[str]:
 
 
 def test_half_cpu_quota_throttling_is_starved_not_oversubscribed(
-    started: list[subprocess.Popen[bytes]],
+    spawn: Spawner,
 ) -> None:
     with quota_cgroup(0.5) as (_mount, quota_dir, tasks_dir):
         # The shell joins the cgroup before exec, so the whole stress tree is inside it.
@@ -69,17 +55,18 @@ def test_half_cpu_quota_throttling_is_starved_not_oversubscribed(
             f'echo $$ > {tasks_dir}/cgroup.procs && exec "$0" -m oversub stress '
             "--procs 1 --threads 1 --seconds 30"
         )
-        job = subprocess.Popen(
+        job = spawn(
             ["sh", "-c", script, sys.executable], stderr=subprocess.DEVNULL, start_new_session=True
         )
-        started.append(job)
         try:
-            time.sleep(1.5)
+            wait_until(lambda: busy_workers(job.pid, 1, 1), what="the stress worker")
             doc = _watch(job.pid, 3)
         finally:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(timeout=10)
-            time.sleep(0.2)  # the kernel empties cgroup.procs once the tasks are reaped
+            # The kernel empties cgroup.procs once the tasks are reaped.
+            procs = Path(tasks_dir) / "cgroup.procs"
+            wait_until(lambda: not procs.read_text().strip(), what="an empty cgroup")
     assert doc["vcpus"] == 1  # 0.5 CPU rounds down to one: a thread cannot run part-time
     assert doc["verdict"] == "starved", doc["findings"]
     assert "starved-quota" in _rules(doc)
@@ -100,40 +87,22 @@ time.sleep(30)
 
 
 def test_busy_worker_whose_parent_died_is_an_orphan(
-    started: list[subprocess.Popen[bytes]],
+    spawn: Spawner,
 ) -> None:
-    root = subprocess.Popen([sys.executable, "-c", ORPHANING_PARENT], start_new_session=True)
-    started.append(root)
-    time.sleep(0.5)
+    root = spawn([sys.executable, "-c", ORPHANING_PARENT], start_new_session=True)
+    # Watch from the moment the middle process exists, so the tree is seen before it dies.
+    wait_until(lambda: descendants(root.pid), what="the middle process")
     doc = _watch(root.pid, 4)
     assert "orphan" in _rules(doc), doc["findings"]
     assert doc["verdict"] in {"at-risk", "starved", "oversubscribed"}
 
 
-def test_live_format_on_a_pipe_prints_the_summary_alone() -> None:
+def test_live_format_on_a_pipe_prints_the_summary_alone(spawn: Spawner) -> None:
     # Issue 11 item 9: piped, the live format printed its last frame without a newline,
     # "No findings.oversub summary", and that frame's verdict above the summary's.
-    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        out = subprocess.run(
-            [
-                *OVERSUB,
-                "watch",
-                str(target.pid),
-                "--format",
-                "live",
-                "--duration",
-                "1",
-                "--interval",
-                "0.5",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    finally:
-        target.kill()
-        target.wait()
+    target = spawn([sys.executable, "-c", "import time; time.sleep(30)"])
+    argv = ["watch", str(target.pid), "--format", "live", "--duration", "1", "--interval", "0.5"]
+    out = oversub(argv, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("oversub summary · pid "), out.stdout
     assert "oversub watch ·" not in out.stdout and "No findings.oversub" not in out.stdout

@@ -34,10 +34,11 @@ from oversub.cli.reports import report
 from oversub.model import Budget, Thresholds
 from oversub.names import Verdict
 from oversub.render.junit import summary_junit
-from oversub.render.live import summary_renderable, summary_text, watch_renderable
+from oversub.render.live import watch_renderable
 from oversub.render.markdown import summary_markdown
 from oversub.render.phrases import budget_limit_line, totals_line
 from oversub.render.plan_text import plan_renderable
+from oversub.render.report import summary_renderable, summary_text
 from oversub.results import Assessment, CheckOutcome, Finding, Interval
 from oversub.rules import PREFLIGHT_RULES
 from oversub.rules import RUNTIME_RULES as RULES

@@ -149,14 +149,7 @@ def plan_for_launcher(budget: Budget, info: LauncherInfo, workers: int = 0) -> P
             f"{count(per_task, 'vCPU')} {noun(per_task, 'is', 'are')} its own "
             f"({SLURM_CPUS}={cpus_per_task})"
         )
-        return make_plan(
-            budget,
-            1,
-            workers,
-            procs_source=info.source,
-            launcher_procs=info.procs,
-            context=(note,),
-        )
+        return _one_task(budget, info, workers, note, bind=True)
     # Unconfined: every task sees the same CPUs, so one binding computed here would pin
     # all tasks onto the same CPUs. SLURM must place them. N is the task's share: a limit
     # of its own, the launcher's.
@@ -171,12 +164,17 @@ def plan_for_launcher(budget: Budget, info: LauncherInfo, workers: int = 0) -> P
         f"{cpus_per_task}); every task sees all {count(budget.vcpus, 'vCPU')}, so bind them "
         "with srun --cpu-bind=cores"
     )
+    return _one_task(task_budget, info, workers, note, bind=False)
+
+
+def _one_task(budget: Budget, info: LauncherInfo, workers: int, note: str, *, bind: bool) -> Plan:
+    """The plan of one task of the launcher's `info.procs` on this node."""
     return make_plan(
-        task_budget,
+        budget,
         1,
         workers,
         procs_source=info.source,
         launcher_procs=info.procs,
         context=(note,),
-        bind=False,
+        bind=bind,
     )

@@ -161,21 +161,27 @@ def _delta_measures(d: _Delta, dt_s: float) -> Measures:
     return measures(dt_s, d.cpu_ns / _NS, delay, d.involuntary, d.voluntary)
 
 
+CARRIED = (
+    "pid",
+    "ppid",
+    "name",
+    "cmdline",
+    "pools",
+    "thread_env",
+    "live_pools",
+    "live_threads",
+    "wait",
+    "start_ticks",
+)
+"""What a process's rates carry over from its sample as read: what it is, not what it did."""
+
+
 def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> ProcessRates:
     return ProcessRates(
-        pid=p.pid,
-        ppid=p.ppid,
-        name=p.name,
-        cmdline=p.cmdline,
         threads=len(p.threads),
         active_threads=d.active_threads,
-        pools=p.pools,
-        thread_env=p.thread_env,
-        live_pools=p.live_pools,
-        live_threads=p.live_threads,
         exited=exited,
-        wait=p.wait,
-        start_ticks=p.start_ticks,
+        **{name: getattr(p, name) for name in CARRIED},
         **_delta_measures(d, dt_s)._asdict(),
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from oversub.cli.options import CONTEXT, PID
+from oversub.cli.options import CONTEXT, PID, format_option
 from oversub.errors import ExitStatus
 from oversub.render import CpusFormat
 
@@ -13,13 +13,7 @@ from oversub.render import CpusFormat
 @click.option(
     "--pid", type=PID, default=None, help="Measure this process [default: oversub itself]."
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice([f.value for f in CpusFormat]),
-    default=CpusFormat.TEXT.value,
-    show_default=True,
-)
+@format_option(CpusFormat, CpusFormat.TEXT)
 @click.option("--detail", is_flag=True, help="Add CPU model and flags (py-cpuinfo; ~1 s).")
 def command(pid: int | None, fmt: str, detail: bool) -> ExitStatus:
     """Show the usable CPU budget N of a process and where each limit comes from.

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from oversub.model import MAX_VCPUS
+from oversub.names import Name, values
 from oversub.settings import SETTINGS, Setting
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -92,6 +93,20 @@ CPUS = Whole(1, MAX_VCPUS)
 PID = Whole(1, 2**31 - 1)
 """A pid fits the kernel's pid_t (a signed 32-bit int); larger numbers are typos."""
 SECONDS = Seconds(min=0.0, min_open=True)
+
+
+def format_option(
+    formats: type[Name], default: Name | None, help: str | None = None
+) -> Callable[[F], F]:
+    """`--format`, its choices the values of a format enum (`oversub.render`)."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(values(formats)),
+        default=None if default is None else default.value,
+        show_default=default is not None,
+        help=help,
+    )
 
 
 def _type(setting: Setting) -> click.ParamType:  # type: ignore[type-arg]

@@ -105,7 +105,7 @@ def warn(warnings: tuple[str, ...], *, severe: bool) -> None:
         for warning in warnings:
             click.echo(f"oversub: warning: {terminal(warning)}", err=True)
         return
-    from oversub.render.live import hanging
+    from oversub.render.richparts import hanging
 
     console = make_console(stderr=True)
     style = "bold red" if severe else "yellow"

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from oversub.cli.options import CONTEXT, COUNT, CPUS, PID, parse_procs
+from oversub.cli.options import CONTEXT, COUNT, CPUS, PID, format_option, parse_procs
 from oversub.errors import ExitStatus, UsageError
 from oversub.render import RecommendFormat
 
@@ -32,13 +32,8 @@ from oversub.render import RecommendFormat
 )
 @click.option("--pid", type=PID, default=None, help="Use this process's budget.")
 @click.option("--cpus", "ncpus", type=CPUS, default=None, help="Use N CPUs instead of measuring.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice([f.value for f in RecommendFormat]),
-    default=RecommendFormat.TEXT.value,
-    show_default=True,
-    help="env: only `export NAME=VALUE` lines, for eval.",
+@format_option(
+    RecommendFormat, RecommendFormat.TEXT, "env: only `export NAME=VALUE` lines, for eval."
 )
 def command(
     procs: int | str, workers: int, pid: int | None, ncpus: int | None, fmt: str

@@ -135,7 +135,7 @@ def _print_report(outcome: CheckOutcome, status: ExitStatus, judged: Gate, err: 
         from rich.text import Text
 
         from oversub.cli.output import make_console
-        from oversub.render.live import summary_renderable
+        from oversub.render.report import summary_renderable
 
         # Through the console, so the closing lines wrap to the terminal like the report.
         console = make_console(stderr=True)
@@ -143,7 +143,7 @@ def _print_report(outcome: CheckOutcome, status: ExitStatus, judged: Gate, err: 
         for line in tail:
             console.print(Text(terminal(line)))
     else:
-        from oversub.render.live import summary_text
+        from oversub.render.report import summary_text
 
         # CI logs: one unwrapped line each, so `grep 'oversub check: '` finds the outcome.
         err.write("\n".join([summary_text(s), *map(terminal, tail)]) + "\n")

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from oversub.cli.options import CONTEXT, PID, SECONDS, setting_option, threshold_options
+from oversub.cli.options import (
+    CONTEXT,
+    PID,
+    SECONDS,
+    format_option,
+    setting_option,
+    threshold_options,
+)
 from oversub.cli.output import make_console, reader_may_leave, utc_timestamp
 from oversub.errors import ExitStatus
 from oversub.plural import count
@@ -31,12 +38,8 @@ if TYPE_CHECKING:
 @setting_option("interval")
 @click.option("--duration", type=SECONDS, default=None, help="Stop after this many seconds.")
 @click.option("--once", is_flag=True, help="One interval, one report, then exit.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice([f.value for f in WatchFormat]),
-    default=None,
-    help="live on a terminal, ndjson otherwise; json = only the final summary.",
+@format_option(
+    WatchFormat, None, "live on a terminal, ndjson otherwise; json = only the final summary."
 )
 @threshold_options("watch")
 def command(

@@ -1,16 +1,12 @@
 """Sample a process tree's per-thread counters, cheaply enough to run every second.
 
-One sample = one scan of `/proc/*/stat` (tree membership and every process's stat line),
-then per process its task list, and per thread `task/TID/schedstat` (CPU time, run delay,
-run count) and one more small file: `task/TID/status` (state and both context-switch
-counters: `/proc/PID/status` covers the main thread only) for a thread that ran since the
-last sample, else `task/TID/stat` for its state alone (a thread that did not run was not
-switched out, so its counters stand; stat costs the kernel less than half of status).
-Per-thread files stay open between samples and are re-read with pread
-(`proctree.HeldFiles`): that halves the cost of a sample. The costly files are cached per
-process identity (pid, start_ticks): environ is read once (and again after an exec),
-cmdline and maps when the thread count or comm changes (libraries load on import and start
-their pools; an exec renames) or every few seconds.
+One sample = one scan of `/proc/*/stat` (tree membership, `TreeSampler.tree`, and every
+process's stat line), then per process its task list and per thread `schedstat` and one
+more small file (`probe.threads`). Per-thread files stay open between samples and are
+re-read with pread (`proctree.HeldFiles`): that halves the cost of a sample. The costly
+files are cached per process identity (pid, start_ticks): environ is read once (and again
+after an exec), cmdline and maps when the thread count or comm changes (libraries load on
+import and start their pools; an exec renames) or every few seconds.
 
 Without /proc (macOS, Windows) `psutil_sampler` gives per-thread CPU only.
 """
@@ -33,18 +29,17 @@ from oversub.probe.host import read_host
 from oversub.probe.livepools import LiveReader
 from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.proctree import (
-    HeldFiles,
     ProcStat,
     parse_stat,
     ppids_of,
-    read_small,
     scan_stats,
     subtree,
     ticks_to_ns,
 )
 from oversub.probe.psutil_sampler import PsutilTreeSampler
+from oversub.probe.threads import ThreadReader
 from oversub.probe.waits import read_wait
-from oversub.samples import ProcessSample, ThreadSample, TreeSample
+from oversub.samples import ProcessSample, TreeSample
 
 if TYPE_CHECKING:
     from oversub.model import Budget
@@ -52,15 +47,6 @@ if TYPE_CHECKING:
 
 MAPS_REFRESH_S = 5.0
 """Re-read a process's maps at least this often even when its thread count is stable."""
-
-
-_ThreadKey = tuple[int, int, str]
-"""(pid, start_ticks, tid as listed): one thread of one process identity."""
-_Ran = tuple[int, int, int | None, int | None]
-"""(cpu_ns, times scheduled in, voluntary, involuntary switches) of a thread at a sample."""
-
-_VOLUNTARY = b"\nvoluntary_ctxt_switches:"
-_INVOLUNTARY = b"\nnonvoluntary_ctxt_switches:"
 
 
 @dataclass
@@ -83,24 +69,6 @@ class _Known:
     """Threads those pools run now beside the caller; None = unknown."""
     live_denied: bool = False
     """Its memory may not be read (not root, not its ancestor): live sizes unknown."""
-
-
-def _status_int(status: bytes, key: bytes) -> int | None:
-    start = status.find(key)
-    if start < 0:
-        return None
-    start += len(key)
-    end = status.find(b"\n", start)
-    return int(status[start : end if end >= 0 else len(status)])
-
-
-def _status_state(status: bytes) -> str:
-    # "State:\tS (sleeping)": the same letter as stat field 3 (both come from the same
-    # kernel table), so reading status spares a third file per thread.
-    start = status.find(b"State:")
-    if start < 0:
-        return "?"
-    return status[start + 6 :].lstrip()[:1].decode("ascii", "replace") or "?"
 
 
 class TreeSampler:
@@ -142,11 +110,8 @@ class TreeSampler:
         """pid -> start_ticks of every process seen in the tree and not yet gone."""
         self._known: dict[tuple[int, int], _Known] = {}
         self._sampled = False
-        self._held = HeldFiles()
+        self._threads = ThreadReader()
         self._live = LiveReader(root)
-        self._last_run: dict[_ThreadKey, _Ran] = {}
-        """What each thread had run by the previous sample (see `_read_threads`)."""
-        self._next_run: dict[_ThreadKey, _Ran] = {}
 
     @classmethod
     def for_budget(
@@ -159,7 +124,7 @@ class TreeSampler:
 
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""
-        self._held.close()
+        self._threads.close()
 
     def __enter__(self) -> TreeSampler:
         return self
@@ -185,19 +150,7 @@ class TreeSampler:
         first = not self._sampled
         if first:
             self._check_root(stats)
-        seeds = [self.root_pid] if first else []
-        for pid, start in self._tracked.items():
-            raw = stats.get(pid)
-            if raw is not None and _start_of(raw) == start:
-                seeds.append(pid)
-        ppids = ppids_of(stats)
-        if self.adopter is not None:
-            seeds += [pid for pid, ppid in ppids.items() if ppid == self.adopter]
-        tree = subtree(seeds, ppids)
-        if self._self_pid != self.root_pid:
-            # `oversub watch $$` from a shell: oversub is in the tree, but must not judge its
-            # own sampling (only the process itself: anything it starts is the user's).
-            tree.discard(self._self_pid)
+        tree = self.tree(stats, first=first)
 
         unavailable: list[Signal] = []
         processes: dict[int, ProcessSample] = {}
@@ -212,8 +165,7 @@ class TreeSampler:
                 processes[pid] = sample
 
         self._sampled = True
-        self._held.end_sample()
-        self._last_run, self._next_run = self._next_run, {}
+        self._threads.end_sample()
         self._tracked = {pid: p.start_ticks for pid, p in processes.items()}
         for key in [k for k in self._known if self._tracked.get(k[0]) != k[1]]:
             del self._known[key]
@@ -231,6 +183,28 @@ class TreeSampler:
             host=host,
             unavailable=tuple(unavailable),
         )
+
+    def tree(self, stats: dict[int, bytes], *, first: bool) -> set[int]:
+        """Which processes form the watched tree now, from one scan of every process's stat
+        line: the root (first sample), every process seen before that still lives (same
+        start time: orphans stay), the adopter's children, and all their descendants.
+
+        The one place that decides membership: a target that is not a process tree (a
+        cgroup's members) replaces this method."""
+        seeds = [self.root_pid] if first else []
+        for pid, start in self._tracked.items():
+            raw = stats.get(pid)
+            if raw is not None and _start_of(raw) == start:
+                seeds.append(pid)
+        ppids = ppids_of(stats)
+        if self.adopter is not None:
+            seeds += [pid for pid, ppid in ppids.items() if ppid == self.adopter]
+        tree = subtree(seeds, ppids)
+        if self._self_pid != self.root_pid:
+            # `oversub watch $$` from a shell: oversub is in the tree, but must not judge its
+            # own sampling (only the process itself: anything it starts is the user's).
+            tree.discard(self._self_pid)
+        return tree
 
     def _check_root(self, stats: dict[int, bytes]) -> None:
         if self.root_pid in stats:
@@ -258,7 +232,7 @@ class TreeSampler:
         except OSError:
             return None  # gone between the scan and now
         try:
-            threads = self._read_threads(pid, stat.start_ticks, task_fd, unavailable)
+            threads = self._threads.read(pid, stat.start_ticks, task_fd, unavailable)
         finally:
             os.close(task_fd)
         known = self._refresh_cache(pid, stat, raw_stat, len(threads), now)
@@ -288,69 +262,6 @@ class TreeSampler:
             children_cpu_ns=ticks_to_ns(stat.children_ticks),
             wait=wait,
         )
-
-    def _read_threads(
-        self, pid: int, start_ticks: int, task_fd: int, unavailable: list[Signal]
-    ) -> tuple[ThreadSample, ...]:
-        threads: list[ThreadSample] = []
-        held = self._held
-        last_run = self._last_run
-        next_run = self._next_run
-        for name in os.listdir(task_fd):
-            key = (pid, start_ticks, name)
-            # Any failure below means the thread exited since the listing: skip it.
-            try:
-                status: bytes | None = None
-                runs: int | None
-                run_delay: int | None
-                try:
-                    raw = held.read((*key, 1), f"{name}/schedstat", task_fd)
-                    sched = raw.split()
-                    cpu_ns, run_delay, runs = int(sched[0]), int(sched[1]), int(sched[2])
-                except FileNotFoundError:
-                    # No CONFIG_SCHED_INFO, or the thread just went: stat tells which.
-                    status = held.read((*key, 0), f"{name}/status", task_fd)
-                    if not status:
-                        continue
-                    stat = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd))
-                    cpu_ns = ticks_to_ns(stat.utime_ticks + stat.stime_ticks)
-                    run_delay = runs = None
-                    if Signal.SCHEDSTAT not in unavailable:
-                        unavailable.append(Signal.SCHEDSTAT)
-                prev = last_run.get(key)
-                if status is None and prev is not None and prev[0] == cpu_ns and prev[1] == runs:
-                    # Not run since the last sample (same CPU time, same number of times
-                    # scheduled in): it cannot have been switched out, so both switch
-                    # counters are unchanged; only its state may differ (woken, waiting for
-                    # a CPU). stat has the state and costs less than half of status.
-                    line = held.read((*key, 2), f"{name}/stat", task_fd)
-                    if not line:
-                        continue
-                    state = line[line.rfind(b")") + 2 :][:1].decode("ascii", "replace") or "?"
-                    voluntary, involuntary = prev[2], prev[3]
-                else:
-                    if status is None:
-                        status = held.read((*key, 0), f"{name}/status", task_fd)
-                        if not status:
-                            continue
-                    state = _status_state(status)
-                    voluntary = _status_int(status, _VOLUNTARY)
-                    involuntary = _status_int(status, _INVOLUNTARY)
-                if runs is not None:
-                    next_run[key] = (cpu_ns, runs, voluntary, involuntary)
-                threads.append(
-                    ThreadSample(
-                        tid=int(name),
-                        state=state,
-                        cpu_ns=cpu_ns,
-                        run_delay_ns=run_delay,
-                        voluntary_ctx=voluntary,
-                        involuntary_ctx=involuntary,
-                    )
-                )
-            except (OSError, ValueError, IndexError):
-                continue
-        return tuple(threads)
 
     def _refresh_cache(
         self, pid: int, stat: ProcStat, raw_stat: bytes, n_threads: int, now: float

@@ -13,8 +13,9 @@ loops over every member.
 
 from __future__ import annotations
 
-import enum
 from typing import TYPE_CHECKING, NoReturn
+
+from oversub.names import Name
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from oversub.results import Assessment, Interval, Summary
 
 
-class CpusFormat(str, enum.Enum):
+class CpusFormat(Name):
     """`oversub cpus --format`."""
 
     TEXT = "text"
@@ -32,7 +33,7 @@ class CpusFormat(str, enum.Enum):
     """`serialize.budget_dict`, indented."""
 
 
-class RecommendFormat(str, enum.Enum):
+class RecommendFormat(Name):
     """`oversub recommend --format`."""
 
     TEXT = "text"
@@ -43,7 +44,7 @@ class RecommendFormat(str, enum.Enum):
     """Only `export NAME=VALUE` lines, for `eval "$(oversub recommend --format env)"`."""
 
 
-class WatchFormat(str, enum.Enum):
+class WatchFormat(Name):
     """`oversub watch/check --format`."""
 
     LIVE = "live"
@@ -134,7 +135,7 @@ def render_watch_summary(
     """The run's summary in `fmt`: a rich report (LIVE), one JSON line (NDJSON, with
     "timestamp" as for intervals), or indented JSON (JSON); strings end in a newline."""
     if fmt is WatchFormat.LIVE:
-        from oversub.render.live import summary_renderable
+        from oversub.render.report import summary_renderable
 
         return summary_renderable(summary)
     elif fmt is WatchFormat.NDJSON:

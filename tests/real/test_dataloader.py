@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.real.conftest import SELF_INFLICTED, WORKLOAD_S, example, run_check
+from tests.real.workloads import SELF_INFLICTED, WORKLOAD_S, example, run_check
 
 pytestmark = pytest.mark.real
 

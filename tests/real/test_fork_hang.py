@@ -17,7 +17,7 @@ from typing import IO
 
 import pytest
 
-from tests.real.conftest import OVERSUB, PROCS, example, reaped
+from tests.real.workloads import OVERSUB, PROCS, example, reaped
 
 pytestmark = pytest.mark.real
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.real.conftest import PROCS, WORKLOAD_S, CheckRun, example, run_check
+from tests.real.workloads import PROCS, WORKLOAD_S, CheckRun, example, run_check
 
 pytestmark = pytest.mark.real
 

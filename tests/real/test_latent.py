@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real.conftest import PROCS, VCPUS, WORKLOAD_S, example, run_check
+from tests.real.workloads import PROCS, VCPUS, WORKLOAD_S, example, run_check
 
 pytestmark = pytest.mark.real
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.real.conftest import PROCS, SELF_INFLICTED, WORKLOAD_S, example, run_check
+from tests.real.workloads import PROCS, SELF_INFLICTED, WORKLOAD_S, example, run_check
 
 pytestmark = pytest.mark.real
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.real.conftest import (
+from tests.real.workloads import (
     PROCS,
     SELF_INFLICTED,
     VCPUS,

@@ -1,0 +1,24 @@
+"""Fixtures shared by every test module (the helpers themselves are in `tests.harness`).
+
+One global per-test timeout comes from pytest-timeout (`timeout` in pyproject.toml), with
+the signal method: a test that hangs fails with its traceback, and its fixtures' teardown
+still runs, so `spawn` reaps what the test started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.harness import Spawner
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawner]:
+    """Start processes that are killed and reaped at teardown, whatever happened."""
+    spawner = Spawner()
+    try:
+        yield spawner
+    finally:
+        spawner.reap()
