@@ -7,7 +7,7 @@ REAL   := .venv-real
 # machine without the local wheel (empty: pip's own configuration decides).
 TORCH_INDEX ?=
 
-.PHONY: demo test lint typecheck unit shells bench test-real test-matrix dist test-dist test-rules clean
+.PHONY: demo test lint typecheck unit shells bench test-real test-matrix test-matrix-full dist test-dist test-rules clean
 
 # The stamp is rebuilt when the project metadata changes, so a stale venv never hides a new dependency.
 $(VENV)/.stamp: pyproject.toml
@@ -63,14 +63,18 @@ test-rules:
 		echo "make test-rules: docs/metrics.example.prom: SUCCESS (promtool check metrics)"; \
 	fi
 
-# The test suite on every Python that pyproject's classifiers list and this machine has, each
-# in its own .venv-matrix/3.X; it says which ran and which are missing, and why.
-# MATRIX_PYTHONS="3.10 3.13" picks versions; MATRIX_ARGS go to pytest (unit tests only:
-# MATRIX_ARGS="-m 'not integration and not real'").
+# The unit tests on every Python that pyproject's classifiers list and this machine has, each
+# in its own .venv-matrix/3.X; it says which ran and which are missing, and why. The
+# integration tests judge real CPU use and take minutes per version: `make test` runs them on
+# the main interpreter, `make test-matrix-full` on every version (MATRIX_ARGS= does the same).
+# MATRIX_PYTHONS="3.10 3.13" picks versions; MATRIX_ARGS go to pytest.
 MATRIX_PYTHONS ?=
-MATRIX_ARGS ?=
+MATRIX_ARGS ?= -m 'not integration and not real'
 test-matrix: shells
 	MATRIX_PYTHONS="$(MATRIX_PYTHONS)" $(PYTHON) tools/matrix.py $(if $(MATRIX_ARGS),-- $(MATRIX_ARGS))
+
+test-matrix-full:
+	$(MAKE) test-matrix MATRIX_ARGS=
 
 # sdist and wheel into dist/, as a release builds them.
 dist: $(VENV)/.stamp

@@ -8,8 +8,10 @@
 Call `apply` before numpy/torch create their pools where possible: OpenBLAS and OpenMP
 read their variables once, when first loaded. Pools that are already loaded are resized
 through threadpoolctl (a dependency: it finds every loaded OpenBLAS, MKL, BLIS and OpenMP
-library, whoever loaded it) and torch.set_num_threads when torch is imported. Both are
-imported inside `apply`, never by `import oversub`.
+library, whoever loaded it) and torch.set_num_threads when the process has imported torch.
+threadpoolctl is imported when a plan is applied (`apply`, `worker_init_fn`), and torch is
+never imported here (only looked up in `sys.modules`); `import oversub` loads this module
+only on first use of its names.
 """
 
 from __future__ import annotations

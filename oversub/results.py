@@ -54,6 +54,9 @@ class ProcessRates:
     """Raw delta: involuntary context switches; None when unknown."""
     voluntary_ctx: int | None = None
     """Raw delta: voluntary context switches; None when unknown."""
+    thread_runnable_s: tuple[float, ...] = ()
+    """Raw delta per thread: seconds running or waiting for a CPU (what makes a thread
+    active under `Thresholds.active_cpu`); empty over a whole run."""
 
 
 @dataclass(frozen=True)

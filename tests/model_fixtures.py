@@ -1,8 +1,10 @@
 """Builders of model objects for tests: realistic defaults, any field overridable.
 
-Each `make_*` returns a frozen dataclass from `oversub.model`: a plausible default (two
-busy PyTorch-like workers oversubscribing 2 vCPUs; see each docstring) with keyword
-overrides applied through `dataclasses.replace`. Other test modules may import these.
+Each `make_*` returns a frozen dataclass of `oversub.model` (budget, plan) or
+`oversub.results` (rates, findings, summaries): a plausible default (two busy PyTorch-like
+workers oversubscribing 2 vCPUs; see each docstring) with keyword overrides applied through
+`dataclasses.replace`. A shared helper module: test modules import these, never each
+other's.
 """
 
 from __future__ import annotations

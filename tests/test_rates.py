@@ -254,3 +254,40 @@ def test_oversubs_own_cpu_is_not_outside_load() -> None:
     assert iv.host.outside_cpus == pytest.approx(0.3, abs=1e-6)
     unknown = interval(*tree_pair(busy_workers(1, 1), host=Host(outside=0.5)), 2, Thresholds())
     assert unknown.host.outside_cpus == pytest.approx(0.5, abs=1e-6)  # not read: nothing taken
+
+
+# ------------------------------------------------ raw deltas (issue 13 item 5)
+
+
+def test_an_interval_carries_its_raw_deltas() -> None:
+    loads = (Load(cpu=0.6, delay=0.2, involuntary=40, voluntary=3), Load(cpu=0.3))
+    iv = analyse([Proc(ROOT, loads, ppid=1)], vcpus=2, dt=2.0)
+    (p,) = iv.processes
+    assert p.cpu_s == pytest.approx(0.9 * 2.0)
+    assert p.delay_s == pytest.approx(0.2 * 2.0)
+    assert p.involuntary_ctx == 80 and p.voluntary_ctx == 6
+    assert p.thread_runnable_s == pytest.approx((1.6, 0.6))
+    # The rates are those deltas over the interval, and the totals their sums.
+    assert p.cpu_percent == pytest.approx(p.cpu_s / iv.seconds * 100)
+    assert p.demand == pytest.approx((p.cpu_s + p.delay_s) / iv.seconds)
+    assert (iv.totals.cpu_s, iv.totals.delay_s) == (p.cpu_s, p.delay_s)
+    assert iv.totals.involuntary_ctx == 80
+
+
+@pytest.mark.parametrize("active_cpu", [0.05, 0.2, 0.35, 0.5, 0.9, 1.0])
+def test_an_interval_assessed_again_under_other_thresholds_is_the_one_computed_so(
+    active_cpu: float,
+) -> None:
+    from oversub.analysis.rates import with_thresholds
+
+    procs = [
+        *busy_workers(3, 2, delay=0.3),
+        Proc(150, (Load(cpu=0.3), Load(cpu=0.1, delay=0.25), IDLE), ppid=ROOT),
+    ]
+    prev, curr = tree_pair(procs, dt=1.5)
+    other = Thresholds(active_cpu=active_cpu)
+    recorded = interval(prev, curr, 2, TH)
+    again = with_thresholds(recorded, other)
+    assert again == interval(prev, curr, 2, other)
+    mixed = next(p for p in again.processes if p.pid == 150)
+    assert mixed.active_threads == sum(r >= active_cpu * 1.5 for r in (0.45, 0.525, 0.0))

@@ -8,9 +8,11 @@ interpreter that really runs and has venv + ensurepip: `python3.X` on PATH first
 pyenv's versions/3.X.* (a pyenv shim for a version that is not activated fails when run,
 so PATH alone is not enough). Each version gets its own .venv-matrix/3.X with
 `pip install -e '.[dev]'`, rebuilt when pyproject.toml or the interpreter changes, and runs
-pytest with the project's own settings (the same tests as `make test`; extra arguments go to
-pytest). Versions run one after another: the suite starts real processes and judges their
-CPU use, so two suites at once would disturb each other.
+pytest with the project's own settings; arguments after `--` go to pytest (`make
+test-matrix` passes `-m 'not integration and not real'`, the unit tests; `make
+test-matrix-full` none, the whole suite as `make test` runs it). Versions run one after
+another: the integration tests start real processes and judge their CPU use, so two suites
+at once would disturb each other.
 
 Prints which versions ran (with result, test count and time) and which are missing and why.
 Exit status: 1 when a suite failed or an environment could not be built; a missing

@@ -115,6 +115,7 @@ class ProcessAccumulator:
             live_pools=self.live_pools,
             live_threads=self.live_threads,
             seconds=s,
+            thread_runnable_s=(),
             **self.work.measures()._asdict(),
         )
 

@@ -15,7 +15,7 @@ crash and never a silent zero.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from oversub.analysis.poolsize import pool_threads
@@ -36,6 +36,8 @@ class _Delta:
     voluntary: int | None
     involuntary: int | None
     active_threads: int
+    runnable_ns: tuple[int, ...] = ()
+    """Per thread: CPU time plus run delay (what decides whether it was active)."""
 
 
 def _counter_delta(prev: int | None, curr: int | None, reused: bool) -> int | None:
@@ -98,12 +100,14 @@ def _process_delta(
     """Counter changes of a process; `prev` is None when the process is new in the interval."""
     before = {t.tid: t for t in prev.threads} if prev is not None else {}
     per_thread = [_thread_delta(before.get(t.tid), t, dt_ns) for t in curr.threads]
+    runnable = tuple(d[0] + (d[1] or 0) for d in per_thread)
     return _Delta(
         cpu_ns=sum(d[0] for d in per_thread),
         run_delay_ns=_sum_or_none(d[1] for d in per_thread),
         voluntary=_sum_or_none(d[2] for d in per_thread),
         involuntary=_sum_or_none(d[3] for d in per_thread),
-        active_threads=sum(1 for d in per_thread if d[0] + (d[1] or 0) >= active_ns),
+        active_threads=sum(1 for r in runnable if r >= active_ns),
+        runnable_ns=runnable,
     )
 
 
@@ -180,6 +184,7 @@ def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> Pr
     return ProcessRates(
         threads=len(p.threads),
         active_threads=d.active_threads,
+        thread_runnable_s=tuple(r / _NS for r in d.runnable_ns),
         exited=exited,
         **{name: getattr(p, name) for name in CARRIED},
         **_delta_measures(d, dt_s)._asdict(),
@@ -339,3 +344,31 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresho
         host=_host_rates(prev.host, curr.host, tree_cpu + _reaped_cpu_ns(prev, curr), dt_s),
         unavailable=tuple(unavailable),
     )
+
+
+def with_thresholds(iv: Interval, thresholds: Thresholds) -> Interval:
+    """The interval as `interval()` computes it under `thresholds`, from its raw deltas alone
+    (a recorded interval, assessed again under other thresholds).
+
+    Only the active threads depend on thresholds (a thread is active when it was runnable at
+    least `active_cpu` of the interval: `ProcessRates.thread_runnable_s`), and through them
+    the pool threads of the totals; every other number is a raw delta or a rate of it."""
+    # The comparison of `interval()`, which counts whole nanoseconds.
+    floor_ns = thresholds.active_cpu * iv.seconds * _NS
+
+    def active(p: ProcessRates) -> ProcessRates:
+        if not p.thread_runnable_s:  # exited, or no thread: nothing was active
+            return p
+        count = sum(1 for r in p.thread_runnable_s if round(r * _NS) >= floor_ns)
+        return replace(p, active_threads=count)
+
+    processes = tuple(active(p) for p in iv.processes)
+    live = [p for p in processes if not p.exited]
+    in_pools, with_pools = pool_threads(live, iv.vcpus)
+    totals = replace(
+        iv.totals,
+        active_threads=sum(p.active_threads for p in live),
+        pool_threads=in_pools,
+        pool_processes=with_pools,
+    )
+    return replace(iv, processes=processes, totals=totals)

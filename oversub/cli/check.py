@@ -28,6 +28,7 @@ from oversub.errors import ExitStatus, UsageError
 from oversub.names import CheckMode, Verdict
 
 if TYPE_CHECKING:
+    from oversub.cli.progress import CheckProgress
     from oversub.model import Budget
     from oversub.run.session import SessionOptions
 
@@ -198,7 +199,7 @@ def command(
     return check_pid(pid, budget_of(pid), opts)
 
 
-def _progress(budget: Budget, opts: CheckOptions, err: TextIO | None) -> Any:
+def _progress(budget: Budget, opts: CheckOptions, err: TextIO | None) -> CheckProgress:
     import sys
 
     from oversub.cli.progress import CheckProgress

@@ -43,7 +43,7 @@ def make_console(*, stderr: bool = False) -> Console:
     class _Console(Console):
         def on_broken_pipe(self) -> None:
             # rich's default raises SystemExit(1), which in `check` reads as "found" and
-            # elsewhere as a failure; a reader that left (`| head`) is exit 0 (cli.main).
+            # elsewhere as a failure; a reader that left (`| head`) is exit 0 (cli.app.main).
             self.quiet = True
             raise OutputClosed("stdout was closed by its reader")
 

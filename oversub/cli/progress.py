@@ -109,12 +109,14 @@ class CheckProgress:
         what = f"attached to pid {pid}"
         self.start(what, interval=session.interval, warmup=session.warmup, until=until)
 
-    def interval(self, iv: Interval, assessment: Assessment, samples: int, elapsed: float) -> None:
+    def interval(
+        self, iv: Interval, assessment: Assessment, intervals: int, elapsed: float
+    ) -> None:
         """After each interval: redraw the status line, or print a line every `every` s."""
         self._demand_s += iv.totals.demand * iv.seconds
         self._seconds += iv.seconds
         if self.terminal:
-            line = self._status(iv.totals.demand, assessment.verdict, samples, elapsed)
+            line = self._status(iv.totals.demand, assessment.verdict, intervals, elapsed)
             width = max(20, _columns(self.err) - 1)  # a wrapped status line cannot be erased
             if len(line) > width:
                 line = line[: width - 1] + "…"
@@ -126,17 +128,19 @@ class CheckProgress:
         mean = self._demand_s / self._seconds if self._seconds > 0 else 0.0
         period = elapsed - self._last_line_at
         self._write(
-            f"{PREFIX}{elapsed:.0f} s measured, {count(samples, 'sample')}: demand {mean:.2f} "
+            f"{PREFIX}{elapsed:.0f} s measured, {count(intervals, 'sample')}: demand {mean:.2f} "
             f"runnable threads on N = {self.budget.vcpus} over the last {period:.0f} s; "
             f"last interval {assessment.verdict.value}\n"
         )
         self._last_line_at = elapsed
         self._demand_s = self._seconds = 0.0
 
-    def _status(self, demand: float, verdict: Verdict, samples: int, elapsed: float) -> str:
+    def _status(self, demand: float, verdict: Verdict, intervals: int, elapsed: float) -> str:
+        # "samples" in the words shown, as in the JSON key: the intervals measured (see
+        # docs/architecture.md, "Words"); the wording is kept as it was.
         # Short: it must fit an 80-column terminal, or it would wrap and could not be erased.
         return (
-            f"{PREFIX}{elapsed:.0f} s · {count(samples, 'sample')} · demand {demand:.2f} on "
+            f"{PREFIX}{elapsed:.0f} s · {count(intervals, 'sample')} · demand {demand:.2f} on "
             f"N = {self.budget.vcpus} · now {verdict.value}"
         )
 

@@ -1,7 +1,7 @@
 """CPU model name and feature flags, for `--detail` only.
 
 py-cpuinfo gives the most portable answer but is expensive: about 1.2 s, and it starts a
-second Python, `lscpu`, `dmesg` and a CPUID child (see SIGNALS.md). It is therefore imported
+second Python, `lscpu`, `dmesg` and a CPUID child (docs/signals.md). It is therefore imported
 inside `read_cpu_detail` and nowhere else: importing this module costs nothing, and no
 default code path or sampling loop may call it (it would load the machine being measured).
 """

@@ -1,7 +1,7 @@
 """Host-wide context for an interval: busy and stolen CPU time, PSI, cgroup throttling.
 
 These say whether something outside the watched tree competes for the CPUs; they are
-context, never a verdict about the tree on their own (see SIGNALS.md, "Host context").
+context, never a verdict about the tree on their own (docs/signals.md, "Host context").
 Every reader returns None for what it cannot read instead of failing.
 """
 

@@ -1,6 +1,6 @@
 """Hogwild on a shared PyTorch model: oversub must flag the default pools and pass the fix.
 
-M = N worker processes each size torch's OpenMP pool to all N vCPUs (SIGNALS.md: every
+M = N worker processes each size torch's OpenMP pool to all N vCPUs (docs/signals.md: every
 worker reports torch.get_num_threads() = N, fork or spawn). `oversub check` must exit 1 with
 an oversubscribed-pools finding that names the workers, an OpenMP/torch pool and a fix;
 with the plan applied in each worker (`--threads recommended`) it must exit 0.
