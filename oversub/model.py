@@ -1,8 +1,9 @@
-"""Data types shared by probes, analysis and renderers: the budget, the plan, thresholds.
+"""Data types shared by probes, analysis and renderers: the budget and the plan.
 
-Samples live in `oversub.samples` and analysis results in `oversub.results`; the split
-keeps `oversub recommend --format env` (run inside launch scripts) from paying for ~20
-dataclass creations it never uses.
+Samples live in `oversub.samples`, analysis results in `oversub.results` and the
+thresholds beside the settings table in `oversub.settings`; the split keeps `oversub
+recommend --format env` (run inside launch scripts) from paying for ~20 dataclass creations
+it never uses.
 
 Everything here is a frozen dataclass with no I/O. Probes build them from the system,
 analysis turns them into results, renderers turn results into text. Mappings are plain
@@ -14,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
-
-from oversub.settings import default
 
 LimitSource = Literal["affinity", "quota", "cpuset", "launcher", "none"]
 """What sets the effective budget N (`limited_by` in JSON). "launcher": a launcher's
@@ -132,30 +131,3 @@ class Plan:
     launcher_procs: int | None = None
     """Processes the launcher starts on this node, when the plan is for one of them (a
     SLURM task with its own CPUs: `procs` is 1 and this is SLURM_NTASKS_PER_NODE)."""
-
-
-# --------------------------------------------------------------------------- thresholds
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Every number the verdict depends on; each is a CLI flag and a pyproject key, and each
-    default is the one of `oversub.settings` (where the help text lives too)."""
-
-    margin: float = default("margin")
-    """Demand may exceed N by this fraction of N before it counts (measurement noise)."""
-    delay_ratio: float = default("delay_ratio")
-    """Share of runnable time spent waiting above which threads 'wait'."""
-    active_cpu: float = default("active_cpu")
-    """A thread runnable (running or waiting) this share of an interval counts as active.
-
-    Runnable, not running: under contention a busy thread gets little CPU but stays runnable."""
-    throttle_ratio: float = default("throttle_ratio")
-    """Share of cgroup periods throttled above which the quota 'bites'."""
-    outside_cpu: float = default("outside_cpu")
-    """CPUs used outside the tree above which other processes count as the cause."""
-    idle_seconds: float = default("idle_seconds")
-    """A forked child idle this long with OpenMP mapped is reported as hung."""
-    min_wait: float = default("min_wait")
-    """Threads 'wait' only when the tree also spends at least this many CPU-seconds per second
-    waiting: an idle tree's rare wake-ups can show a high delay ratio on almost nothing."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from oversub.model import Budget, Thresholds
+from oversub.model import Budget
 from oversub.names import Severity, Signal, Verdict, WaitKind
 from oversub.rules import Rule
+from oversub.thresholds import Thresholds
 
 
 @dataclass(frozen=True)

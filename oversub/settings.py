@@ -3,26 +3,28 @@
 One row per setting: its name, kind, default, allowed range, the help text (word for word
 the README's), its `[tool.oversub]` key and the commands that take it as a flag. From this
 table come the click options of `watch` and `check` (`oversub.cli.options`), the validation
-of `[tool.oversub]` (`oversub.cli.config`), the defaults of `model.Thresholds`, and the
+of `[tool.oversub]` (`oversub.cli.config`), the defaults of `thresholds.Thresholds`, and the
 README check (tests/test_catalogue.py). A value is resolved in one place
 (`cli.config.resolve`): the flag, else the pyproject key, else the default here.
 
-To add a setting: a row here (and a field of `Thresholds` when the verdict uses it), a row
-in README's table; the flag, the key and their validation follow.
+To add a setting: a row here (and a field of `thresholds.Thresholds` when the verdict uses it),
+a row in README's table; the flag, the key and their validation follow.
 
-Pure data; imported at start-up, so it builds nothing heavier than these rows.
+Pure data; imported by `watch` and `check` at start, not by `recommend` or `cpus`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oversub.names import Verdict
 
+# NamedTuples, not dataclasses: this table is built at every start of the CLI, and a
+# dataclass costs about five times as much to create (bench/startup.py measures start-up).
 
-@dataclass(frozen=True)
-class Range:
+
+class Range(NamedTuple):
     """Allowed interval of a number; None = unbounded on that side."""
 
     low: float
@@ -46,8 +48,7 @@ class Range:
         return f"in {left}{self.low:g}, {self.high:g}{right}"
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     """One setting: a flag, a `[tool.oversub]` key and a default."""
 
     name: str
@@ -65,7 +66,7 @@ class Setting:
     seconds: bool = False
     """A number of seconds (the flag's metavar says so)."""
     threshold: bool = False
-    """A field of `model.Thresholds`: the verdict depends on it."""
+    """A field of `thresholds.Thresholds`: the verdict depends on it."""
 
     @property
     def key(self) -> str:
@@ -186,7 +187,7 @@ THRESHOLDS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.threshold)
 
 
 def default(name: str) -> float:
-    """The default of a numeric setting (for `model.Thresholds`' fields)."""
+    """The default of a numeric setting (for the fields of `thresholds.Thresholds`)."""
     value = BY_NAME[name].default
     assert isinstance(value, float)
     return value

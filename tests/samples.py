@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from oversub.analysis.rates import interval
-from oversub.model import Budget, Thresholds
+from oversub.model import Budget
 from oversub.results import Interval
 from oversub.samples import HostSample, ProcessSample, ThreadSample, ThrottleStat, TreeSample
+from oversub.thresholds import Thresholds
 
 NS = 1_000_000_000
 ROOT = 100

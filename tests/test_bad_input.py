@@ -2,9 +2,9 @@
 
 Property: whatever argv a user types, `oversub` exits with a documented status (README's
 table), never prints a traceback or an internal error, and a usage error is one line
-starting `oversub: error:`. The options come from introspecting `oversub.cli.cli`, so a new
-option is fuzzed without editing this file (and a new option *type* fails
-`test_every_option_has_a_value_strategy` until it gets one).
+starting `oversub: error:`. The options come from introspecting every command of
+`oversub.cli.app`, so a new option is fuzzed without editing this file (and a new option
+*type* fails `test_every_option_has_a_value_strategy` until it gets one).
 
 Bounds, so that no example runs long or observes a real process:
 - every pid that converts is above the kernel's PID_MAX_LIMIT, so no such process exists;
@@ -36,7 +36,8 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from oversub.analysis.recommend import binding_plan, synthetic_budget
-from oversub.cli.app import cli
+from oversub.cli.app import COMMANDS as COMMAND_MODULES
+from oversub.cli.app import command
 from oversub.cli.options import PID, Seconds, parse_procs
 from oversub.errors import ExitStatus
 from oversub.model import MAX_VCPUS
@@ -50,7 +51,7 @@ ALARM_S = 20.0
 """Hang guard per example (a normal one takes milliseconds); a bound, not a measured time."""
 PYTHON_PASS = [sys.executable, "-c", "pass"]
 
-COMMANDS: dict[str, click.Command] = dict(cli.commands)
+COMMANDS: dict[str, click.Command] = {name: command(name) for name in COMMAND_MODULES}
 
 # Values that break parsers: empty, blank, signs, NaN/infinity, overflow, other digits,
 # long strings, control characters, shell and format syntax. Each option also gets values

@@ -13,12 +13,12 @@ import pytest
 
 from oversub.analysis import verdict
 from oversub.analysis.policy import gate
-from oversub.cli.app import cli
-from oversub.model import Thresholds
+from oversub.cli.app import command
 from oversub.names import Verdict
 from oversub.render.junit import summary_junit
 from oversub.rules import PREFLIGHT_RULES, RUNTIME_RULES, Rule
 from oversub.settings import SETTINGS, THRESHOLDS
+from oversub.thresholds import Thresholds
 from tests.model_fixtures import make_summary
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -102,8 +102,8 @@ def test_readme_config_example_names_every_key() -> None:
     assert set(readme_config_keys()) == {s.key for s in SETTINGS}
 
 
-def _options(command: str) -> dict[str, click.Option]:
-    params = cli.commands[command].params
+def _options(name: str) -> dict[str, click.Option]:
+    params = command(name).params
     return {p.opts[0]: p for p in params if isinstance(p, click.Option) and p.opts}
 
 

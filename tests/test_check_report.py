@@ -13,7 +13,7 @@ import pytest
 
 from oversub.analysis.recommend import synthetic_budget
 from oversub.analysis.summary import unmeasured_summary
-from oversub.cli.check import CheckOptions
+from oversub.cli.checking import CheckOptions
 from oversub.cli.reportfiles import STEP_SUMMARY_MAX
 from oversub.cli.reports import report
 from oversub.errors import ExitStatus, ReportError

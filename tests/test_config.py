@@ -9,8 +9,8 @@ import pytest
 
 from oversub.cli.config import load_config, resolve, thresholds_from
 from oversub.errors import ExitStatus, UsageError
-from oversub.model import Thresholds
 from oversub.settings import BY_KEY, BY_NAME
+from oversub.thresholds import Thresholds
 
 KEYS = list(BY_KEY)
 FAIL_ON_CHOICES = BY_KEY["fail-on"].choices

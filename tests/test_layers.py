@@ -19,6 +19,7 @@ FOUNDATION = frozenset(
         "oversub.names",
         "oversub.errors",
         "oversub.settings",
+        "oversub.thresholds",
         "oversub.rules",
         "oversub.cpulist",
         "oversub.plural",

@@ -17,7 +17,6 @@ from oversub.analysis.rates import interval
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
 from oversub.errors import NoSuchProcess, PermissionDenied
-from oversub.model import Thresholds
 from oversub.names import Signal, Verdict
 from oversub.probe.budget import read_budget
 from oversub.probe.sampler import TreeSampler
@@ -26,6 +25,7 @@ from oversub.render.junit import summary_junit
 from oversub.render.markdown import summary_markdown
 from oversub.render.report import summary_text
 from oversub.results import Interval, ProcessRates, Totals
+from oversub.thresholds import Thresholds
 
 pytestmark = pytest.mark.skipif(not Path("/proc/1/stat").exists(), reason="needs Linux /proc")
 

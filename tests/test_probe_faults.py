@@ -25,10 +25,10 @@ from oversub.analysis.rates import interval
 from oversub.analysis.recommend import synthetic_budget
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
-from oversub.model import Thresholds
 from oversub.probe.sampler import TreeSampler
 from oversub.run.session import SessionOptions, run_session
 from oversub.samples import TreeSample
+from oversub.thresholds import Thresholds
 from tests.fault_tree import KINDS, VanishingPid
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from oversub.cli.check import CheckOptions, check_command
+from oversub.cli.checking import CheckOptions, check_command
 from oversub.cli.progress import CheckProgress, shown_command
 from oversub.run.session import SessionOptions
 from tests.model_fixtures import make_assessment, make_budget, make_interval, make_totals
@@ -108,7 +108,7 @@ def test_check_prints_a_start_line_and_progress_while_it_runs(tmp_path: Path) ->
 def test_check_pid_without_duration_says_it_runs_until_the_target_exits() -> None:
     import subprocess
 
-    from oversub.cli.check import check_pid
+    from oversub.cli.checking import check_pid
     from oversub.probe.budget import read_budget
 
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from oversub.analysis.rates import interval
-from oversub.model import Thresholds
 from oversub.results import HostRates, ProcessRates
 from oversub.samples import ProcessSample, TreeSample
+from oversub.thresholds import Thresholds
 from tests.samples import (
     BUSY,
     IDLE,

@@ -8,9 +8,9 @@ import pytest
 
 from oversub.analysis.rates import interval
 from oversub.analysis.summary import NO_INTERVAL_NOTE, RunSummary
-from oversub.model import Thresholds
 from oversub.names import Verdict
 from oversub.results import Interval, ProcessSummary, Summary
+from oversub.thresholds import Thresholds
 from tests.samples import (
     BUSY,
     IDLE,

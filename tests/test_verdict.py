@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 
 from oversub.analysis.verdict import assess
-from oversub.model import Thresholds
 from oversub.names import Severity, Verdict
 from oversub.results import Assessment, Finding
 from oversub.rules import RUNTIME_RULES as RULES
+from oversub.thresholds import Thresholds
 from tests.samples import IDLE, ROOT, Host, Load, Proc, analyse, busy_workers
 
 TH = Thresholds()

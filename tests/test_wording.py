@@ -29,9 +29,9 @@ from oversub.analysis.preflight import preflight
 from oversub.analysis.recommend import make_plan, synthetic_budget
 from oversub.analysis.summary import unmeasured_summary
 from oversub.analysis.verdict import assess
-from oversub.cli.check import CheckOptions
+from oversub.cli.checking import CheckOptions
 from oversub.cli.reports import report
-from oversub.model import Budget, Thresholds
+from oversub.model import Budget
 from oversub.names import Verdict
 from oversub.render.junit import summary_junit
 from oversub.render.live import watch_renderable
@@ -42,6 +42,7 @@ from oversub.render.report import summary_renderable, summary_text
 from oversub.results import Assessment, CheckOutcome, Finding, Interval
 from oversub.rules import PREFLIGHT_RULES
 from oversub.rules import RUNTIME_RULES as RULES
+from oversub.thresholds import Thresholds
 from tests.model_fixtures import (
     make_budget,
     make_cpuset,

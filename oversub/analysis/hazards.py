@@ -22,12 +22,12 @@ from oversub.analysis.wording import (
     verb,
     who,
 )
-from oversub.model import Thresholds
 from oversub.names import Severity, Verdict, WaitKind
 from oversub.plural import count
 from oversub.pools import POOLS_BY_KEY, is_openmp
 from oversub.results import Finding, Interval, ProcessRates
 from oversub.rules import Rule
+from oversub.thresholds import Thresholds
 
 IDLE_CPU_PERCENT = 1.0
 """A hung child uses about no CPU: below this percentage of one CPU."""

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from oversub.analysis.poolsize import pool_threads
-from oversub.model import Thresholds
 from oversub.names import Signal
 from oversub.results import HostRates, Interval, ProcessRates, Totals
 from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
+from oversub.thresholds import Thresholds
 
 _NS = 1_000_000_000
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 from oversub.analysis.accumulators import ProcessAccumulator, TreeAccumulator
 from oversub.analysis.poolsize import pool_threads
 from oversub.analysis.verdict import assess
-from oversub.model import Budget, Thresholds
+from oversub.model import Budget
 from oversub.names import Signal
 from oversub.results import (
     Assessment,
@@ -31,6 +31,7 @@ from oversub.results import (
     Summary,
     Totals,
 )
+from oversub.thresholds import Thresholds
 
 NO_INTERVAL_NOTE = "no complete interval was sampled"
 """Why a run that ended before a second sample is not judged (nothing could be measured)."""

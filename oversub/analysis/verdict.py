@@ -30,12 +30,12 @@ from oversub.analysis.wording import (
     sentence,
     verb,
 )
-from oversub.model import Thresholds
 from oversub.names import Severity, Signal, Verdict
 from oversub.plural import count, noun
 from oversub.pools import POOLS_BY_KEY
 from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates
 from oversub.rules import REPORT_ORDER, Rule
+from oversub.thresholds import Thresholds
 
 Evidence = dict[str, float | int | str | None]
 

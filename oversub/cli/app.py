@@ -1,20 +1,43 @@
 """The `oversub` group and `main`: command results and errors become exit codes here only.
 
-Only click and the small modules each command module imports at its top are loaded at
-start-up (see `oversub.cli`).
+Each command's module is imported when that command runs (or when `--help` lists them
+all): `oversub recommend --format env` in a launch script loads click, this module and
+`cli.recommend`, not the options of `check` and `watch` (see `oversub.cli`).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import NoReturn
 
 import click
 
-from oversub.cli import check, completion, cpus, recommend, stress, watch
 from oversub.cli.options import CONTEXT
 from oversub.errors import ExitStatus, OutputClosed, OutputFailed, OversubError
+
+COMMANDS: dict[str, str] = {
+    name: f"oversub.cli.{name}"
+    for name in ("cpus", "recommend", "watch", "check", "stress", "completion")
+}
+"""Command name -> the module that defines it as `command` (one module per command)."""
+
+
+def command(name: str) -> click.Command:
+    """The click command `name`, its module imported now."""
+    found: click.Command = importlib.import_module(COMMANDS[name]).command
+    return found
+
+
+class _Commands(click.Group):
+    """A group whose commands are imported on first use (`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return command(cmd_name) if cmd_name in COMMANDS else None
 
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -27,7 +50,7 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     ctx.exit()
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=_Commands, context_settings=CONTEXT)
 @click.option(
     "-V",
     "--version",
@@ -48,10 +71,6 @@ def cli() -> None:
     oversub stress --procs 2 --threads 4   a workload to try it on
     oversub completion bash           tab completion for bash, zsh or fish
     """
-
-
-for _module in (cpus, recommend, watch, check, stress, completion):
-    cli.add_command(_module.command)
 
 
 class _NeverRaised(click.UsageError):

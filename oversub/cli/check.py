@@ -1,15 +1,14 @@
 """`oversub check`: the CI gate, in three modes, with reports and a documented exit code.
 
-The command validates its flags (which mode, which flags that mode takes), checks the report
-paths before anything runs, runs the mode (`run.check`), and reports (`cli.reports`); the
-exit status comes from `analysis.policy`.
+The command validates its flags (which mode, which flags that mode takes) and resolves
+its settings; `cli.checking` checks the report paths before anything runs, runs the mode
+(`run.check`) and reports (`cli.reports`); the exit status comes from `analysis.policy`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any
 
 import click
 
@@ -26,36 +25,6 @@ from oversub.cli.options import (
 )
 from oversub.errors import ExitStatus, UsageError
 from oversub.names import CheckMode, Verdict
-
-if TYPE_CHECKING:
-    from oversub.cli.progress import CheckProgress
-    from oversub.model import Budget
-    from oversub.run.session import SessionOptions
-
-
-def _session_options() -> SessionOptions:
-    from oversub.run.session import SessionOptions
-
-    return SessionOptions()
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    """Everything `check` needs besides the target."""
-
-    fail_on: Verdict = Verdict.OVERSUBSCRIBED
-    """Fail (exit 1) when the verdict's rank is at least this one's."""
-    session: SessionOptions = field(default_factory=_session_options)
-    timeout: float | None = None
-    """`check -- CMD`: end the command after this many seconds (not a failure)."""
-    grace: float = 3.0
-    """Seconds between SIGTERM and SIGKILL when ending the command's tree."""
-    json_path: Path | None = None
-    junit_path: Path | None = None
-    markdown_path: Path | None = None
-    progress_every: float = 10.0
-    """Seconds between progress lines on stderr when it is not a terminal (a CI log)."""
-
 
 # check's modes -> the mode-specific flags each accepts, and what to say to someone who
 # gives a flag to the wrong mode (a silently ignored flag makes a gate lie).
@@ -152,6 +121,7 @@ def command(
       oversub check --pid 1234 --duration 20 --fail-on at-risk
       oversub check --procs 4 --threads 8 --cpus 16
     """
+    from oversub.cli.checking import CheckOptions, check_command, check_pid, check_static
     from oversub.cli.config import load_config, resolve, resolve_float, thresholds_from
     from oversub.cli.options import pop_thresholds
     from oversub.cli.target import budget_of
@@ -197,61 +167,3 @@ def command(
         return check_command(list(command), budget_of(None), opts)
     assert pid is not None
     return check_pid(pid, budget_of(pid), opts)
-
-
-def _progress(budget: Budget, opts: CheckOptions, err: TextIO | None) -> CheckProgress:
-    import sys
-
-    from oversub.cli.progress import CheckProgress
-
-    return CheckProgress(err if err is not None else sys.stderr, budget, every=opts.progress_every)
-
-
-def check_command(
-    argv: list[str], budget: Budget, opts: CheckOptions, *, err: TextIO | None = None
-) -> ExitStatus:
-    """Start `argv`, sample its tree until it exits or times out, stop what is left, report.
-
-    SIGINT, SIGTERM and SIGHUP end the run like Ctrl-C (exit 130); see `run.check`."""
-    from oversub.cli.reports import prepare_reports, report
-    from oversub.run.check import run_command
-
-    environ = prepare_reports(opts, err)
-    outcome = run_command(
-        argv,
-        budget,
-        opts.session,
-        _progress(budget, opts, err),
-        timeout=opts.timeout,
-        grace=opts.grace,
-    )
-    return report(outcome, opts, err=err, environ=environ)
-
-
-def check_pid(
-    pid: int, budget: Budget, opts: CheckOptions, *, err: TextIO | None = None
-) -> ExitStatus:
-    """Attach to a running tree for `opts.session.duration` seconds (or until it exits)."""
-    from oversub.cli.reports import prepare_reports, report
-    from oversub.run.check import run_pid
-
-    environ = prepare_reports(opts, err)
-    outcome = run_pid(pid, budget, opts.session, _progress(budget, opts, err))
-    return report(outcome, opts, err=err, environ=environ)
-
-
-def check_static(
-    budget: Budget,
-    procs: int,
-    threads: int,
-    workers: int,
-    opts: CheckOptions,
-    *,
-    err: TextIO | None = None,
-) -> ExitStatus:
-    """Would M processes x (T threads + W workers) oversubscribe the budget? Samples nothing."""
-    from oversub.cli.reports import prepare_reports, report
-    from oversub.run.check import run_static
-
-    environ = prepare_reports(opts, err)
-    return report(run_static(budget, procs, threads, workers), opts, err=err, environ=environ)

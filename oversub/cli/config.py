@@ -21,8 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from oversub.errors import UsageError
-from oversub.model import Thresholds
 from oversub.settings import BY_KEY, BY_NAME, THRESHOLDS, Range
+from oversub.thresholds import Thresholds
 
 if sys.version_info >= (3, 11):
     import tomllib

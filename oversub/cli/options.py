@@ -11,15 +11,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import click
 
 from oversub.model import MAX_VCPUS
 from oversub.names import Name, values
-from oversub.settings import SETTINGS, Setting
+
+if TYPE_CHECKING:
+    from oversub.settings import Setting
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -129,12 +130,16 @@ def _whole(bound: float | None) -> float | int | None:
 def setting_option(name: str) -> Callable[[F], F]:
     """The flag of one setting (`oversub.settings`), with its type, range and help. No
     default here: None means "not given", so `[tool.oversub]` can still decide."""
-    setting = next(s for s in SETTINGS if s.name == name)
+    from oversub.settings import BY_NAME
+
+    setting = BY_NAME[name]
     return click.option(setting.flag, type=_type(setting), default=None, help=setting.help_text)
 
 
 def threshold_options(command: str) -> Callable[[F], F]:
     """The verdict thresholds, as flags of `command` (defaults in README)."""
+
+    from oversub.settings import SETTINGS
 
     def add(f: F) -> F:
         for setting in reversed(SETTINGS):
@@ -145,8 +150,7 @@ def threshold_options(command: str) -> Callable[[F], F]:
     return add
 
 
-@dataclass(frozen=True)
-class Report:
+class Report(NamedTuple):
     """A report file `check` writes: its flag, the parameter it becomes, its help."""
 
     flag: str
@@ -172,4 +176,6 @@ def report_options(f: F) -> F:
 
 def pop_thresholds(kwargs: dict[str, Any]) -> dict[str, float | None]:
     """The threshold flags among a command's parameters (None: not given), removed."""
-    return {s.name: kwargs.pop(s.name) for s in SETTINGS if s.threshold}
+    from oversub.settings import THRESHOLDS
+
+    return {s.name: kwargs.pop(s.name) for s in THRESHOLDS}

@@ -17,7 +17,7 @@ from oversub.errors import ExitStatus
 from oversub.run import stopsignals
 
 if TYPE_CHECKING:
-    from oversub.cli.check import CheckOptions
+    from oversub.cli.checking import CheckOptions
     from oversub.results import CheckOutcome, Gate
 
 

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.live import Live
 
-    from oversub.model import Budget, Thresholds
+    from oversub.model import Budget
     from oversub.results import Assessment, Interval, Summary
+    from oversub.thresholds import Thresholds
 
 
 @click.command("watch", context_settings=CONTEXT)

@@ -20,8 +20,9 @@ from oversub.names import Name
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from oversub.model import Budget, Plan, Thresholds
+    from oversub.model import Budget, Plan
     from oversub.results import Assessment, Interval, Summary
+    from oversub.thresholds import Thresholds
 
 
 class CpusFormat(Name):

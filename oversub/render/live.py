@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oversub.model import Budget, Thresholds
+from oversub.model import Budget
 from oversub.plural import count
 from oversub.render.phrases import (
     VERDICT_MEANING,
@@ -30,6 +30,7 @@ from oversub.render.richparts import (
     text,
 )
 from oversub.results import Assessment, Interval, ProcessRates, Totals
+from oversub.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from oversub.cpulist import format_cpulist
-from oversub.model import Budget, Thresholds
+from oversub.model import Budget
 from oversub.names import DENIED, Signal, Verdict
 from oversub.plural import count, noun
 from oversub.pools import (
@@ -21,6 +21,7 @@ from oversub.pools import (
     first_level,
 )
 from oversub.results import Finding, HostRates, ProcessSummary, Summary, Totals
+from oversub.thresholds import Thresholds
 
 UNKNOWN = "-"
 """Shown for a value the platform did not provide."""

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from oversub.analysis.rates import interval as interval_between
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
-from oversub.model import Budget, Thresholds
+from oversub.model import Budget
 from oversub.probe.sampler import TreeSampler
 from oversub.results import Assessment, Interval, Summary
 from oversub.samples import TreeSample
+from oversub.thresholds import Thresholds
 
 OnInterval = Callable[[Interval, Assessment, int, float], None]
 """Called after each interval with (interval, assessment, intervals so far, elapsed seconds)."""
