@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from oversub.analysis.verdict import RULES
-from oversub.model import LimitSource, Verdict
+from oversub.model import LimitSource
+from oversub.names import Verdict
+from oversub.rules import RUNTIME_RULES as RULES
 from tests.metrics_contract import (
     DASHBOARD,
     EXAMPLE_SCRAPE,

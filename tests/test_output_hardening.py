@@ -36,10 +36,10 @@ from rich.cells import cell_len
 from oversub.analysis.recommend import threads_for
 from oversub.errors import ExitStatus
 from oversub.probe.budget import read_budget
+from tests.harness import OVERSUB
 
 pytestmark = pytest.mark.integration
 
-OVERSUB = [sys.executable, "-m", "oversub"]
 TIMEOUT_S = 60.0
 """Upper bound for any one command: generous, since two vCPUs are shared with other jobs."""
 

@@ -18,13 +18,14 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+
+from tests.harness import OVERSUB
 
 pytestmark = [
     pytest.mark.integration,
@@ -33,7 +34,6 @@ pytestmark = [
     ),
 ]
 
-OVERSUB = [sys.executable, "-m", "oversub"]
 WAIT_S = 90.0
 """Bound on every wait (a run takes seconds); never asserted as a time."""
 DONE = "__oversub_test_done__"
