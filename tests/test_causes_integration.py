@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import CPU, stress
+from tests.harness import CPU, Spawner, pin_to_one_cpu, stress
 from tests.harness import oversub as run_oversub
 
 
@@ -40,11 +40,13 @@ while True:
     time.sleep(0.1 * (1 - duty))
 """
 
+# Says "ready" once its 8 workers are up and have run a task, then idles.
 IDLE_POOL = """
 import multiprocessing, time
 with multiprocessing.get_context("spawn").Pool(8) as pool:
     pool.map(abs, range(8))
-    time.sleep(6)
+    print("ready", flush=True)
+    time.sleep(600)
 """
 
 
@@ -89,12 +91,24 @@ def test_small_outside_load_that_explains_the_waiting_is_named(tmp_path: Path) -
         assert "no other load" not in f["message"], f
 
 
-def test_an_idle_pool_under_outside_load_is_not_starved(tmp_path: Path) -> None:
+def test_an_idle_pool_under_outside_load_is_not_starved(tmp_path: Path, spawn: Spawner) -> None:
     # An idle Pool(8) on a CPU that two other processes keep busy: its workers' rare wake-ups
-    # wait, but the tree keeps a tiny fraction of a CPU runnable.
+    # wait, but the tree keeps a tiny fraction of a CPU runnable. The pool's start-up (eight
+    # interpreters importing under the same load) is real starvation, so the check attaches
+    # only once the pool says it is ready, and the load starts after that.
+    pool = spawn(
+        [sys.executable, "-c", IDLE_POOL],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=pin_to_one_cpu,
+    )
+    assert pool.stdout is not None and pool.stdout.readline().strip() == "ready"
+    report = tmp_path / "r.json"
     with outside_load(1.0, count=2):
-        doc = check_json(tmp_path, [sys.executable, "-c", IDLE_POOL])
-    assert doc["command_status"] == 0, doc["stderr"]
+        args = ["--pid", str(pool.pid), "--duration", "3", "--interval", "0.5"]
+        result = oversub(["check", *args, "--json", str(report)])
+    assert report.exists(), result.stderr
+    doc = json.loads(report.read_text())
     assert doc["verdict"] not in ("starved", "oversubscribed"), doc["findings"]
     assert doc["totals"]["demand"] < 0.2, doc["totals"]
 
