@@ -27,6 +27,7 @@ FOUNDATION = frozenset(
         "oversub.model",
         "oversub.samples",
         "oversub.results",
+        "oversub.nodes",
     }
 )
 """Data types, vocabulary and catalogues: every layer may import them; they import only

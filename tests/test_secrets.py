@@ -90,6 +90,9 @@ def secret_env(secret: str) -> dict[str, str]:
         "SECRET_EQUALS": f"OMP_NUM_THREADS={secret}",  # an entry inside a value
         "SECRET_LINES": f"x\nOMP_NUM_THREADS={secret}\n",  # a line that looks like one
         f"LEAK_{secret}": "1",  # the secret as a name
+        "SLURM_JOB_NAME": secret,  # a launcher variable outside the report's allow-list
+        "SLURM_JOB_ID": f"4242;{secret}",  # an allow-listed one whose value is not an id
+        "RANK": f"1\n{secret}",
         "OMP_NUM_THREADS": "3",  # control: thread variables are read and shown
         "KMP_BLOCKTIME": "0",
     }
@@ -109,7 +112,9 @@ def env(secret: str, tmp_path: Path) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith("GITHUB_") and k not in ("OVERSUB_DEBUG", "NO_COLOR")
     }
-    return {**base, **secret_env(secret), "TMPDIR": str(tmp_path / "tmp")}
+    # Control: allow-listed launcher ids of oversub's own environment go into the reports.
+    launcher = {"SLURM_PROCID": "3", "LOCAL_RANK": "1"}
+    return {**base, **launcher, **secret_env(secret), "TMPDIR": str(tmp_path / "tmp")}
 
 
 class Group:
@@ -267,6 +272,9 @@ def test_secret_appears_in_no_output_and_no_file(
 
     # Control: the thread variables were read from the root and the child, and shown.
     summary = json.loads((tmp_path / "json.out").read_text())
+    ids = summary["launcher_env"]
+    assert {"SLURM_PROCID": "3", "LOCAL_RANK": "1"}.items() <= ids.items(), ids
+    assert "SLURM_JOB_ID" not in ids and "RANK" not in ids, ids
     envs = _thread_envs(summary["processes"])
     assert envs[target.pid] == thread_env and envs[child] == thread_env, envs
     lines = [json.loads(x) for x in (tmp_path / "ndjson.out").read_text().splitlines()]

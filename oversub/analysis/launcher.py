@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from oversub.analysis.recommend import make_plan
@@ -178,3 +178,62 @@ def _one_task(budget: Budget, info: LauncherInfo, workers: int, note: str, *, bi
         context=(note,),
         bind=bind,
     )
+
+
+# --------------------------------------------------------------------------- identity
+
+_INTEGER = re.compile(r"[0-9]{1,10}\Z")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}\Z")
+_NODE_LIST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._,\[\]-]{0,255}\Z")
+
+IDENTITY_VARS: dict[str, re.Pattern[str]] = {
+    # SLURM: the job, its step, this node's and this task's place in it.
+    "SLURM_JOB_ID": _INTEGER,
+    "SLURM_ARRAY_JOB_ID": _INTEGER,
+    "SLURM_ARRAY_TASK_ID": _INTEGER,
+    "SLURM_STEP_ID": _ID,
+    "SLURM_NODEID": _INTEGER,
+    "SLURM_PROCID": _INTEGER,
+    "SLURM_LOCALID": _INTEGER,
+    "SLURM_NNODES": _INTEGER,
+    "SLURM_NTASKS": _INTEGER,
+    "SLURMD_NODENAME": _ID,
+    "SLURM_JOB_NODELIST": _NODE_LIST,
+    # torchrun (torch.distributed.run); NODE_RANK is the usual name of its --node-rank.
+    "TORCHELASTIC_RUN_ID": _ID,
+    "RANK": _INTEGER,
+    "LOCAL_RANK": _INTEGER,
+    "WORLD_SIZE": _INTEGER,
+    TORCHRUN: _INTEGER,
+    "GROUP_RANK": _INTEGER,
+    "NODE_RANK": _INTEGER,
+    # Open MPI, MPICH / Intel MPI (PMI), PMIx.
+    "OMPI_COMM_WORLD_RANK": _INTEGER,
+    "OMPI_COMM_WORLD_SIZE": _INTEGER,
+    "OMPI_COMM_WORLD_LOCAL_RANK": _INTEGER,
+    OPEN_MPI: _INTEGER,
+    "PMI_RANK": _INTEGER,
+    "PMI_SIZE": _INTEGER,
+    "PMIX_RANK": _INTEGER,
+    "MPI_LOCALRANKID": _INTEGER,
+    MPICH: _INTEGER,
+}
+"""The launcher variables a report may carry, each with the form its value must have.
+
+An allow-list, never a pattern of names: an environment holds secrets, and only these ids
+(integers, short ids, a SLURM node list) say where a report comes from."""
+
+
+def _valid_identity(env: Mapping[str, object]) -> Iterator[tuple[str, str]]:
+    for name, form in IDENTITY_VARS.items():
+        value = env.get(name)
+        if isinstance(value, str) and form.match(value):
+            yield name, value
+
+
+def launcher_identity(env: Mapping[str, object]) -> dict[str, str]:
+    """The allow-listed launcher variables of `env` whose values have their form, in
+    `IDENTITY_VARS` order. Anything else is left out: other names (they may hold secrets),
+    empty or malformed values (at most 10 digits for a number, 64 characters for an id, 256
+    for a node list). Used on oversub's own environment and on reports read back (`merge`)."""
+    return dict(_valid_identity(env))

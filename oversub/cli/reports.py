@@ -33,9 +33,11 @@ def prepare_reports(opts: CheckOptions, err: TextIO | None) -> Mapping[str, str]
     flag and path; a run of minutes must not end in "cannot write"), and warn now, once,
     about a job summary file that cannot take the report. Returns the environment `report`
     should then use (None: ours)."""
+    from oversub.cli.identity import read_identity
     from oversub.cli.options import REPORTS
     from oversub.cli.reportfiles import check_report_path, step_summary_problem
 
+    read_identity(os.environ)  # a bad OVERSUB_NODE is a usage error before the run
     for option in REPORTS:
         path = getattr(opts, option.name)
         if path is not None:
@@ -78,6 +80,7 @@ def _report(
     outcome: CheckOutcome, opts: CheckOptions, err: TextIO, environ: Mapping[str, str] | None
 ) -> ExitStatus:
     from oversub.analysis.policy import exit_status, gate
+    from oversub.cli.identity import read_identity
     from oversub.cli.reportfiles import append_step_summary, write_atomic
     from oversub.render.checkreport import check_dict
     from oversub.render.markdown import summary_markdown
@@ -95,7 +98,8 @@ def _report(
             err.write(line + "\n")
     err.flush()
     if opts.json_path is not None:
-        text = to_json(check_dict(outcome, status, judged), indent=2) + "\n"
+        doc = check_dict(outcome, status, judged, read_identity(env))
+        text = to_json(doc, indent=2) + "\n"
         write_atomic("--json", opts.json_path, text)
     if opts.junit_path is not None:
         from oversub.render.junit import summary_junit

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rich.live import Live
 
     from oversub.model import Budget
+    from oversub.nodes import NodeIdentity
     from oversub.results import Assessment, Interval, Summary
     from oversub.thresholds import Thresholds
 
@@ -63,7 +64,10 @@ def command(
       oversub watch 1234 --duration 30 --format json > report.json
       oversub watch 1234 --once --format ndjson
     """
+    import os
+
     from oversub.cli.config import load_config, resolve_float, thresholds_from
+    from oversub.cli.identity import read_identity
     from oversub.cli.options import pop_thresholds
     from oversub.cli.target import budget_of
     from oversub.probe.sampler import TreeSampler
@@ -75,6 +79,8 @@ def command(
     thresholds = thresholds_from(config, pop_thresholds(kwargs))
     budget = budget_of(pid)
     chosen = WatchFormat(fmt) if fmt else default_watch_format(sys.stdout)
+    # Read before the run: a bad OVERSUB_NODE is a usage error now, not after minutes.
+    identity = read_identity(os.environ)
     options = SessionOptions(
         interval=resolve_float("interval", interval, config),
         duration=duration,
@@ -85,7 +91,7 @@ def command(
         stopsignals.interrupt(),
         TreeSampler.for_budget(pid, budget) as sampler,
         ExitWatch(pid) as target,
-        WatchView(chosen, budget, thresholds=thresholds) as view,
+        WatchView(chosen, budget, thresholds=thresholds, identity=identity) as view,
     ):
         # A target that exits mid-interval ends the run now, not at the end of the interval.
         result = run_session(
@@ -106,8 +112,10 @@ class WatchView:
         *,
         out: TextIO | None = None,
         thresholds: Thresholds | None = None,
+        identity: NodeIdentity | None = None,
     ) -> None:
         self.fmt = fmt
+        self.identity = identity
         self.budget = budget
         self.thresholds = thresholds
         self.out = out if out is not None else sys.stdout
@@ -161,7 +169,9 @@ class WatchView:
                 self.out.flush()
 
     def summary(self, summary: Summary) -> None:
-        report = render_watch_summary(summary, self.fmt, timestamp=utc_timestamp())
+        report = render_watch_summary(
+            summary, self.fmt, timestamp=utc_timestamp(), identity=self.identity
+        )
         with reader_may_leave():
             if isinstance(report, str):
                 self.out.write(report)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from oversub.model import Budget, Plan
+    from oversub.nodes import NodeIdentity
     from oversub.results import Assessment, Interval, Summary
     from oversub.thresholds import Thresholds
 
@@ -131,22 +132,32 @@ def render_watch_interval(
 
 
 def render_watch_summary(
-    summary: Summary, fmt: WatchFormat, *, timestamp: str | None = None
+    summary: Summary,
+    fmt: WatchFormat,
+    *,
+    timestamp: str | None = None,
+    identity: NodeIdentity | None = None,
 ) -> RenderableType:
     """The run's summary in `fmt`: a rich report (LIVE), one JSON line (NDJSON, with
-    "timestamp" as for intervals), or indented JSON (JSON); strings end in a newline."""
+    "timestamp" as for intervals), or indented JSON (JSON); strings end in a newline. The
+    JSON formats end with `serialize.identity_dict(identity)` when it is given."""
     if fmt is WatchFormat.LIVE:
         from oversub.render.report import summary_renderable
 
         return summary_renderable(summary)
     elif fmt is WatchFormat.NDJSON:
-        from oversub.render.serialize import summary_dict, to_json
+        from oversub.render.serialize import identity_dict, summary_dict, to_json
 
         record = {"type": "summary", "timestamp": timestamp, **summary_dict(summary)}
+        if identity is not None:
+            record.update(identity_dict(identity))
         return to_json(record, indent=None) + "\n"
     elif fmt is WatchFormat.JSON:
-        from oversub.render.serialize import summary_dict, to_json
+        from oversub.render.serialize import identity_dict, summary_dict, to_json
 
-        return to_json(summary_dict(summary), indent=2) + "\n"
+        doc = summary_dict(summary)
+        if identity is not None:
+            doc.update(identity_dict(identity))
+        return to_json(doc, indent=2) + "\n"
     else:
         _unreachable(fmt)

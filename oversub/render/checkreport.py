@@ -4,10 +4,13 @@ JSON report document. Pure: the CLI (`cli.reports`) writes them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oversub.errors import ExitStatus
 from oversub.results import CheckOutcome, Gate
+
+if TYPE_CHECKING:
+    from oversub.nodes import NodeIdentity
 
 
 def closing_lines(outcome: CheckOutcome, status: ExitStatus, gate: Gate) -> list[str]:
@@ -36,11 +39,13 @@ def _verdict_line(outcome: CheckOutcome, status: ExitStatus, gate: Gate) -> str:
     return f"{word}: {judged}"
 
 
-def check_dict(outcome: CheckOutcome, status: ExitStatus, gate: Gate) -> dict[str, Any]:
+def check_dict(
+    outcome: CheckOutcome, status: ExitStatus, gate: Gate, identity: NodeIdentity | None = None
+) -> dict[str, Any]:
     """The `--json` report: `serialize.summary_dict` plus `exit_status`, `fail_on`,
     `command` (list or null), `command_status` (negative: killed by that signal) and
-    `timed_out`."""
-    from oversub.render.serialize import summary_dict
+    `timed_out`, then `serialize.identity_dict` (`node`, `launcher_env`) when given."""
+    from oversub.render.serialize import identity_dict, summary_dict
 
     doc: dict[str, Any] = summary_dict(outcome.summary)
     doc.update(
@@ -50,4 +55,6 @@ def check_dict(outcome: CheckOutcome, status: ExitStatus, gate: Gate) -> dict[st
         command_status=outcome.command_status,
         timed_out=outcome.timed_out,
     )
+    if identity is not None:
+        doc.update(identity_dict(identity))
     return doc

@@ -19,6 +19,7 @@ from oversub.pools import RECOMMENDED_VARS
 
 if TYPE_CHECKING:  # annotations only: `recommend --format env` must not build these classes
     from oversub.model import Budget, Plan
+    from oversub.nodes import NodeIdentity
     from oversub.results import (
         Assessment,
         Finding,
@@ -353,6 +354,21 @@ def summary_dict(s: Summary) -> dict[str, Any]:
         "unavailable": list(s.unavailable),
         "notes": list(s.notes),
     }
+
+
+def identity_dict(identity: NodeIdentity) -> dict[str, Any]:
+    """Where a report was written, added to every report-level JSON object (`watch --format
+    json`, the `summary` record of `--format ndjson`, `check --json`).
+
+    Keys:
+      - `node` (str): the node's name: `OVERSUB_NODE` when set, else the host name (at most
+        253 characters).
+      - `launcher_env` (object): launcher variable -> value, read from oversub's own
+        environment, only the allow-listed names of `analysis.launcher.IDENTITY_VARS` (SLURM
+        job, step, node and task ids; torchrun and MPI ranks and sizes) whose values have
+        their form; {} when none is set.
+    """
+    return {"node": identity.node, "launcher_env": dict(identity.launcher_env)}
 
 
 def to_json(obj: Mapping[str, Any], *, indent: int | None) -> str:
