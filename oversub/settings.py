@@ -149,7 +149,7 @@ SETTINGS: tuple[Setting, ...] = (
         "fail_on",
         Verdict.OVERSUBSCRIBED.value,
         "Fail on this verdict or worse",
-        ("check",),
+        ("check", "merge"),
         choices=tuple(v.value for v in Verdict if v is not Verdict.OK),
     ),
     Setting(

@@ -19,7 +19,7 @@ from oversub.errors import ExitStatus, OutputClosed, OutputFailed, OversubError
 
 COMMANDS: dict[str, str] = {
     name: f"oversub.cli.{name}"
-    for name in ("cpus", "recommend", "watch", "check", "stress", "completion")
+    for name in ("cpus", "recommend", "watch", "check", "merge", "stress", "completion")
 }
 """Command name -> the module that defines it as `command` (one module per command)."""
 
@@ -68,6 +68,7 @@ def cli() -> None:
     oversub recommend --procs 4       threads per process, exports, binding
     oversub watch PID                 live verdict for a running process tree
     oversub check -- python train.py  CI gate: exit 1 when the job oversubscribes
+    oversub merge out/*.json          one report for a multi-node job's per-node reports
     oversub stress --procs 2 --threads 4   a workload to try it on
     oversub completion bash           tab completion for bash, zsh or fish
     """
@@ -94,7 +95,7 @@ def _interrupted() -> None:
     click.echo("oversub: interrupted", err=True)
 
 
-def _stdout_to_devnull() -> None:
+def stdout_to_devnull() -> None:
     """Point fd 1 at /dev/null: the reader left, and the interpreter's final flush of
     buffered output must not fail again (see "Note on SIGPIPE" in Python's signal docs)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -138,11 +139,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
         sys.exit(ExitStatus.INTERRUPTED)
     except (OutputClosed, BrokenPipeError):
         # `oversub ... | head`: the reader left; say nothing more.
-        _stdout_to_devnull()
+        stdout_to_devnull()
         sys.exit(ExitStatus.OK)
     except OutputFailed as exc:
         # The interpreter's final flush of what is still buffered must not fail again.
-        _stdout_to_devnull()
+        stdout_to_devnull()
         _error(str(exc))
         sys.exit(exc.status)
     except OversubError as exc:

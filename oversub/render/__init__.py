@@ -20,8 +20,9 @@ from oversub.names import Name
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from oversub.errors import ExitStatus
     from oversub.model import Budget, Plan
-    from oversub.nodes import NodeIdentity
+    from oversub.nodes import JobReport, NodeIdentity
     from oversub.results import Assessment, Interval, Summary
     from oversub.thresholds import Thresholds
 
@@ -56,6 +57,19 @@ class WatchFormat(Name):
     summary line (`"type": "summary"` + `summary_dict`)."""
     JSON = "json"
     """Nothing per interval; the summary object, indented, at the end."""
+
+
+class MergeFormat(Name):
+    """`oversub merge --format`."""
+
+    TEXT = "text"
+    """Plain text: the node table, findings by rule, notes, the verdict line."""
+    JSON = "json"
+    """`mergereport.merge_dict`, indented."""
+    MARKDOWN = "markdown"
+    """The same as text, as Markdown tables (a CI job summary)."""
+    JUNIT = "junit"
+    """JUnit XML, one test case per node."""
 
 
 def _unreachable(value: NoReturn) -> NoReturn:
@@ -159,5 +173,23 @@ def render_watch_summary(
         if identity is not None:
             doc.update(identity_dict(identity))
         return to_json(doc, indent=2) + "\n"
+    else:
+        _unreachable(fmt)
+
+
+def render_merge(job: JobReport, status: ExitStatus, fmt: MergeFormat) -> str:
+    """The merged report of a multi-node job in `fmt`, a string ending in a newline."""
+    from oversub.render import mergereport
+
+    if fmt is MergeFormat.TEXT:
+        return mergereport.merge_text(job, status)
+    elif fmt is MergeFormat.JSON:
+        from oversub.render.serialize import to_json
+
+        return to_json(mergereport.merge_dict(job, status), indent=2) + "\n"
+    elif fmt is MergeFormat.MARKDOWN:
+        return mergereport.merge_markdown(job, status)
+    elif fmt is MergeFormat.JUNIT:
+        return mergereport.merge_junit(job, status)
     else:
         _unreachable(fmt)

@@ -1,0 +1,253 @@
+"""`oversub merge` in each format: plain text, JSON, Markdown, JUnit XML.
+
+Pure: each function takes the merged `JobReport` and the exit status and returns a string
+ending in a newline. Everything in a report came from a file that anyone may have written
+(node names, rule ids, messages, file names): the text formats pass every piece through
+their sink's function of `render.escape`, JUnit through ElementTree (plus `junit._x` for
+what XML cannot hold), JSON through the serialiser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from oversub.errors import ExitStatus
+from oversub.nodes import JobReport, NodeRow
+from oversub.plural import count
+from oversub.render.escape import markdown, terminal
+
+_NONE = "-"
+
+
+def _listed(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
+
+
+def verdict_line(job: JobReport, status: ExitStatus) -> str:
+    """The job's answer in one line, with the exit status (unescaped: callers escape)."""
+    n = len(job.rows)
+    unjudged = job.not_judged
+    if job.failing:
+        names = [row.label for row in job.failing]
+        tail = f"; {count(len(unjudged), 'node')} not judged" if unjudged else ""
+        return (
+            f"FAIL: job verdict {job.verdict} (--fail-on {job.fail_on}) on {len(names)} of "
+            f"{count(n, 'node')}: {_listed(names)}{tail}, exit {int(status)}"
+        )
+    if unjudged:
+        why = "; ".join(f"{row.label}: {row.report.not_judged_reason}" for row in unjudged[:3]) + (
+            "; …" if len(unjudged) > 3 else ""
+        )
+        judged = n - len(unjudged)
+        rest = f"; the {count(judged, 'judged node')} at worst {job.verdict}" if judged else ""
+        return (
+            f"error: not judged: {len(unjudged)} of {count(n, 'node')} without a verdict "
+            f"({why}){rest}, exit {int(status)}"
+        )
+    return (
+        f"pass: job verdict {job.verdict}, the worst of {count(n, 'node')} "
+        f"(--fail-on {job.fail_on}), exit {int(status)}"
+    )
+
+
+def _verdict_cell(row: NodeRow) -> str:
+    verdict = row.report.verdict
+    return "not judged" if verdict is None else verdict.value
+
+
+def _worst_cell(row: NodeRow) -> str:
+    r = row.report
+    if r.verdict is None:
+        return f"({r.not_judged_reason})"  # the verdict column says "not judged"
+    return r.worst.rule if r.worst is not None else _NONE
+
+
+def _demand(row: NodeRow) -> str:
+    d = row.report.demand
+    return _NONE if d is None else f"{d:.2f}"
+
+
+def _cells(job: JobReport, escape: Callable[[str], str]) -> list[list[str]]:
+    return [
+        [
+            escape(row.label),
+            str(row.report.vcpus),
+            _demand(row),
+            _verdict_cell(row),
+            escape(_worst_cell(row)),
+        ]
+        for row in job.rows
+    ]
+
+
+_HEADER = ["node", "N", "demand", "verdict", "worst finding"]
+
+
+def _heading(job: JobReport) -> str:
+    n = len(job.rows)
+    nodes = len({row.report.node for row in job.rows})
+    job_id = f"; job {job.job}" if job.job else ""
+    return f"{count(n, 'report')}, {count(nodes, 'node')}{job_id}"
+
+
+def merge_text(job: JobReport, status: ExitStatus) -> str:
+    """Plain text for a terminal or a log: the table, findings by rule, notes, the verdict."""
+    rows = [_HEADER, *_cells(job, terminal)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADER))]
+    right = {1, 2}
+    lines = [f"oversub merge: {terminal(_heading(job))}"]
+    for r in rows:
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    if job.rules:
+        lines.append("findings by rule:")
+        for rule in job.rules:
+            lines.append(
+                f"  {terminal(rule.rule)} ({rule.severity}, {rule.verdict}) on "
+                f"{count(len(rule.nodes), 'node')}: {terminal(_listed(rule.nodes, 20))}"
+            )
+            lines.append(f"    e.g. {terminal(rule.example)}")
+    for note in job.notes:
+        lines.append(f"note: {terminal(note)}")
+    lines.append(f"oversub merge: {terminal(verdict_line(job, status))}")
+    return "\n".join(lines) + "\n"
+
+
+def merge_markdown(job: JobReport, status: ExitStatus) -> str:
+    """Markdown (a CI job summary, a comment): heading, node table, rules table, notes."""
+    word = "FAIL" if status is ExitStatus.FOUND else "pass" if status is ExitStatus.OK else "error"
+    lines = [
+        f"## oversub merge: {word}, exit {int(status)}",
+        "",
+        markdown(verdict_line(job, status)),
+        "",
+        markdown(_heading(job)),
+        "",
+        "| " + " | ".join(_HEADER) + " |",
+        "|---|---:|---:|---|---|",
+    ]
+    lines += ["| " + " | ".join(cells) + " |" for cells in _cells(job, markdown)]
+    if job.rules:
+        lines += ["", "### Findings by rule", "", "| rule | severity | verdict | nodes | e.g. |"]
+        lines.append("|---|---|---|---|---|")
+        for rule in job.rules:
+            cells = [
+                markdown(rule.rule),
+                rule.severity.value,
+                rule.verdict.value,
+                markdown(_listed(rule.nodes, 20)),
+                markdown(rule.example),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    if job.notes:
+        lines += ["", *(f"- {markdown(note)}" for note in job.notes)]
+    return "\n".join(lines) + "\n"
+
+
+def merge_dict(job: JobReport, status: ExitStatus) -> dict[str, Any]:
+    """The `--format json` object.
+
+    Keys:
+      - `verdict` (str | null): the worst verdict of the judged nodes; null when none was.
+      - `judged` (bool): every node has a verdict.
+      - `fail_on` (str), `exit_status` (int): the gate and its answer (as `check`).
+      - `job` (str | null): "SLURM_JOB_ID=…" or "TORCHELASTIC_RUN_ID=…" when the reports
+        agree on one.
+      - `nodes` (list): one object per report kept, in row order: `node`, `label` (the
+        node, or "node (file)" when the node has several reports), `source` (the file),
+        `vcpus`, `demand` (float | null), `verdict` (str | null), `not_judged_reason`
+        (str | null), `fails` (bool), `worst_finding` (`{rule, severity, verdict, message}`
+        or null), `launcher_env` (object).
+      - `failing_nodes`, `not_judged_nodes` (list[str]): labels.
+      - `rules` (list): `{rule, severity, verdict, nodes (labels), example}`, worst first.
+      - `notes` (list[str]): duplicates, reports of several jobs.
+    """
+    nodes = []
+    for row in job.rows:
+        r, worst = row.report, row.report.worst
+        nodes.append(
+            {
+                "node": r.node,
+                "label": row.label,
+                "source": r.source,
+                "vcpus": r.vcpus,
+                "demand": None if r.demand is None else round(r.demand, 3),
+                "verdict": None if r.verdict is None else r.verdict.value,
+                "not_judged_reason": r.not_judged_reason,
+                "fails": row.fails,
+                "worst_finding": None
+                if worst is None
+                else {
+                    "rule": worst.rule,
+                    "severity": worst.severity.value,
+                    "verdict": worst.verdict.value,
+                    "message": worst.message,
+                },
+                "launcher_env": dict(r.launcher_env),
+            }
+        )
+    return {
+        "verdict": None if job.verdict is None else job.verdict.value,
+        "judged": job.judged,
+        "fail_on": job.fail_on.value,
+        "exit_status": int(status),
+        "job": job.job,
+        "nodes": nodes,
+        "failing_nodes": [row.label for row in job.failing],
+        "not_judged_nodes": [row.label for row in job.not_judged],
+        "rules": [
+            {
+                "rule": rule.rule,
+                "severity": rule.severity.value,
+                "verdict": rule.verdict.value,
+                "nodes": list(rule.nodes),
+                "example": rule.example,
+            }
+            for rule in job.rules
+        ],
+        "notes": list(job.notes),
+    }
+
+
+def merge_junit(job: JobReport, status: ExitStatus) -> str:
+    """JUnit XML: one `<testsuite name="oversub merge">`, one test case per node row
+    (classname "oversub.merge", name = the label): a `<failure>` when its verdict reaches
+    `--fail-on`, an `<error>` when it was not judged, its findings in `<system-out>`."""
+    import xml.etree.ElementTree as ET
+
+    from oversub.render.junit import _x
+
+    suite = ET.Element(
+        "testsuite",
+        name="oversub merge",
+        tests=str(len(job.rows)),
+        failures=str(len(job.failing)),
+        errors=str(len(job.not_judged)),
+    )
+    for row in job.rows:
+        r = row.report
+        case = ET.SubElement(suite, "testcase", classname="oversub.merge", name=_x(row.label))
+        body = "\n".join(f"[{f.severity}] {f.rule} ({f.verdict}): {f.message}" for f in r.findings)
+        if r.verdict is None:
+            ET.SubElement(case, "error", message=_x(f"not judged: {r.not_judged_reason}"))
+        elif row.fails:
+            failure = ET.SubElement(
+                case,
+                "failure",
+                message=_x(f"verdict {r.verdict} (--fail-on {job.fail_on}) in {r.source}"),
+                type=r.verdict.value,
+            )
+            failure.text = _x(body)
+        if body and not row.fails:
+            ET.SubElement(case, "system-out").text = _x(body)
+    props = ET.Element("properties")
+    ET.SubElement(props, "property", name="verdict", value=str(job.verdict or "not judged"))
+    ET.SubElement(props, "property", name="exit_status", value=str(int(status)))
+    suite.insert(0, props)  # JUnit's schema puts the properties first
+    text = ET.tostring(suite, encoding="unicode")
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + text + "\n"
