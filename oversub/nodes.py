@@ -98,7 +98,8 @@ class JobReport:
     notes: tuple[str, ...]
     """What merge did with duplicates, and reports of other jobs."""
     job: str | None
-    """The job's id when every report that names one agrees ("SLURM_JOB_ID=812345")."""
+    """The job's id when the reports that name one agree ("SLURM_JOB_ID=812345", with
+    " (2 of 3 reports)" when some reports name none)."""
 
     @property
     def judged(self) -> bool:

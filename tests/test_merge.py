@@ -153,6 +153,8 @@ def test_reports_of_several_jobs_are_merged_with_a_note() -> None:
         "merge the reports of one job",
     )
     assert job(report("a", launcher_env={})).job is None
+    partial = job(report("a"), report("b", launcher_env={}), report("c"))
+    assert partial.job == "SLURM_JOB_ID=812345 (2 of 3 reports)" and partial.notes == ()
 
 
 def test_rows_in_natural_node_order() -> None:
@@ -354,7 +356,7 @@ def _bad_files(tmp_path: Path) -> list[tuple[str, str]]:
         (str(tmp_path / "nan.json"), "NaN is not a JSON number"),
         (str(tmp_path / "deep.json"), "nested too deeply"),
         (str(tmp_path / "bigint.json"), "not a report: "),
-        (str(tmp_path / "stream.json"), "not NDJSON"),
+        (str(tmp_path / "stream.json"), "only its last line (the summary record) is a report"),
         (str(tmp_path / "empty.json"), "not JSON (Expecting value at line 1, column 1)"),
         (str(tmp_path / "schema.json"), "`vcpus` is not a whole number"),
     ]

@@ -242,11 +242,16 @@ def _rules(rows: Sequence[NodeRow]) -> tuple[RuleNodes, ...]:
 
 
 def _job(reports: Sequence[NodeReport], notes: list[str]) -> str | None:
-    """ "SLURM_JOB_ID=812345" when the reports name one job; a note when they name several."""
+    """ "SLURM_JOB_ID=812345" when the reports that name a job name the same one (with "(2 of
+    3 reports)" when not all do); a note when they name several."""
     for var in JOB_VARS:
-        values = sorted({r.launcher_env[var] for r in reports if var in r.launcher_env})
+        naming = [r for r in reports if var in r.launcher_env]
+        values = sorted({r.launcher_env[var] for r in naming})
         if len(values) == 1:
-            return f"{var}={values[0]}"
+            some = (
+                f" ({len(naming)} of {len(reports)} reports)" if len(naming) < len(reports) else ""
+            )
+            return f"{var}={values[0]}{some}"
         if values:
             notes.append(
                 f"the reports come from {len(values)} jobs by {var} ({listed(values)}): "

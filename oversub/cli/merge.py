@@ -42,7 +42,7 @@ def _decode(source: str, data: bytes) -> object:
     except json.JSONDecodeError as exc:
         hint = ""
         if exc.msg == "Extra data":
-            hint = "; merge reads `check --json` and `watch --format json` reports, not NDJSON"
+            hint = "; of an NDJSON stream, only its last line (the summary record) is a report"
         where = f"line {exc.lineno}, column {exc.colno}"
         raise BadReport(f"{source}: not JSON ({exc.msg} at {where}){hint}") from None
     except RecursionError:
