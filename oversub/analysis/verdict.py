@@ -108,8 +108,9 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
             verdict=Verdict.OVERSUBSCRIBED,
             message=head
             + f"{count_processes(len(multi))} {verb(len(multi), 'runs', 'run')} several busy "
-            f"threads each and {_pools_state(multi, n, threads)}: these are the application's "
-            "own threads (task threads, executors), not native pools'.",
+            f"threads{' each' if len(multi) > 1 else ''} and {_pools_state(multi, n, threads)}: "
+            "these are the application's own threads (task threads, executors), not a native "
+            "pool's.",
             pids=pids_of(contending),
             evidence=evidence,
             fix=sentence(app_thread_fix(n, len(multi), m)) + ".",
