@@ -7,7 +7,7 @@ REAL   := .venv-real
 # machine without the local wheel (empty: pip's own configuration decides).
 TORCH_INDEX ?=
 
-.PHONY: demo test lint typecheck unit shells bench test-real test-matrix test-matrix-full dist test-dist test-rules clean
+.PHONY: demo test lint typecheck unit shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html clean
 
 # The stamp is rebuilt when the project metadata changes, so a stale venv never hides a new dependency.
 $(VENV)/.stamp: pyproject.toml
@@ -62,6 +62,14 @@ test-rules:
 		promtool check metrics < docs/metrics.example.prom; \
 		echo "make test-rules: docs/metrics.example.prom: SUCCESS (promtool check metrics)"; \
 	fi
+
+# `oversub report --format html` in a real browser: Debian's chromium (installed here where
+# root can; skipped, saying why, where it cannot) renders the report of a real oversubscribed
+# run headless; the tests check the screenshot's pixels for each chart and that the page
+# makes no request, even when recorded names are HTML that would load something.
+test-html: $(VENV)/.stamp
+	@$(PYTHON) tools/syspkg.py --for "make test-html" --require chromium=chromium
+	$(BIN)/pytest -q -m html tests/test_report_html.py
 
 # The unit tests on every Python that pyproject's classifiers list and this machine has, each
 # in its own .venv-matrix/3.X; it says which ran and which are missing, and why. The

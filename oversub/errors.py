@@ -92,3 +92,15 @@ class Interrupted(OversubError):
     """
 
     status = ExitStatus.INTERRUPTED
+
+
+class NotARecording(UsageError):
+    """`report`/`diff`: the file is not an oversub recording, is corrupt, or has a version
+    this oversub does not read (exit 2: the input is wrong, not the system)."""
+
+
+class UnreadableFile(OversubError):
+    """`report`/`diff`: the file cannot be read at all (missing, no permission, an I/O
+    error): exit 3, like any target oversub cannot look at."""
+
+    status = ExitStatus.UNOBSERVABLE

@@ -58,6 +58,9 @@ class ProcessRates:
     thread_runnable_s: tuple[float, ...] = ()
     """Raw delta per thread: seconds running or waiting for a CPU (what makes a thread
     active under `Thresholds.active_cpu`); empty over a whole run."""
+    thread_ids: tuple[int, ...] = ()
+    """The thread id of each entry of `thread_runnable_s` (a recording merges two intervals
+    thread by thread); empty over a whole run."""
 
 
 @dataclass(frozen=True)

@@ -86,13 +86,15 @@ class Setting(NamedTuple):
 
 
 _JUDGING = ("watch", "check")
+_REJUDGING = ("watch", "check", "report")
+"""Thresholds are also flags of `report`, which judges a recording again."""
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "margin",
         0.15,
         "demand may exceed N by this fraction of N (measurement noise)",
-        _JUDGING,
+        _REJUDGING,
         Range(0.0),
         threshold=True,
     ),
@@ -100,7 +102,7 @@ SETTINGS: tuple[Setting, ...] = (
         "delay_ratio",
         0.10,
         'delay ratio above which threads "wait" (healthy ≈ 0.01, 2× oversubscribed ≈ 0.5)',
-        _JUDGING,
+        _REJUDGING,
         Range(0.0, high=1.0),
         threshold=True,
     ),
@@ -108,7 +110,7 @@ SETTINGS: tuple[Setting, ...] = (
         "active_cpu",
         0.20,
         'share of the interval a thread must be runnable (running or waiting) to count as "active"',
-        _JUDGING,
+        _REJUDGING,
         Range(0.0, low_open=True, high=1.0),
         threshold=True,
     ),
@@ -116,7 +118,7 @@ SETTINGS: tuple[Setting, ...] = (
         "throttle_ratio",
         0.10,
         "share of quota periods throttled that counts as the quota biting",
-        _JUDGING,
+        _REJUDGING,
         Range(0.0, high=1.0),
         threshold=True,
     ),
@@ -124,7 +126,7 @@ SETTINGS: tuple[Setting, ...] = (
         "outside_cpu",
         0.50,
         "CPUs used outside the tree that count as the cause of waiting",
-        _JUDGING,
+        _REJUDGING,
         Range(0.0),
         threshold=True,
     ),
@@ -132,7 +134,7 @@ SETTINGS: tuple[Setting, ...] = (
         "idle_seconds",
         3.0,
         "idle time after which a forked OpenMP child is reported hung",
-        _JUDGING,
+        _REJUDGING,
         Range(0.0, low_open=True),
         seconds=True,
         threshold=True,
@@ -141,7 +143,7 @@ SETTINGS: tuple[Setting, ...] = (
         "min_wait",
         0.05,
         "CPU-seconds per second of waiting below which nothing counts as waiting",
-        _JUDGING,
+        _REJUDGING,
         Range(0.0),
         threshold=True,
     ),
@@ -169,6 +171,13 @@ SETTINGS: tuple[Setting, ...] = (
         ("check",),
         Range(0.0),
         seconds=True,
+    ),
+    Setting(
+        "record_max_mb",
+        50.0,
+        "With --record: above this many MB, intervals are merged in pairs (coarser, not cut)",
+        _JUDGING,
+        Range(0.1),
     ),
     Setting(
         "timeout",

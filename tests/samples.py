@@ -256,3 +256,50 @@ def busy_workers(
         for i in range(count)
     ]
     return [root, *workers]
+
+
+def recording_lines(
+    intervals: Sequence[Interval],
+    *,
+    thresholds: Thresholds | None = None,
+    vcpus: int = 2,
+    ending: bool = True,
+    mode: str = "watch",
+) -> list[str]:
+    """A recording (`--record`) of `intervals`, as the recorder writes it, line by line."""
+    from oversub.analysis.recording import Encoder, dumps, header_record
+    from oversub.analysis.summary import RunSummary
+    from oversub.cli.recorder import summary_record
+    from oversub.timeline import Header
+
+    th = thresholds or Thresholds()
+    b = budget(vcpus)
+    head = Header("0.1.0", "host", "2026-01-01T00:00:00.000Z", mode, ROOT, None, 0.5, b, th)
+    enc = Encoder()
+    lines = [dumps(header_record(head))]
+    lines += [
+        dumps(enc.interval(iv, f"2026-01-01T00:00:{i % 60:02d}.000Z"))
+        for i, iv in enumerate(intervals)
+    ]
+    if ending:
+        run = RunSummary(root_pid=ROOT)
+        for iv in intervals:
+            run.add(iv)
+        lines.append(dumps(summary_record(run.result(b, th, target_exited=True))))
+    return lines
+
+
+def oversubscribed_run(
+    n: int, *, threads: int = 2, delay: float = 0.3, dt: float = 0.5, first_pid: int = 201
+) -> list[Interval]:
+    """n consecutive intervals of 3 workers x `threads` busy threads (a changing load) and
+    a process with a mix of busy and idle threads, on N = 2."""
+    out = []
+    for i in range(n):
+        procs = [
+            *busy_workers(3, threads, delay=delay if i % 3 else delay / 2, first_pid=first_pid),
+            Proc(150, (Load(cpu=0.3), Load(cpu=0.1, delay=0.25), IDLE), ppid=ROOT),
+        ]
+        prev, curr = tree_pair(procs, dt=dt, t0=T0 + i * dt, host=Host(outside=0.1 * i))
+        out.append(interval(prev, curr, 2, Thresholds()))
+    return out

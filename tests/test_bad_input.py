@@ -127,6 +127,20 @@ SKELETONS = {
     "stress": (["--procs", "1", "--threads", "1", "--seconds", "0.01"],),
 }
 """Valid enough to get past parsing: the options drawn after them vary the run."""
+
+
+def _recording() -> str:
+    """A valid recording (`report`'s FILE), written once for the session."""
+    from tests.samples import oversubscribed_run, recording_lines
+
+    path = os.path.join(tempfile.mkdtemp(prefix="oversub-bad-input-"), "run.ndjson")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(recording_lines(oversubscribed_run(3))) + "\n")
+    return path
+
+
+RECORDING_ARGS = (_recording(), __file__, "missing.ndjson", "é🙂.ndjson", *BAD_PATHS)
+"""A recording, a file that is not one (exit 2), a missing one (exit 3), odd paths."""
 UNKNOWN_OPTIONS = ("--bogus", "-Z", "--pid2", "--format-json", "---", "-")
 
 FREE_TEXT = st.text(
@@ -252,6 +266,8 @@ def command_argv(draw: st.DrawFn, name: str) -> list[str]:
     pid_argument = [p for p in arguments if p.type is PID]
     if pid_argument and draw(st.integers(0, 7)):
         argv.append(draw(values(name, pid_argument[0], hostile=draw(st.booleans()))))
+    for _ in (p for p in arguments if isinstance(p.type, click.Path)):  # report/diff FILE
+        argv.append(draw(st.sampled_from(RECORDING_ARGS)))
     choice_argument = [p for p in arguments if isinstance(p.type, click.Choice)]
     if choice_argument and draw(st.integers(0, 7)):  # `completion SHELL`
         argv.append(draw(values(name, choice_argument[0], hostile=draw(st.booleans()))))
@@ -367,7 +383,7 @@ def test_every_option_has_a_value_strategy() -> None:
             if isinstance(param, click.Option) and not param.is_flag:
                 assert _valid(name, param), param.name
             if isinstance(param, click.Argument):
-                known = param.type is PID or isinstance(param.type, click.Choice)
+                known = param.type is PID or isinstance(param.type, (click.Choice, click.Path))
                 assert known or param.nargs == -1, (name, param.name)
 
 

@@ -25,7 +25,7 @@ from tests.harness import run_cli as run
 
 SCRIPT = Path(sys.executable).with_name("oversub")
 """The console script pip installed beside this interpreter."""
-COMMANDS = ["check", "completion", "cpus", "merge", "recommend", "stress", "watch"]
+COMMANDS = ["check", "completion", "cpus", "merge", "recommend", "report", "stress", "watch"]
 
 needs_script = pytest.mark.skipif(
     not SCRIPT.exists(), reason=f"no oversub console script at {SCRIPT} (pip install -e .)"
@@ -116,7 +116,8 @@ def _answers(
     ("words", "expected"),
     [
         ("oversub ", COMMANDS),
-        ("oversub re", ["recommend"]),
+        ("oversub re", ["recommend", "report"]),
+        ("oversub rec", ["recommend"]),
         ("oversub c", ["check", "completion", "cpus"]),
         ("oversub cpus --f", ["--format"]),
         ("oversub recommend --format ", ["text", "json", "env"]),
@@ -159,7 +160,7 @@ def test_completion_runs_no_command(
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        (["oversub", "re"], ["recommend"]),
+        (["oversub", "rec"], ["recommend"]),
         (["oversub", "recommend", "--format", ""], ["text", "json", "env"]),
         (["oversub", "completion", "z"], ["zsh"]),
     ],
@@ -192,7 +193,7 @@ def test_fish_completes_through_the_console_script(tmp_path: Path) -> None:
     fish = _needs("fish")
     script = (
         "oversub completion fish | source\n"
-        'complete -C "oversub re"\n'
+        'complete -C "oversub rec"\n'
         "echo ===\n"
         'complete -C "oversub recommend --format "\n'
     )
@@ -256,7 +257,7 @@ def _zsh_line_after_tab(zsh: str, typed: str, home: Path) -> str:
 @pytest.mark.parametrize(
     ("typed", "line"),
     [
-        ("oversub re", "oversub recommend "),
+        ("oversub rec", "oversub recommend "),
         ("oversub recommend --format e", "oversub recommend --format env "),
         ("oversub completion fi", "oversub completion fish "),
     ],

@@ -28,6 +28,7 @@ FOUNDATION = frozenset(
         "oversub.samples",
         "oversub.results",
         "oversub.nodes",
+        "oversub.timeline",
     }
 )
 """Data types, vocabulary and catalogues: every layer may import them; they import only

@@ -232,6 +232,7 @@ def test_secret_appears_in_no_output_and_no_file(
     root = str(target.pid)
     sampled = ["--duration", "2", "--interval", "0.5"]
     reports = ["--json", "pid.json", "--junit", "pid.xml", "--markdown", "pid.md"]
+    reports += ["--record", "pid.ndjson"]  # issue 14: the recording and what `report` makes
     command_reports = ["--json", "cmd.json", "--junit", "cmd.xml", "--markdown", "cmd.md"]
     ci = {"GITHUB_STEP_SUMMARY": str(tmp_path / "step-summary.md"), "GITHUB_ACTIONS": "true"}
     command = ["--", sys.executable, "-c", TARGET, "30"]
@@ -290,6 +291,19 @@ def test_secret_appears_in_no_output_and_no_file(
     for name in ("pid.md", "cmd.md", "step-summary.md"):
         assert "OMP_NUM_THREADS=3" in (tmp_path / name).read_text(), name
     assert (tmp_path / "pid.xml").stat().st_size and (tmp_path / "cmd.xml").stat().st_size
+    assert '"OMP_NUM_THREADS":"3"' in (tmp_path / "pid.ndjson").read_text()
+    for fmt in ("text", "json", "markdown", "html"):
+        shown = subprocess.run(
+            [*OVERSUB, "report", "pid.ndjson", "--format", fmt, "-o", f"report.{fmt}"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+        )
+        assert shown.returncode == 0, shown.stderr
+        shows = {"json": '"OMP_NUM_THREADS": "3"', "text": ""}.get(fmt, "OMP_NUM_THREADS=3")
+        assert shows in (tmp_path / f"report.{fmt}").read_text(), fmt  # text: no process table
 
     # The secret: in no output, no report, no file anywhere under the test's directory.
     group.stop()
@@ -301,6 +315,9 @@ def test_secret_appears_in_no_output_and_no_file(
             searched.append(path.name)
     assert {"ndjson.out", "json.out", "live.pty", "pid.err", "cmd.err"} <= set(searched)
     assert {"pid.json", "pid.xml", "pid.md", "cmd.json", "cmd.xml", "step-summary.md"} <= set(
+        searched
+    )
+    assert {"pid.ndjson", "report.text", "report.json", "report.markdown", "report.html"} <= set(
         searched
     )
     for name in ("pid", "cmd"):  # a failing verdict's findings became annotations

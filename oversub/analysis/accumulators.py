@@ -116,6 +116,7 @@ class ProcessAccumulator:
             live_threads=self.live_threads,
             seconds=s,
             thread_runnable_s=(),
+            thread_ids=(),
             **self.work.measures()._asdict(),
         )
 

@@ -185,6 +185,7 @@ def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> Pr
         threads=len(p.threads),
         active_threads=d.active_threads,
         thread_runnable_s=tuple(r / _NS for r in d.runnable_ns),
+        thread_ids=tuple(t.tid for t in p.threads) if d.runnable_ns else (),
         exited=exited,
         **{name: getattr(p, name) for name in CARRIED},
         **_delta_measures(d, dt_s)._asdict(),

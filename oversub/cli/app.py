@@ -19,7 +19,7 @@ from oversub.errors import ExitStatus, OutputClosed, OutputFailed, OversubError
 
 COMMANDS: dict[str, str] = {
     name: f"oversub.cli.{name}"
-    for name in ("cpus", "recommend", "watch", "check", "merge", "stress", "completion")
+    for name in ("cpus", "recommend", "watch", "check", "report", "merge", "stress", "completion")
 }
 """Command name -> the module that defines it as `command` (one module per command)."""
 
@@ -69,6 +69,7 @@ def cli() -> None:
     oversub watch PID                 live verdict for a running process tree
     oversub check -- python train.py  CI gate: exit 1 when the job oversubscribes
     oversub merge out/*.json          one report for a multi-node job's per-node reports
+    oversub report run.ndjson         a recording (--record) judged again, with charts
     oversub stress --procs 2 --threads 4   a workload to try it on
     oversub completion bash           tab completion for bash, zsh or fish
     """

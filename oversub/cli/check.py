@@ -19,6 +19,7 @@ from oversub.cli.options import (
     PID,
     POSITIVE,
     SECONDS,
+    record_options,
     report_options,
     setting_option,
     threshold_options,
@@ -29,8 +30,8 @@ from oversub.names import CheckMode, Verdict
 # check's modes -> the mode-specific flags each accepts, and what to say to someone who
 # gives a flag to the wrong mode (a silently ignored flag makes a gate lie).
 _MODE_FLAGS: dict[CheckMode, tuple[str, ...]] = {
-    CheckMode.COMMAND: ("--timeout", "--warmup", "--interval"),
-    CheckMode.PID: ("--duration", "--interval"),
+    CheckMode.COMMAND: ("--timeout", "--warmup", "--interval", "--record"),
+    CheckMode.PID: ("--duration", "--interval", "--record"),
     CheckMode.STATIC: ("--workers", "--cpus"),
 }
 _WRONG_MODE_HINT: dict[str, str] = {
@@ -40,6 +41,7 @@ _WRONG_MODE_HINT: dict[str, str] = {
     "--interval": "--interval does not apply to the static preflight: it samples nothing",
     "--workers": "--workers only applies to the static preflight (--procs/--threads)",
     "--cpus": "--cpus only applies to the static preflight (--procs/--threads)",
+    "--record": "--record does not apply to the static preflight: it samples nothing",
 }
 
 
@@ -88,6 +90,7 @@ def check_mode(
 @setting_option("timeout")
 @setting_option("fail_on")
 @report_options
+@record_options
 @threshold_options("check")
 def command(
     command: tuple[str, ...],
@@ -104,6 +107,8 @@ def command(
     json_path: Path | None,
     junit_path: Path | None,
     markdown_path: Path | None,
+    record_path: Path | None,
+    record_max_mb: float | None,
     **kwargs: Any,
 ) -> ExitStatus:
     """CI gate: exit 1 when a job oversubscribes its CPUs (see README for all exit codes).
@@ -120,6 +125,7 @@ def command(
       oversub check --timeout 120 --junit oversub.xml -- python train.py --smoke
       oversub check --pid 1234 --duration 20 --fail-on at-risk
       oversub check --procs 4 --threads 8 --cpus 16
+      oversub check --record run.ndjson --json r.json -- python train.py --smoke
     """
     from oversub.cli.checking import CheckOptions, check_command, check_pid, check_static
     from oversub.cli.config import load_config, resolve, resolve_float, thresholds_from
@@ -137,6 +143,7 @@ def command(
             "--interval": interval,
             "--workers": workers,
             "--cpus": ncpus,
+            "--record": record_path,
         },
     )
     if ncpus is not None and pid is not None:
@@ -157,6 +164,8 @@ def command(
         json_path=json_path,
         junit_path=junit_path,
         markdown_path=markdown_path,
+        record_path=record_path,
+        record_max_mb=resolve_float("record_max_mb", record_max_mb, config),
     )
     if mode is CheckMode.STATIC:
         assert procs is not None and threads is not None

@@ -6,6 +6,7 @@ only `oversub check` pays for these imports and `CheckOptions`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -15,8 +16,10 @@ from oversub.names import Verdict
 from oversub.run.session import SessionOptions
 
 if TYPE_CHECKING:
-    from oversub.cli.progress import CheckProgress
+    from oversub.cli.recorder import Recorder
     from oversub.model import Budget
+    from oversub.results import CheckOutcome
+    from oversub.run.check import Progress
 
 
 @dataclass(frozen=True)
@@ -35,14 +38,24 @@ class CheckOptions:
     markdown_path: Path | None = None
     progress_every: float = 10.0
     """Seconds between progress lines on stderr when it is not a terminal (a CI log)."""
+    record_path: Path | None = None
+    """`--record FILE`: the run, written as it goes (`cli.recorder`)."""
+    record_max_mb: float = 50.0
 
 
-def _progress(budget: Budget, opts: CheckOptions, err: TextIO | None) -> CheckProgress:
+def _progress(
+    budget: Budget, opts: CheckOptions, err: TextIO | None, recorder: Recorder | None = None
+) -> Progress:
     import sys
 
     from oversub.cli.progress import CheckProgress
 
-    return CheckProgress(err if err is not None else sys.stderr, budget, every=opts.progress_every)
+    shown = CheckProgress(err if err is not None else sys.stderr, budget, every=opts.progress_every)
+    if recorder is None:
+        return shown
+    from oversub.cli.recorder import RecordingProgress
+
+    return RecordingProgress(shown, recorder)
 
 
 def check_command(
@@ -52,18 +65,19 @@ def check_command(
 
     SIGINT, SIGTERM and SIGHUP end the run like Ctrl-C (exit 130); see `run.check`."""
     from oversub.cli.reports import prepare_reports, report
-    from oversub.run.check import run_command
+    from oversub.run.check import report_command, run_command
 
     environ = prepare_reports(opts, err)
+    recorder = _recorder(opts, budget, err, "check-command", None, report_command(argv))
     outcome = run_command(
         argv,
         budget,
         opts.session,
-        _progress(budget, opts, err),
+        _progress(budget, opts, err, recorder),
         timeout=opts.timeout,
         grace=opts.grace,
     )
-    return report(outcome, opts, err=err, environ=environ)
+    return _recorded(recorder, lambda: report(outcome, opts, err=err, environ=environ), outcome)
 
 
 def check_pid(
@@ -74,8 +88,67 @@ def check_pid(
     from oversub.run.check import run_pid
 
     environ = prepare_reports(opts, err)
-    outcome = run_pid(pid, budget, opts.session, _progress(budget, opts, err))
-    return report(outcome, opts, err=err, environ=environ)
+    recorder = _recorder(opts, budget, err, "check-pid", pid, None)
+    outcome = run_pid(pid, budget, opts.session, _progress(budget, opts, err, recorder))
+    return _recorded(recorder, lambda: report(outcome, opts, err=err, environ=environ), outcome)
+
+
+def _recorder(
+    opts: CheckOptions,
+    budget: Budget,
+    err: TextIO | None,
+    mode: str,
+    pid: int | None,
+    command: tuple[str, ...] | None,
+) -> Recorder | None:
+    if opts.record_path is None:
+        return None
+    from oversub.cli.recorder import open_recorder
+
+    return open_recorder(
+        opts.record_path,
+        opts.record_max_mb,
+        mode=mode,
+        pid=pid,
+        command=command,
+        interval=opts.session.interval,
+        budget=budget,
+        thresholds=opts.session.thresholds,
+        err=err,
+    )
+
+
+def _recorded(
+    recorder: Recorder | None, reports: Callable[[], ExitStatus], outcome: CheckOutcome
+) -> ExitStatus:
+    """The reports, then the recording finished (its summary is the judged run's), also when
+    a report file failed; a recording that could not be written whole makes the exit 3, as
+    a report file would."""
+    if recorder is None:
+        return reports()
+    from oversub.analysis.policy import judge
+    from oversub.cli.recorder import finish_quietly, summary_record
+    from oversub.errors import ReportError
+    from oversub.run import stopsignals
+
+    try:
+        status = reports()
+    finally:
+        with stopsignals.deferred() as during:
+            failure = finish_quietly(
+                recorder,
+                summary_record(
+                    judge(outcome).summary,
+                    command_status=outcome.command_status,
+                    timed_out=outcome.timed_out,
+                    interrupted=outcome.interrupted,
+                ),
+            )
+    if during.received or status is ExitStatus.INTERRUPTED:
+        return ExitStatus.INTERRUPTED
+    if failure is not None:
+        raise ReportError(failure)
+    return status
 
 
 def check_static(

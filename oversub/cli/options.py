@@ -179,3 +179,15 @@ def pop_thresholds(kwargs: dict[str, Any]) -> dict[str, float | None]:
     from oversub.settings import THRESHOLDS
 
     return {s.name: kwargs.pop(s.name) for s in THRESHOLDS}
+
+
+def record_options(f: F) -> F:
+    """`--record FILE` and its size bound (`watch`, `check`)."""
+    f = setting_option("record_max_mb")(f)
+    return click.option(
+        "--record",
+        "record_path",
+        type=ReportPath(),
+        default=None,
+        help="Write the run here as it goes (NDJSON; read it with `oversub report`).",
+    )(f)

@@ -17,6 +17,7 @@ from oversub.cli.options import (
     PID,
     SECONDS,
     format_option,
+    record_options,
     setting_option,
     threshold_options,
 )
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.live import Live
 
+    from oversub.cli.recorder import Recorder
     from oversub.model import Budget
     from oversub.nodes import NodeIdentity
     from oversub.results import Assessment, Interval, Summary
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 @format_option(
     WatchFormat, None, "live on a terminal, ndjson otherwise; json = only the final summary."
 )
+@record_options
 @threshold_options("watch")
 def command(
     pid: int,
@@ -50,6 +53,8 @@ def command(
     duration: float | None,
     once: bool,
     fmt: str | None,
+    record_path: Path | None,
+    record_max_mb: float | None,
     **kwargs: Any,
 ) -> ExitStatus:
     """Watch a process tree: CPU, threads, run-queue delay, switches, pools; verdict and fix.
@@ -63,6 +68,7 @@ def command(
       oversub watch 1234
       oversub watch 1234 --duration 30 --format json > report.json
       oversub watch 1234 --once --format ndjson
+      oversub watch 1234 --record run.ndjson   # then: oversub report run.ndjson
     """
     import os
 
@@ -87,17 +93,42 @@ def command(
         thresholds=thresholds,
         max_intervals=1 if once else None,
     )
+    recorder = None
+    if record_path is not None:
+        from oversub.cli.recorder import open_recorder
+
+        recorder = open_recorder(
+            record_path,
+            resolve_float("record_max_mb", record_max_mb, config),
+            mode="watch",
+            pid=pid,
+            command=None,
+            interval=options.interval,
+            budget=budget,
+            thresholds=thresholds,
+        )
     with (
         stopsignals.interrupt(),
         TreeSampler.for_budget(pid, budget) as sampler,
         ExitWatch(pid) as target,
-        WatchView(chosen, budget, thresholds=thresholds, identity=identity) as view,
+        WatchView(
+            chosen, budget, thresholds=thresholds, identity=identity, recorder=recorder
+        ) as view,
     ):
         # A target that exits mid-interval ends the run now, not at the end of the interval.
         result = run_session(
             sampler, budget, options, on_interval=view.interval, should_stop=target.gone
         )
+    if recorder is not None:
+        from oversub.cli.recorder import finish_quietly, summary_record
+
+        with stopsignals.deferred():
+            failure = finish_quietly(recorder, summary_record(result.summary))
     view.summary(result.summary)
+    if recorder is not None and failure is not None:
+        from oversub.errors import ReportError
+
+        raise ReportError(failure)
     # Ctrl-C is the normal way to leave `watch`: the summary is the answer, exit 130.
     return ExitStatus.INTERRUPTED if result.interrupted else ExitStatus.OK
 
@@ -113,9 +144,11 @@ class WatchView:
         out: TextIO | None = None,
         thresholds: Thresholds | None = None,
         identity: NodeIdentity | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self.fmt = fmt
         self.identity = identity
+        self.recorder = recorder
         self.budget = budget
         self.thresholds = thresholds
         self.out = out if out is not None else sys.stdout
@@ -150,6 +183,8 @@ class WatchView:
     def interval(
         self, iv: Interval, assessment: Assessment, intervals: int, elapsed: float
     ) -> None:
+        if self.recorder is not None:
+            self.recorder.interval(iv, utc_timestamp())
         frame = render_watch_interval(
             iv,
             assessment,

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from oversub.nodes import JobReport, NodeIdentity
     from oversub.results import Assessment, Interval, Summary
     from oversub.thresholds import Thresholds
+    from oversub.timeline import Replay
 
 
 class CpusFormat(Name):
@@ -70,6 +71,19 @@ class MergeFormat(Name):
     """The same as text, as Markdown tables (a CI job summary)."""
     JUNIT = "junit"
     """JUnit XML, one test case per node."""
+
+
+class ReportFormat(Name):
+    """`oversub report --format`."""
+
+    TEXT = "text"
+    """About the recording, terminal charts (demand against N, delay ratio), the summary."""
+    JSON = "json"
+    """`timeline.report_dict`, indented."""
+    MARKDOWN = "markdown"
+    """The Markdown summary of `check --markdown` with a mermaid chart GitHub draws."""
+    HTML = "html"
+    """One self-contained page: charts as inline SVG, findings, fixes, processes."""
 
 
 def _unreachable(value: NoReturn) -> NoReturn:
@@ -191,5 +205,28 @@ def render_merge(job: JobReport, status: ExitStatus, fmt: MergeFormat) -> str:
         return mergereport.merge_markdown(job, status)
     elif fmt is MergeFormat.JUNIT:
         return mergereport.merge_junit(job, status)
+    else:
+        _unreachable(fmt)
+
+
+def render_report(replay: Replay, fmt: ReportFormat, *, width: int = 80) -> str:
+    """A replayed recording in `fmt`, as one string ending in a newline."""
+    if fmt is ReportFormat.TEXT:
+        from oversub.render.timeline import report_text
+
+        return report_text(replay, width)
+    elif fmt is ReportFormat.JSON:
+        from oversub.render.serialize import to_json
+        from oversub.render.timeline import report_dict
+
+        return to_json(report_dict(replay), indent=2) + "\n"
+    elif fmt is ReportFormat.MARKDOWN:
+        from oversub.render.mermaid import report_markdown
+
+        return report_markdown(replay)
+    elif fmt is ReportFormat.HTML:
+        from oversub.render.html import report_html
+
+        return report_html(replay)
     else:
         _unreachable(fmt)

@@ -65,3 +65,13 @@ def markdown(text: str) -> str:
     text = _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
     text = "".join(_HTML.get(char, char) for char in text)
     return "<br>".join(terminal(line) for line in _LINE_BREAK.split(text))
+
+
+_HTML_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"}
+
+
+def html(text: str) -> str:
+    """`text` for HTML, as element content or a quoted attribute value: `&`, `<`, `>`, `"`
+    and `'` become entities (no tag, no attribute can start), and anything not printable is
+    shown escaped (`\\x1b`, `\\n`) as on a terminal."""
+    return "".join(_HTML_ENTITIES.get(char, char) for char in terminal(text))

@@ -1,0 +1,326 @@
+"""The recording format (`--record FILE`): NDJSON records to and from results, pure.
+
+One JSON object per line, in this order:
+
+- `header`: `"format": "oversub-recording"`, `"version": 1`, the oversub version, host, start
+  time (UTC), what was watched (`mode`, `pid`, `command`), the interval asked for, the
+  budget and the thresholds of the run;
+- `interval`, one per measured interval (possibly two or more merged, see
+  `analysis.replay.merge`): its wall-clock end (`timestamp`, UTC), monotonic `t0`/`t1`,
+  the raw deltas of each process and of the tree, host context and unavailable signals.
+  Rates are not stored: they are recomputed by `rates.measures` from the raw deltas, the
+  formula of a live run, so they come back bit for bit. What a process *is* (name, command
+  line, pools, thread variables) is written when first seen and again only when it changes
+  (`d`), which keeps an interval small;
+- `summary` last: the run's summary as `watch --format ndjson` prints it, and for `check`
+  how it ended (`command_status`, `timed_out`, `interrupted`).
+
+Reading is strict (the file is untrusted input): every field is type-checked and bounded,
+and anything else raises `NotARecording` naming the line. `Decoder` reads a prefix: a run
+killed mid-write leaves a file whose last line may be cut, which the caller drops.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from oversub.analysis.poolsize import pool_threads
+from oversub.analysis.rates import BUSY_DEMAND, measures, per_cpu_s
+from oversub.analysis.recordfields import (
+    BadRecord,
+    array,
+    budget_of,
+    field,
+    number,
+    obj,
+    opt_number,
+    opt_whole,
+    text,
+    text_map,
+    thresholds_of,
+    whole,
+    whole_map,
+)
+from oversub.errors import NotARecording
+from oversub.model import MAX_VCPUS, Budget, CpuQuota
+from oversub.names import Signal, WaitKind
+from oversub.results import HostRates, Interval, ProcessRates, Totals
+from oversub.thresholds import Thresholds
+from oversub.timeline import Ending, Header
+
+FORMAT = "oversub-recording"
+VERSION = 1
+_NS = 1_000_000_000
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _budget_json(b: Budget) -> dict[str, Any]:
+    return {
+        "pid": b.pid,
+        "vcpus": b.vcpus,
+        "logical": b.logical,
+        "physical": b.physical,
+        "affinity": list(b.affinity),
+        "quota": None
+        if b.quota is None
+        else {f.name: getattr(b.quota, f.name) for f in fields(CpuQuota)},
+        "cpuset": None
+        if b.cpuset is None
+        else {"cpus": list(b.cpuset.cpus), "cgroup": b.cpuset.cgroup, "version": b.cpuset.version},
+        "numa": {str(k): list(v) for k, v in b.numa.items()},
+        "cores": [list(c) for c in b.cores],
+        "limited_by": b.limited_by,
+        "notes": list(b.notes),
+        "launcher": b.launcher,
+    }
+
+
+def header_record(h: Header) -> dict[str, Any]:
+    return {
+        "type": "header",
+        "format": FORMAT,
+        "version": VERSION,
+        "oversub": h.version,
+        "host": h.host,
+        "started": h.started,
+        "mode": h.mode,
+        "pid": h.pid,
+        "command": None if h.command is None else list(h.command),
+        "interval": h.interval,
+        "budget": _budget_json(h.budget),
+        "thresholds": {f.name: getattr(h.thresholds, f.name) for f in fields(Thresholds)},
+    }
+
+
+def _describe(p: ProcessRates) -> dict[str, Any]:
+    """What a process is (not what it did): written when it first appears or changes."""
+    return {
+        "ppid": p.ppid,
+        "name": p.name,
+        "cmdline": p.cmdline,
+        "pools": None if p.pools is None else list(p.pools),
+        "thread_env": None if p.thread_env is None else dict(p.thread_env),
+        "live_pools": None if p.live_pools is None else dict(p.live_pools),
+        "live_threads": None if p.live_threads is None else dict(p.live_threads),
+    }
+
+
+class Encoder:
+    """Interval records of one recording; remembers what each process was last described as."""
+
+    def __init__(self) -> None:
+        self._described: dict[tuple[int, int | None], dict[str, Any]] = {}
+
+    def interval(self, iv: Interval, timestamp: str) -> dict[str, Any]:
+        t = iv.totals
+        return {
+            "type": "interval",
+            "timestamp": timestamp,
+            "t0": iv.t0,
+            "t1": iv.t1,
+            "root": iv.root_pid,
+            "vcpus": iv.vcpus,
+            "totals": {
+                "processes": t.processes,
+                "threads": t.threads,
+                "cpu_s": t.cpu_s,
+                "delay_s": t.delay_s,
+                "ictx": t.involuntary_ctx,
+                "vctx": t.voluntary_ctx,
+            },
+            "host": {f.name: getattr(iv.host, f.name) for f in fields(HostRates)},
+            "unavailable": [s.value for s in iv.unavailable],
+            "p": [self._process(p) for p in iv.processes],
+        }
+
+    def _process(self, p: ProcessRates) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "pid": p.pid,
+            "start": p.start_ticks,
+            "threads": p.threads,
+            "cpu_s": p.cpu_s,
+            "delay_s": p.delay_s,
+            "ictx": p.involuntary_ctx,
+            "vctx": p.voluntary_ctx,
+        }
+        # Per thread, runnable nanoseconds (what `active_cpu` is compared with), idle ones left
+        # out: they are never active whatever the threshold (it is > 0).
+        runs = [
+            [tid, round(r * _NS)]
+            for tid, r in zip(p.thread_ids, p.thread_runnable_s, strict=True)
+            if round(r * _NS) > 0
+        ]
+        if runs:
+            out["run"] = runs
+        if p.exited:
+            out["exited"] = True
+        if p.wait is not None:
+            out["wait"] = p.wait.value
+        described = _describe(p)
+        key = (p.pid, p.start_ticks)
+        if self._described.get(key) != described:
+            self._described[key] = described
+            out["d"] = described
+        return out
+
+
+def dumps(record: Mapping[str, Any]) -> str:
+    """One record as one line (no newline): compact, UTF-8 kept, NaN refused."""
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def header_of(d: Mapping[str, Any]) -> Header:
+    """The header record; NotARecording-worthy BadRecord when it is not one this oversub reads."""
+    if d.get("type") != "header" or d.get("format") != FORMAT:
+        raise BadRecord("not an oversub recording (no header)")
+    version = d.get("version")
+    if version != VERSION:
+        raise BadRecord(f"format version {version!r}: this oversub reads version {VERSION}")
+    command = field(d, "command")
+    pid = field(d, "pid")
+    return Header(
+        version=text(field(d, "oversub"), "oversub"),
+        host=text(field(d, "host"), "host"),
+        started=text(field(d, "started"), "started"),
+        mode=text(field(d, "mode"), "mode"),
+        pid=None if pid is None else whole(pid, "pid", 1),
+        command=None
+        if command is None
+        else tuple(text(a, "command") for a in array(command, "command")),
+        interval=number(field(d, "interval"), "interval"),
+        budget=budget_of(field(d, "budget")),
+        thresholds=thresholds_of(field(d, "thresholds")),
+    )
+
+
+class Decoder:
+    """Interval records back into `Interval`s (rates recomputed from the raw deltas; active
+    threads left at 0: `rates.with_thresholds` counts them under the thresholds asked for)."""
+
+    def __init__(self) -> None:
+        self._described: dict[tuple[int, int | None], dict[str, Any]] = {}
+
+    def interval(self, d: Mapping[str, Any]) -> tuple[Interval, str]:
+        """(the interval, its UTC timestamp)."""
+        t0 = number(field(d, "t0"), "t0")
+        t1 = number(field(d, "t1"), "t1")
+        if t1 <= t0:
+            raise BadRecord("t1 is not after t0")
+        seconds = t1 - t0
+        vcpus = whole(field(d, "vcpus"), "vcpus", 1, MAX_VCPUS)
+        processes = tuple(self._process(p, seconds) for p in array(field(d, "p"), "p"))
+        live = [p for p in processes if not p.exited]
+        tot = obj(field(d, "totals"), "totals")
+        m = measures(
+            seconds,
+            number(field(tot, "cpu_s"), "cpu_s"),
+            opt_number(field(tot, "delay_s"), "delay_s"),
+            opt_whole(field(tot, "ictx"), "ictx"),
+            opt_whole(field(tot, "vctx"), "vctx"),
+        )
+        in_pools, with_pools = pool_threads(live, vcpus)
+        totals = Totals(
+            processes=whole(field(tot, "processes"), "processes"),
+            threads=whole(field(tot, "threads"), "threads"),
+            active_threads=0,
+            involuntary_ctx_per_cpu_s=per_cpu_s(m.involuntary_ctx, m.cpu_s),
+            busy_processes=sum(1 for p in live if p.demand >= BUSY_DEMAND),
+            pool_threads=in_pools,
+            pool_processes=with_pools,
+            **m._asdict(),
+        )
+        host = obj(field(d, "host"), "host")
+        unavailable = []
+        for name in array(field(d, "unavailable"), "unavailable"):
+            try:
+                unavailable.append(Signal(name))
+            except ValueError:
+                raise BadRecord(f"unknown signal {name!r}") from None
+        iv = Interval(
+            t0=t0,
+            t1=t1,
+            root_pid=whole(field(d, "root"), "root"),
+            vcpus=vcpus,
+            processes=tuple(sorted(processes, key=lambda r: (-r.cpu_percent, r.exited, r.pid))),
+            totals=totals,
+            host=HostRates(
+                **{f.name: opt_number(field(host, f.name), f.name) for f in fields(HostRates)}
+            ),
+            unavailable=tuple(unavailable),
+        )
+        return iv, text(field(d, "timestamp"), "timestamp")
+
+    def _process(self, raw: Any, seconds: float) -> ProcessRates:
+        d = obj(raw, "process")
+        pid = whole(field(d, "pid"), "pid", 1)
+        start = opt_whole(field(d, "start"), "start")
+        if "d" in d:
+            self._described[(pid, start)] = obj(d["d"], "d")
+        desc = self._described.get((pid, start))
+        if desc is None:
+            raise BadRecord(f"process {pid} is not described")
+        runs = [array(r, "run") for r in array(d.get("run", []), "run")]
+        if any(len(r) != 2 for r in runs):
+            raise BadRecord("run is not a list of [tid, nanoseconds]")
+        wait = d.get("wait")
+        pools = desc.get("pools")
+        m = measures(
+            seconds,
+            number(field(d, "cpu_s"), "cpu_s"),
+            opt_number(field(d, "delay_s"), "delay_s"),
+            opt_whole(field(d, "ictx"), "ictx"),
+            opt_whole(field(d, "vctx"), "vctx"),
+        )
+        try:
+            kind = None if wait is None else WaitKind(wait)
+        except ValueError:
+            raise BadRecord(f"unknown wait {wait!r}") from None
+        return ProcessRates(
+            pid=pid,
+            ppid=whole(field(desc, "ppid"), "ppid"),
+            name=text(field(desc, "name"), "name"),
+            cmdline=text(field(desc, "cmdline"), "cmdline"),
+            threads=whole(field(d, "threads"), "threads"),
+            active_threads=0,
+            pools=None if pools is None else tuple(text(x, "pool") for x in array(pools, "pools")),
+            thread_env=text_map(desc.get("thread_env"), "thread_env"),
+            exited=d.get("exited") is True,
+            wait=kind,
+            start_ticks=start,
+            live_pools=whole_map(desc.get("live_pools"), "live_pools"),
+            live_threads=whole_map(desc.get("live_threads"), "live_threads"),
+            thread_ids=tuple(whole(r[0], "tid") for r in runs),
+            thread_runnable_s=tuple(whole(r[1], "runnable") / _NS for r in runs),
+            **m._asdict(),
+        )
+
+
+def ending_of(d: Mapping[str, Any]) -> Ending:
+    """The summary record (only what a replay needs and what it is compared with)."""
+    verdict = field(d, "verdict")
+    status = d.get("command_status")
+    return Ending(
+        verdict=None if verdict is None else text(verdict, "verdict"),
+        findings=tuple(
+            text(field(obj(f, "finding"), "rule"), "rule")
+            for f in array(field(d, "findings"), "findings")
+        ),
+        target_exited=field(d, "target_exited") is True,
+        notes=tuple(text(n, "note") for n in array(field(d, "notes"), "notes")),
+        command_status=None if status is None else whole(status, "command_status", -(2**31)),
+        timed_out=d.get("timed_out") is True,
+        interrupted=d.get("interrupted") is True,
+    )
+
+
+def bad(line: int, problem: Exception) -> NotARecording:
+    """The error for a wrong record at `line` (1-based)."""
+    return NotARecording(f"line {line}: {problem}")

@@ -1,0 +1,61 @@
+"""`oversub report FILE`: a recording judged again, as text with charts, JSON, Markdown or HTML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from oversub.cli.options import CONTEXT, format_option, threshold_options
+from oversub.cli.options import ReportPath as OutPath
+from oversub.errors import ExitStatus
+from oversub.render import ReportFormat
+
+
+@click.command("report", context_settings=CONTEXT)
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=True))
+@format_option(ReportFormat, ReportFormat.TEXT)
+@click.option("-o", "--output", "out", type=OutPath(), default=None, help="Write it here.")
+@threshold_options("report")
+def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus:
+    """Judge a recording (`watch/check --record FILE`) again and show it over time.
+
+    Without threshold flags the recording's own thresholds are used, which gives the
+    verdict the run printed; a flag changes that threshold only (pyproject's
+    [tool.oversub] is not read: a recording carries its thresholds). Exit 0 when it was
+    read, 2 when FILE is not a recording this oversub reads, 3 when it cannot be read or
+    -o cannot be written.
+
+    \b
+    Examples:
+      oversub report run.ndjson
+      oversub report run.ndjson --format html -o run.html
+      oversub report run.ndjson --margin 0.5 --format json
+    """
+    import dataclasses
+    import shutil
+
+    from oversub.analysis.replay import reassess
+    from oversub.cli.options import pop_thresholds
+    from oversub.cli.output import emit
+    from oversub.cli.recordfile import read_recording
+    from oversub.render import render_report
+
+    if out is not None:
+        from oversub.cli.reportfiles import check_report_path
+
+        check_report_path("-o", out)
+    recording = read_recording(file)
+    given = {k: v for k, v in pop_thresholds(kwargs).items() if v is not None}
+    thresholds = dataclasses.replace(recording.header.thresholds, **given)
+    replay = reassess(recording, thresholds)
+    width = shutil.get_terminal_size((100, 24)).columns if out is None else 100
+    text = render_report(replay, ReportFormat(fmt), width=width)
+    if out is not None:
+        from oversub.cli.reportfiles import write_atomic
+
+        write_atomic("-o", out, text)
+    else:
+        emit(text)
+    return ExitStatus.OK

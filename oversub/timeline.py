@@ -1,0 +1,80 @@
+"""A run through time: a recording (`--record FILE`) read back, and its replay under
+thresholds. Plain data; the format is `analysis.recording`, the replay `analysis.replay`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oversub.model import Budget
+from oversub.results import Assessment, Interval, Summary
+from oversub.thresholds import Thresholds
+
+
+@dataclass(frozen=True)
+class Header:
+    """The first record of a recording: what was watched, on what budget, how."""
+
+    version: str
+    """The oversub version that wrote it."""
+    host: str
+    started: str
+    """Wall clock at the start, UTC, ISO 8601."""
+    mode: str
+    """"watch", "check-command" or "check-pid"."""
+    pid: int | None
+    """The watched pid (None for `check -- CMD`: the intervals name the command's pid)."""
+    command: tuple[str, ...] | None
+    interval: float
+    """Seconds per sample asked for."""
+    budget: Budget
+    thresholds: Thresholds
+    """The thresholds the run was judged with."""
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The summary record: how the run ended and what it concluded."""
+
+    verdict: str | None
+    """The recorded verdict (None: not judged)."""
+    findings: tuple[str, ...]
+    """The recorded findings' rule ids, in report order."""
+    target_exited: bool
+    notes: tuple[str, ...]
+    command_status: int | None
+    timed_out: bool
+    interrupted: bool
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A recording as read: header, intervals in order, and the ending when it has one."""
+
+    header: Header
+    intervals: tuple[Interval, ...]
+    timestamps: tuple[str, ...]
+    """The wall-clock end of each interval, UTC, ISO 8601 (as recorded: untrusted text)."""
+    ending: Ending | None
+    """None: the run was killed before it ended (the file is a prefix)."""
+    cut: bool = False
+    """The last line was cut (a write interrupted by SIGKILL) and was left out."""
+
+    @property
+    def check(self) -> bool:
+        return self.header.mode.startswith("check")
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A recording re-assessed under `thresholds`, as a live run would have judged it."""
+
+    recording: Recording
+    thresholds: Thresholds
+    intervals: tuple[Interval, ...]
+    """The recorded intervals, active threads counted under `thresholds`."""
+    assessments: tuple[Assessment, ...]
+    """The verdict of each interval, as the live view showed it."""
+    summary: Summary
+    """The whole run (for `check`, judged by its policy)."""
+    metrics: tuple[tuple[str, float], ...] = ()
+    """Figures the workload printed (`NAME=<number>` lines), last value of each."""
