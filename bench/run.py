@@ -4,6 +4,7 @@
   2. one full sample of synthetic trees, oversub against a plain-read floor, psutil, ps and
      pidstat (sampling.py)
   3. CPU and peak RSS of `oversub watch` at the default 1 s interval (watch_cost.py)
+  4. CPU of `oversub watch --all` on ~2,000 threads in 20 real cgroups (node_cost.py)
 
 Each script also runs alone and prints its figures. The trees are 50 processes x 20 idle
 threads (~1,000 threads) and 250 x 20 (~5,000); every process they start is killed on exit,
@@ -25,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import node_cost
 import sampling
 import startup
 import watch_cost
@@ -150,6 +152,27 @@ def watch_table(results: list[watch_cost.WatchResult]) -> list[str]:
     return lines
 
 
+def node_table(r: node_cost.NodeResult, watch_s: float) -> list[str]:
+    steady = "-" if r.steady_pct is None else f"{r.steady_pct:.2f} %"
+    runs = f"{len(r.runs_pct)}: " + ", ".join(f"{p:.2f} %" for p in r.runs_pct)
+    return [
+        f"## `oversub watch --all --format ndjson --duration {watch_s:g}` (node mode) at the "
+        "default 1 s interval",
+        "",
+        f"A tree of {node_cost.PROCS} processes x {node_cost.THREADS} idle threads spread over "
+        f"{node_cost.CGROUPS} real cgroups (5 processes each), plus the host's own processes: "
+        "node mode reads every process of the node once per interval and splits the reading "
+        "by cgroup. Measured as the watch runs above; see bench/node_cost.py.",
+        "",
+        "| node | runs: whole run % each | CPU (user+sys) / wall | whole run, % of one CPU | "
+        "steady state | goal | result |",
+        "|---|---|---:|---:|---:|---|---|",
+        f"| {node_cost.describe(r)} | {runs} | {r.cpu_s * 1000:.0f} ms / {r.wall_s:.1f} s | "
+        f"{r.whole_pct:.2f} % | {steady} | CPU < {node_cost.CPU_GOAL_PCT:g} % | "
+        f"{_verdict(r.passed)} |",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few rounds, short watch runs")
@@ -179,6 +202,9 @@ def main() -> int:
             watches = watch_cost.run(TREES, watch_s, watch_runs)
             for w in watches:
                 print(watch_cost.format_text(w), flush=True)
+            print(f"watch --all, {watch_s:g} s per run ...", flush=True)
+            node = node_cost.run(watch_s, 1 if args.quick else 3)
+            print(node_cost.format_text(node), flush=True)
     except KeyboardInterrupt:
         print(f"{INTERRUPTED}; {args.output} not written", file=sys.stderr)
         return 130
@@ -226,6 +252,8 @@ def main() -> int:
         "threads.",
         "",
         *watch_table(watches),
+        "",
+        *node_table(node, watch_s),
         "",
     ]
     Path(args.output).write_text("\n".join(lines))

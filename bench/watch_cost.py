@@ -124,11 +124,14 @@ class _Run:
     steady_pct: float | None
     hwm_kib: int
     lines: int
+    output: bytes = b""
+    """What the command wrote to stdout."""
 
 
-def watch_once(root_pid: int, duration_s: float) -> _Run:
-    """Run `oversub watch` once on `root_pid` and measure it."""
-    argv = [*LAUNCH, "watch", str(root_pid), "--format", "ndjson", "--duration", str(duration_s)]
+def watch_once(root_pid: int | None, duration_s: float, target: list[str] | None = None) -> _Run:
+    """Run `oversub watch` once on `root_pid` (or on `target`, e.g. ["--all"]) and measure it."""
+    what = target if target is not None else [str(root_pid)]
+    argv = [*LAUNCH, "watch", *what, "--format", "ndjson", "--duration", str(duration_s)]
     first: tuple[float, int] | None = None
     last: tuple[float, int] | None = None
     hwm = 0
@@ -158,11 +161,12 @@ def watch_once(root_pid: int, duration_s: float) -> _Run:
             err.seek(0)
             raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {err.read()!r}")
         out.seek(0)
-        lines = out.read().count(b"\n")
+        output = out.read()
+        lines = output.count(b"\n")
     steady = None
     if first is not None and last is not None and last[0] - first[0] >= 2.0:
         steady = (last[1] - first[1]) / CLK_TCK / (last[0] - first[0]) * 100
-    return _Run(wall, usage.ru_utime + usage.ru_stime, steady, hwm, lines)
+    return _Run(wall, usage.ru_utime + usage.ru_stime, steady, hwm, lines, output)
 
 
 def run(shapes: list[tuple[int, int]], duration_s: float, runs: list[int]) -> list[WatchResult]:

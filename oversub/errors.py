@@ -50,6 +50,10 @@ class PermissionDenied(TargetError):
     """The pid exists but we may not read what we need."""
 
 
+class NoSuchCgroup(TargetError):
+    """`--cgroup PATH` names no cgroup of the hierarchy that holds the cpu controller."""
+
+
 class UnsupportedPlatform(TargetError):
     """The platform does not expose what the command needs."""
 

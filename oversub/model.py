@@ -91,12 +91,15 @@ class Budget:
     launcher: str | None = None
     """The launcher setting that sets N when `limited_by` is "launcher", e.g.
     "SLURM_CPUS_PER_TASK=1"; None otherwise."""
+    cgroup: str | None = None
+    """The budget of a cgroup target (`--cgroup`, `--all`): its path in the hierarchy ("/"
+    for the whole node); `pid` is then one of its processes, or 0 while it has none."""
 
     @property
     def given(self) -> bool:
         """A budget given as a count (`--cpus N`, `cpus=`), not measured: pid 0 marks it
         (`analysis.recommend.synthetic_budget`). Its CPU ids are not this machine's."""
-        return self.pid == 0
+        return self.pid == 0 and self.cgroup is None
 
 
 # --------------------------------------------------------------------------- recommend

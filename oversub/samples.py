@@ -96,3 +96,6 @@ class TreeSample:
     unavailable: tuple[Signal, ...] = ()
     """Signals not measured: not provided by this platform/kernel ("schedstat", "psi"), or
     refused (`names.DENIED`, "live_pools")."""
+    gone: bool = False
+    """A target without a root process (`root_pid` 0: a cgroup) no longer exists: its
+    cgroup was removed. A process tree is gone when its root is (`run.session`)."""

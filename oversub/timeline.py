@@ -20,9 +20,11 @@ class Header:
     started: str
     """Wall clock at the start, UTC, ISO 8601."""
     mode: str
-    """"watch", "check-command" or "check-pid"."""
+    """"watch", "check-command", "check-pid" or "check-cgroup" (`budget.cgroup` names it;
+    `watch --cgroup` is "watch" with that budget)."""
     pid: int | None
-    """The watched pid (None for `check -- CMD`: the intervals name the command's pid)."""
+    """The watched pid (None for `check -- CMD`: the intervals name the command's pid; None
+    for a cgroup)."""
     command: tuple[str, ...] | None
     interval: float
     """Seconds per sample asked for."""

@@ -92,3 +92,64 @@ def quota_cgroup(cpus: float, *, nested: bool = False) -> Iterator[tuple[CgroupM
         if nested:
             remove_cgroup(inner)
         remove_cgroup(outer)
+
+
+def _mount_of(controller: str) -> CgroupMount | None:
+    for mount in parse_mountinfo(Path("/proc/self/mountinfo").read_text()):
+        if mount.version == 1 and controller in mount.options and mount.root == "/":
+            return mount
+    return None
+
+
+@contextmanager
+def pinned_cgroup(cpu: int) -> Iterator[tuple[str, list[str]]]:
+    """A new cgroup of the hierarchy that holds the cpu controller whose tasks run on CPU
+    `cpu` only (a cpuset: v1's own hierarchy, or v2's controller in the same directory).
+
+    Yields (its path as /proc/PID/cgroup shows it, the `cgroup.procs` files a task writes
+    its pid to to join it). Every task must be gone before the block ends.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("creating a cgroup needs root")
+    found = own_cpu_cgroup()
+    if found is None:
+        pytest.skip("this kernel has no mounted cgroup cpu controller")
+    mount, parent = found
+    name = f"oversub-test-{uuid.uuid4().hex[:8]}"
+    made: list[str] = []
+    try:
+        directory = os.path.join(parent, name)
+        os.mkdir(directory)
+        made.append(directory)
+        if mount.version == 1:
+            cpuset = _mount_of("cpuset")
+            if cpuset is None:
+                pytest.skip("no cgroup v1 cpuset hierarchy is mounted")
+            pinned = os.path.join(cpuset.mount_point, name)
+            os.mkdir(pinned)
+            made.append(pinned)
+            mems = Path(cpuset.mount_point, "cpuset.mems").read_text().strip()
+            write(os.path.join(pinned, "cpuset.cpus"), str(cpu))
+            write(os.path.join(pinned, "cpuset.mems"), mems)
+            joins = [os.path.join(directory, "cgroup.procs"), os.path.join(pinned, "cgroup.procs")]
+        else:
+            if not os.path.exists(os.path.join(directory, "cpuset.cpus")):
+                pytest.skip("the cgroup v2 cpuset controller is not enabled for child cgroups")
+            write(os.path.join(directory, "cpuset.cpus"), str(cpu))
+            joins = [os.path.join(directory, "cgroup.procs")]
+    except OSError as error:
+        for path in reversed(made):
+            remove_cgroup(path)
+        pytest.skip(f"cannot create a pinned cgroup under {parent}: {error.strerror}")
+    relative = directory[len(mount.mount_point) :]
+    path = (mount.root.rstrip("/") + relative) or "/"
+    try:
+        yield path, joins
+    finally:
+        for join in joins:
+            procs = Path(join)
+            deadline = time.monotonic() + 10
+            while procs.exists() and procs.read_text().strip() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        for made_dir in reversed(made):
+            remove_cgroup(made_dir)

@@ -174,6 +174,8 @@ def _bounded(name: str, param: click.Parameter, value: str) -> bool:
         return True
     if param.type is PID:
         return bool(got > PID_MAX_LIMIT)
+    if param.name == "cgroup":
+        return not _names_a_cgroup(got)
     if name == "stress":
         return bool(got <= (0.05 if param.name == "seconds" else 1))
     if param.name == "ncpus":
@@ -193,6 +195,22 @@ def _valid(name: str, param: click.Parameter) -> tuple[str, ...]:
     return valid
 
 
+def _names_a_cgroup(value: str) -> bool:
+    """An existing cgroup: watching it would run until stopped."""
+    from oversub.errors import OversubError
+    from oversub.probe.cgroup_target import resolve_cgroup
+
+    try:
+        resolve_cgroup(value)
+    except OversubError:
+        return False
+    return True
+
+
+CGROUP_PATHS = ("/oversub-no-such-cgroup", "relative/cgroup", "/a/../b", "/sys/fs/cgroup/nope")
+"""--cgroup values that name no cgroup (bad input of every kind the option refuses)."""
+
+
 def _typical(param: click.Parameter) -> tuple[str, ...]:
     """Values of the option's type, some of them out of its range."""
     kind = param.type
@@ -202,6 +220,8 @@ def _typical(param: click.Parameter) -> tuple[str, ...]:
         return ("1", "2", "4", "auto")
     if isinstance(kind, click.Path):
         return PATHS
+    if param.name == "cgroup":
+        return CGROUP_PATHS
     if isinstance(kind, click.IntRange):
         return ("0", "1", "2", "3", "4194305", "2147483647", "9223372036854775807")
     if isinstance(kind, (Seconds, click.FloatRange)):
@@ -239,6 +259,8 @@ def option_tokens(draw: st.DrawFn, name: str, *, hostile: bool) -> list[str]:
     if param.is_flag:
         if name == "cpus" and param.name == "detail":
             return ["--detail=1"]  # plain --detail runs py-cpuinfo (~1 s, spawns processes)
+        if name == "watch" and param.name == "all_cgroups":
+            return ["--all=1"]  # plain --all watches the node until it is stopped
         flag = draw(st.sampled_from(param.opts))
         return [f"{flag}=1"] if hostile and long and draw(st.booleans()) else [flag]
     value = draw(values(name, param, hostile=hostile))

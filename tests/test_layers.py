@@ -29,6 +29,8 @@ FOUNDATION = frozenset(
         "oversub.results",
         "oversub.nodes",
         "oversub.timeline",
+        "oversub.workload",
+        "oversub.targets",
     }
 )
 """Data types, vocabulary and catalogues: every layer may import them; they import only

@@ -230,6 +230,10 @@ def orphan_finding(interval: Interval, th: Thresholds) -> Finding | None:
     Exited processes are not skipped: in one interval they have no CPU anyway, and over a
     whole run (where everything has exited once the target did) a busy orphan still counts.
     """
+    if interval.root_pid == 0:
+        # A cgroup's processes have no root: those started from outside it (by slurmstepd,
+        # containerd, systemd) all have a parent that is not a member, and none is orphaned.
+        return None
     pids = {p.pid for p in interval.processes}
     orphans = [
         p

@@ -98,6 +98,10 @@ def _process_delta(
     prev: ProcessSample | None, curr: ProcessSample, dt_ns: int, active_ns: float
 ) -> _Delta:
     """Counter changes of a process; `prev` is None when the process is new in the interval."""
+    if prev is curr:
+        # The very same reading twice (node mode keeps an idle process's last reading):
+        # nothing ran, nothing waited; unknown counters stay unknown.
+        return _unchanged(curr)
     before = {t.tid: t for t in prev.threads} if prev is not None else {}
     per_thread = [_thread_delta(before.get(t.tid), t, dt_ns) for t in curr.threads]
     runnable = tuple(d[0] + (d[1] or 0) for d in per_thread)
@@ -108,6 +112,18 @@ def _process_delta(
         involuntary=_sum_or_none(d[3] for d in per_thread),
         active_threads=sum(1 for r in runnable if r >= active_ns),
         runnable_ns=runnable,
+    )
+
+
+def _unchanged(p: ProcessSample) -> _Delta:
+    """Zero deltas of a process whose reading did not change."""
+    return _Delta(
+        cpu_ns=0,
+        run_delay_ns=0 if all(t.run_delay_ns is not None for t in p.threads) else None,
+        voluntary=0 if all(t.voluntary_ctx is not None for t in p.threads) else None,
+        involuntary=0 if all(t.involuntary_ctx is not None for t in p.threads) else None,
+        active_threads=0,
+        runnable_ns=(0,) * len(p.threads),
     )
 
 
@@ -194,14 +210,7 @@ def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> Pr
 
 def _exited_delta(p: ProcessSample) -> _Delta:
     """Zero deltas for a process gone by the end: its work after `prev` was not seen."""
-    known_delay = all(t.run_delay_ns is not None for t in p.threads)
-    return _Delta(
-        cpu_ns=0,
-        run_delay_ns=0 if known_delay else None,
-        voluntary=0 if all(t.voluntary_ctx is not None for t in p.threads) else None,
-        involuntary=0 if all(t.involuntary_ctx is not None for t in p.threads) else None,
-        active_threads=0,
-    )
+    return replace(_unchanged(p), runnable_ns=())
 
 
 BUSY_DEMAND = 0.5

@@ -109,6 +109,7 @@ def budget_of(d: Any) -> Budget:
     c = None if cpuset is None else obj(cpuset, "cpuset")
     physical = field(d, "physical")
     launcher = field(d, "launcher")
+    cgroup = d.get("cgroup")  # a cgroup target's (absent before `--cgroup` existed)
     return Budget(
         pid=whole(field(d, "pid"), "budget pid"),
         vcpus=whole(field(d, "vcpus"), "vcpus", 1, MAX_VCPUS),
@@ -142,6 +143,7 @@ def budget_of(d: Any) -> Budget:
         limited_by=limited,  # type: ignore[arg-type]  # checked above
         notes=tuple(text(n, "note") for n in array(field(d, "notes"), "notes")),
         launcher=None if launcher is None else text(launcher, "launcher"),
+        cgroup=None if cgroup is None else text(cgroup, "cgroup"),
     )
 
 

@@ -77,6 +77,7 @@ def _budget_json(b: Budget) -> dict[str, Any]:
         "limited_by": b.limited_by,
         "notes": list(b.notes),
         "launcher": b.launcher,
+        "cgroup": b.cgroup,
     }
 
 

@@ -160,7 +160,7 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
                 verdict=Verdict.STARVED,
                 message=f"The cgroup CPU quota throttled the tree in {throttled_ratio:.0%} of "
                 f"its periods{throttled} while it kept {t.demand:.1f} threads runnable.",
-                pids=(interval.root_pid,),
+                pids=_root(interval),
                 evidence=_base_evidence(interval)
                 | {"throttled_ratio": rounded(throttled_ratio), "throttled_s": h.throttled_s},
                 fix="Raise the cgroup CPU quota, or keep the tree's busy threads within it: at "
@@ -199,7 +199,7 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
                 verdict=Verdict.STARVED,
                 message=f"{sentence(' and '.join(causes))}; the tree's threads waited "
                 f"{ratio:.0%} of their runnable time ({waited:.2f} CPU-seconds per second).",
-                pids=(interval.root_pid,),
+                pids=_root(interval),
                 evidence=evidence,
                 fix="Move the other load elsewhere, or pin the job and the other load to "
                 "separate CPUs (taskset -c), or accept the slowdown"
@@ -215,7 +215,7 @@ def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]
                 message=f"The tree's threads waited {ratio:.0%} of their runnable time "
                 f"({waited:.2f} CPU-seconds per second) with {t.demand:.1f} runnable on "
                 f"{count(n, 'CPU')}; {_unexplained(h, waited)}.",
-                pids=(interval.root_pid,),
+                pids=_root(interval),
                 evidence=evidence,
                 fix="Check what else shares these CPUs (other containers, real-time or niced "
                 "tasks, interrupts) and whether the CPU budget N is right.",
@@ -284,6 +284,11 @@ def _over_unexplained(interval: Interval) -> Finding:
         fix="Compare `oversub cpus --pid PID` of the busiest processes with the root's: size "
         "each process's threads to its own budget, or give the job one consistent budget.",
     )
+
+
+def _root(interval: Interval) -> tuple[int, ...]:
+    """The pid a finding about the whole tree names: its root; none for a cgroup."""
+    return (interval.root_pid,) if interval.root_pid else ()
 
 
 def _no_schedstat() -> Finding:

@@ -60,7 +60,8 @@ def check_mode(
     static = procs is not None or threads is not None
     if sum([bool(command), pid is not None and not static, static]) != 1:
         raise UsageError(
-            "check needs exactly one of: -- CMD ARGS..., --pid PID, or --procs M --threads T"
+            "check needs exactly one of: -- CMD ARGS..., --pid PID, --cgroup PATH, "
+            "or --procs M --threads T"
         )
     if static and (procs is None or threads is None):
         raise UsageError("static preflight needs both --procs and --threads")
@@ -72,6 +73,14 @@ def check_mode(
 @click.command("check", context_settings={**CONTEXT, "ignore_unknown_options": False})
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--pid", type=PID, default=None, help="Attach to this running tree.")
+@click.option(
+    "--cgroup",
+    "cgroup",
+    metavar="PATH",
+    default=None,
+    help="Attach to every process of this cgroup (its path as /proc/PID/cgroup shows it, "
+    "or its directory), judged against its own budget.",
+)
 @click.option("--duration", type=SECONDS, default=None, help="With --pid: seconds to sample.")
 @click.option("--procs", "-M", type=POSITIVE, default=None, help="Static preflight: processes.")
 @click.option(
@@ -95,6 +104,7 @@ def check_mode(
 def command(
     command: tuple[str, ...],
     pid: int | None,
+    cgroup: str | None,
     duration: float | None,
     procs: int | None,
     threads: int | None,
@@ -117,6 +127,7 @@ def command(
     Three ways:
       oversub check [options] -- CMD ARGS...     run CMD and sample its whole tree
       oversub check --pid PID --duration S       attach to a running tree
+      oversub check --cgroup PATH --duration S   attach to a cgroup's processes
       oversub check --procs M --threads T [--workers W] [--cpus N]   static preflight
     Defaults also come from [tool.oversub] in ./pyproject.toml; flags win.
 
@@ -127,13 +138,22 @@ def command(
       oversub check --procs 4 --threads 8 --cpus 16
       oversub check --record run.ndjson --json r.json -- python train.py --smoke
     """
-    from oversub.cli.checking import CheckOptions, check_command, check_pid, check_static
+    from oversub.cli.checking import (
+        CheckOptions,
+        check_cgroup,
+        check_command,
+        check_pid,
+        check_static,
+    )
     from oversub.cli.config import load_config, resolve, resolve_float, thresholds_from
     from oversub.cli.options import pop_thresholds
-    from oversub.cli.target import budget_of
+    from oversub.cli.target import budget_of, cgroup_target
     from oversub.run.session import SessionOptions
 
-    mode = check_mode(command, pid, procs, threads)
+    if pid is not None and cgroup is not None:
+        raise UsageError("--pid and --cgroup exclude each other")
+    # A cgroup is attached to like a pid: the same mode, flags and reports.
+    mode = check_mode(command, pid if cgroup is None else 0, procs, threads)
     refuse_flags_of_other_modes(
         mode,
         {
@@ -148,6 +168,8 @@ def command(
     )
     if ncpus is not None and pid is not None:
         raise UsageError("--pid and --cpus exclude each other")
+    if ncpus is not None and cgroup is not None:
+        raise UsageError("--cgroup and --cpus exclude each other")
     config = load_config(Path.cwd())
     thresholds = thresholds_from(config, pop_thresholds(kwargs))
     limit = resolve("timeout", timeout, config)
@@ -169,10 +191,14 @@ def command(
     )
     if mode is CheckMode.STATIC:
         assert procs is not None and threads is not None
-        return check_static(budget_of(pid, ncpus), procs, threads, workers or 0, opts)
+        # With --pid or --cgroup the plan is judged against that target's budget.
+        budget = cgroup_target(cgroup)[1] if cgroup is not None else budget_of(pid, ncpus)
+        return check_static(budget, procs, threads, workers or 0, opts)
     if mode is CheckMode.COMMAND:
         # CMD inherits our affinity and cgroup, so our own budget is its budget (and reading
         # it before CMD starts cannot race with a command that exits at once).
         return check_command(list(command), budget_of(None), opts)
+    if cgroup is not None:
+        return check_cgroup(*cgroup_target(cgroup), opts)
     assert pid is not None
     return check_pid(pid, budget_of(pid), opts)

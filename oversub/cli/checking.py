@@ -18,6 +18,7 @@ from oversub.run.session import SessionOptions
 if TYPE_CHECKING:
     from oversub.cli.recorder import Recorder
     from oversub.model import Budget
+    from oversub.probe.cgroup_target import CgroupRef
     from oversub.results import CheckOutcome
     from oversub.run.check import Progress
 
@@ -90,6 +91,19 @@ def check_pid(
     environ = prepare_reports(opts, err)
     recorder = _recorder(opts, budget, err, "check-pid", pid, None)
     outcome = run_pid(pid, budget, opts.session, _progress(budget, opts, err, recorder))
+    return _recorded(recorder, lambda: report(outcome, opts, err=err, environ=environ), outcome)
+
+
+def check_cgroup(
+    ref: CgroupRef, budget: Budget, opts: CheckOptions, *, err: TextIO | None = None
+) -> ExitStatus:
+    """Attach to a cgroup for `opts.session.duration` seconds (or until it is removed)."""
+    from oversub.cli.reports import prepare_reports, report
+    from oversub.run.check import run_cgroup
+
+    environ = prepare_reports(opts, err)
+    recorder = _recorder(opts, budget, err, "check-cgroup", None, None)
+    outcome = run_cgroup(ref, budget, opts.session, _progress(budget, opts, err, recorder))
     return _recorded(recorder, lambda: report(outcome, opts, err=err, environ=environ), outcome)
 
 

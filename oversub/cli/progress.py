@@ -99,14 +99,18 @@ class CheckProgress:
         self.start(what, interval=session.interval, warmup=session.warmup, until=until)
 
     def attached(self, pid: int, session: SessionOptions) -> None:
-        """The start line of `check --pid PID`."""
+        """The start line of `check --pid PID` (and `check --cgroup PATH`: pid 0)."""
+        from oversub.render.escape import terminal
+        from oversub.render.phrases import target_name
+
         duration = session.duration
+        ends = "the cgroup is removed" if self.budget.cgroup else "the target exits"
         until = (
-            f"for {duration:g} s, or until the target exits"
+            f"for {duration:g} s, or until {ends}"
             if duration is not None
-            else "until the target exits (no --duration given)"
+            else f"until {ends} (no --duration given)"
         )
-        what = f"attached to pid {pid}"
+        what = f"attached to {terminal(target_name(pid, self.budget))}"
         self.start(what, interval=session.interval, warmup=session.warmup, until=until)
 
     def interval(

@@ -8,10 +8,24 @@ reader here and its membership rule to the sampler.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from oversub.model import Budget
+    from oversub.probe.cgroup_target import CgroupRef
+
+
+def cgroup_target(argument: str) -> tuple[CgroupRef, Budget]:
+    """The cgroup `--cgroup` names and its own budget (its quota walking up, its cpuset),
+    read through one of its processes where v1 needs one. NoSuchCgroup / UsageError for a
+    path that names none."""
+    from oversub.probe.cgroup_target import cgroup_budget, read_members, resolve_cgroup
+
+    ref = resolve_cgroup(argument)
+    members = read_members(ref) or {}
+    members.pop(os.getpid(), None)
+    return ref, cgroup_budget(ref, member=min(members, default=None))
 
 
 def budget_of(pid: int | None, cpus: int | None = None, *, detail: bool = False) -> Budget:

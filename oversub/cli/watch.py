@@ -22,7 +22,7 @@ from oversub.cli.options import (
     threshold_options,
 )
 from oversub.cli.output import make_console, reader_may_leave, utc_timestamp
-from oversub.errors import ExitStatus
+from oversub.errors import ExitStatus, UsageError
 from oversub.plural import count
 from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
 
@@ -38,7 +38,21 @@ if TYPE_CHECKING:
 
 
 @click.command("watch", context_settings=CONTEXT)
-@click.argument("pid", type=PID)
+@click.argument("pid", type=PID, required=False)
+@click.option(
+    "--cgroup",
+    "cgroup",
+    metavar="PATH",
+    default=None,
+    help="Watch every process of this cgroup (its path as /proc/PID/cgroup shows it, or its "
+    "directory) against its own budget.",
+)
+@click.option(
+    "--all",
+    "all_cgroups",
+    is_flag=True,
+    help="Watch the whole node: a row and a verdict per cgroup that holds load.",
+)
 @setting_option("interval")
 @click.option("--duration", type=SECONDS, default=None, help="Stop after this many seconds.")
 @click.option("--once", is_flag=True, help="One interval, one report, then exit.")
@@ -48,7 +62,9 @@ if TYPE_CHECKING:
 @record_options
 @threshold_options("watch")
 def command(
-    pid: int,
+    pid: int | None,
+    cgroup: str | None,
+    all_cgroups: bool,
     interval: float | None,
     duration: float | None,
     once: bool,
@@ -69,21 +85,27 @@ def command(
       oversub watch 1234 --duration 30 --format json > report.json
       oversub watch 1234 --once --format ndjson
       oversub watch 1234 --record run.ndjson   # then: oversub report run.ndjson
+      oversub watch --cgroup /system.slice/slurmstepd.scope/job_42
+      oversub watch --all
     """
+    import contextlib
     import os
 
     from oversub.cli.config import load_config, resolve_float, thresholds_from
     from oversub.cli.identity import read_identity
     from oversub.cli.options import pop_thresholds
-    from oversub.cli.target import budget_of
+    from oversub.cli.target import budget_of, cgroup_target
     from oversub.probe.sampler import TreeSampler
     from oversub.run import stopsignals
     from oversub.run.runner import ExitWatch
     from oversub.run.session import SessionOptions, run_session
 
+    if sum([pid is not None, cgroup is not None, all_cgroups]) != 1:
+        raise UsageError("watch needs exactly one of: PID, --cgroup PATH, --all")
+    if all_cgroups and record_path is not None:
+        raise UsageError("--record records one target: use it with PID or --cgroup, not --all")
     config = load_config(Path.cwd())
     thresholds = thresholds_from(config, pop_thresholds(kwargs))
-    budget = budget_of(pid)
     chosen = WatchFormat(fmt) if fmt else default_watch_format(sys.stdout)
     # Read before the run: a bad OVERSUB_NODE is a usage error now, not after minutes.
     identity = read_identity(os.environ)
@@ -93,6 +115,24 @@ def command(
         thresholds=thresholds,
         max_intervals=1 if once else None,
     )
+    if all_cgroups:
+        from oversub.cli.nodewatch import watch_node
+
+        return watch_node(chosen, options)
+    sampler: TreeSampler
+    if cgroup is not None:
+        from oversub.probe.cgroup_sampler import CgroupSampler
+
+        ref, budget = cgroup_target(cgroup)
+        stat_path = budget.quota.stat_path if budget.quota is not None else None
+        sampler = CgroupSampler(ref, throttle_stat_path=stat_path)
+        # A cgroup's run ends when it is removed (each sample says so), not on a pid.
+        exit_watch: contextlib.AbstractContextManager[ExitWatch | None] = contextlib.nullcontext()
+    else:
+        assert pid is not None
+        budget = budget_of(pid)
+        sampler = TreeSampler.for_budget(pid, budget)
+        exit_watch = ExitWatch(pid)
     recorder = None
     if record_path is not None:
         from oversub.cli.recorder import open_recorder
@@ -109,15 +149,19 @@ def command(
         )
     with (
         stopsignals.interrupt(),
-        TreeSampler.for_budget(pid, budget) as sampler,
-        ExitWatch(pid) as target,
+        sampler,
+        exit_watch as target,
         WatchView(
             chosen, budget, thresholds=thresholds, identity=identity, recorder=recorder
         ) as view,
     ):
         # A target that exits mid-interval ends the run now, not at the end of the interval.
         result = run_session(
-            sampler, budget, options, on_interval=view.interval, should_stop=target.gone
+            sampler,
+            budget,
+            options,
+            on_interval=view.interval,
+            should_stop=None if target is None else target.gone,
         )
     if recorder is not None:
         from oversub.cli.recorder import finish_quietly, summary_record

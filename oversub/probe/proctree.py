@@ -47,6 +47,8 @@ class ProcStat:
     """CPU time of waited-for children, user + system (fields 16 and 17)."""
     start_ticks: int
     """Start time in clock ticks after boot (field 22)."""
+    threads: int = 0
+    """Number of threads (field 20)."""
 
     @property
     def alive(self) -> bool:
@@ -83,6 +85,7 @@ def parse_stat(data: bytes) -> ProcStat:
         stime_ticks=int(rest[12]),
         children_ticks=int(rest[13]) + int(rest[14]),
         start_ticks=int(rest[19]),
+        threads=int(rest[17]),
     )
 
 

@@ -88,6 +88,7 @@ def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | No
         ("vcpus", str(s.budget.vcpus)),
         ("budget", budget_limit_line(s.budget)),
         ("root_pid", str(s.root_pid)),
+        *((("cgroup", s.budget.cgroup),) if s.budget.cgroup is not None else ()),
         ("samples", str(s.samples)),
     ):
         ET.SubElement(properties, "property", name=name, value=_x(value))

@@ -16,6 +16,7 @@ from oversub.render.phrases import (
     budget_limit_line,
     delay_text,
     rate,
+    target_name,
     unavailable_text,
 )
 from oversub.render.richparts import (
@@ -113,7 +114,7 @@ def watch_renderable(
 
     th = thresholds if thresholds is not None else Thresholds()
     header = text(
-        f"oversub watch · pid {interval.root_pid} · {elapsed:.1f} s · "
+        f"oversub watch · {target_name(interval.root_pid, budget)} · {elapsed:.1f} s · "
         f"{count(samples, 'sample')} · last interval {interval.seconds:.2f} s",
         "bold",
     )

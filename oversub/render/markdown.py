@@ -28,6 +28,7 @@ from oversub.render.phrases import (
     process_label,
     rate,
     sizing_vars_text,
+    target_name,
     totals_line,
     unavailable_text,
 )
@@ -173,7 +174,7 @@ def summary_markdown(
     watched = (
         "Static preflight of a plan: nothing was sampled."
         if s.preflight
-        else f"Watched pid {s.root_pid} for {s.duration_s:.1f} s "
+        else f"Watched {_md(target_name(s.root_pid, s.budget))} for {s.duration_s:.1f} s "
         f"({count(s.samples, 'sample')}{exited})."
     )
     head += [

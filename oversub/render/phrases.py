@@ -22,6 +22,15 @@ from oversub.pools import (
 )
 from oversub.results import Finding, HostRates, ProcessSummary, Summary, Totals
 from oversub.thresholds import Thresholds
+from oversub.workload import bounded
+
+
+def target_name(root_pid: int, budget: Budget) -> str:
+    """What was watched: "pid 1234", or "cgroup /slurm/uid_0/job_42" for a cgroup target."""
+    if budget.cgroup is not None:
+        return "node" if budget.cgroup == "/" else f"cgroup {bounded(budget.cgroup)}"
+    return f"pid {root_pid}"
+
 
 UNKNOWN = "-"
 """Shown for a value the platform did not provide."""

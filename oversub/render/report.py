@@ -21,6 +21,7 @@ from oversub.render.phrases import (
     live_pools_line,
     number,
     rate,
+    target_name,
     totals_line,
     unavailable_text,
 )
@@ -104,7 +105,8 @@ def _run_line(s: Summary, sep: str = " · ") -> str:
     if s.preflight:
         return "static preflight, nothing sampled"
     exited = f"{sep}target exited" if s.target_exited else ""
-    return f"pid {s.root_pid}{sep}{s.duration_s:.1f} s{sep}{count(s.samples, 'sample')}{exited}"
+    samples = count(s.samples, "sample")
+    return f"{target_name(s.root_pid, s.budget)}{sep}{s.duration_s:.1f} s{sep}{samples}{exited}"
 
 
 def summary_renderable(s: Summary) -> RenderableType:

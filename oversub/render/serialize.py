@@ -79,6 +79,8 @@ def budget_dict(b: Budget) -> dict[str, Any]:
       - `notes` (list[str]): what could not be read and what that means.
       - `cpu_model` (str): CPU model name; present only when known (`--detail`).
       - `cpu_flags` (list[str]): CPU feature flags; present only when known (`--detail`).
+      - `cgroup` (str): the cgroup whose budget this is (`--cgroup`, `--all`; "/" for the
+        whole node), its path in the hierarchy; present only for a cgroup target.
     """
     quota = b.quota
     out: dict[str, Any] = {
@@ -107,6 +109,8 @@ def budget_dict(b: Budget) -> dict[str, Any]:
         out["cpu_model"] = b.cpu_model
     if b.cpu_flags:
         out["cpu_flags"] = list(b.cpu_flags)
+    if b.cgroup is not None:
+        out["cgroup"] = b.cgroup
     return out
 
 

@@ -85,9 +85,11 @@ def about_lines(replay: Replay) -> list[str]:
     """What was recorded, under which thresholds it is judged, and how that compares."""
     rec = replay.recording
     h = rec.header
+    cgroup = f"--cgroup {h.budget.cgroup}" if h.budget.cgroup is not None else ""
     what = {
-        "watch": f"oversub watch {h.pid}",
+        "watch": f"oversub watch {cgroup or h.pid}",
         "check-pid": f"oversub check --pid {h.pid}",
+        "check-cgroup": f"oversub check {cgroup}",
         "check-command": "oversub check -- " + shlex.join(h.command or ()),
     }.get(h.mode, h.mode)
     span = replay.summary.duration_s

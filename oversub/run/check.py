@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import subprocess
 
     from oversub.model import Budget
+    from oversub.probe.cgroup_target import CgroupRef
     from oversub.run.runner import TreeReaper
 
 
@@ -172,6 +173,23 @@ def run_pid(pid: int, budget: Budget, session: SessionOptions, progress: Progres
 
     with stopsignals.interrupt(), TreeSampler.for_budget(pid, budget) as sampler:
         progress.attached(pid, session)
+        try:
+            result = run_session(sampler, budget, session, on_interval=progress.interval)
+        finally:
+            progress.close()
+    return CheckOutcome(summary=result.summary, interrupted=result.interrupted)
+
+
+def run_cgroup(
+    ref: CgroupRef, budget: Budget, session: SessionOptions, progress: Progress
+) -> CheckOutcome:
+    """Attach to a cgroup's processes for `session.duration` seconds (or until the cgroup is
+    removed); processes that join or leave meanwhile are normal."""
+    from oversub.probe.cgroup_sampler import CgroupSampler
+
+    stat_path = budget.quota.stat_path if budget.quota is not None else None
+    with stopsignals.interrupt(), CgroupSampler(ref, throttle_stat_path=stat_path) as sampler:
+        progress.attached(0, session)
         try:
             result = run_session(sampler, budget, session, on_interval=progress.interval)
         finally:

@@ -47,7 +47,10 @@ class SessionResult:
 
 def _root_gone(sample: TreeSample) -> bool:
     """The target has exited: missing, a zombie waiting for its parent to reap it, or listed
-    but with no thread left to read (reaped between the /proc scan and the task reads)."""
+    but with no thread left to read (reaped between the /proc scan and the task reads).
+    A cgroup (no root process) is gone when it was removed; while empty it is only idle."""
+    if sample.root_pid == 0:
+        return sample.gone
     root = sample.processes.get(sample.root_pid)
     if root is None:
         return True

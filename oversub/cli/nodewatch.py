@@ -1,0 +1,117 @@
+"""`oversub watch --all`: the whole node, a row and a verdict per cgroup that holds load.
+
+One read of /proc per interval for every cgroup (`run.node`); output as `watch` does it:
+a live frame on a terminal (transient, then the run's table), one JSON line per interval
+(`"type": "node-interval"`) and a closing `"node-summary"` line with ndjson, or only the
+closing object with json (`render.node`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from oversub.cli.output import make_console, reader_may_leave, utc_timestamp
+from oversub.errors import ExitStatus
+from oversub.render import WatchFormat
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
+
+    from oversub.results import Summary
+    from oversub.run.session import SessionOptions
+    from oversub.targets import Round
+    from oversub.thresholds import Thresholds
+
+
+def watch_node(fmt: WatchFormat, options: SessionOptions) -> ExitStatus:
+    from oversub.probe.cgroup_target import find_hierarchy, ref_of
+    from oversub.run import stopsignals
+    from oversub.run.node import NodeSource, run_node
+
+    hierarchy = find_hierarchy()
+    top = ref_of(hierarchy.mount.root, hierarchy)
+    with stopsignals.interrupt(), NodeView(fmt, options.thresholds) as view:
+        source = NodeSource(top)
+        try:
+            result = run_node(
+                source,
+                options,
+                on_round=view.round,
+                keep_summaries=True,
+                only_loaded=True,
+            )
+        finally:
+            source.close()
+    # Only the cgroups that held load at some point are summed up, like the rows shown.
+    shown = {k: s for k, s in result.summaries.items() if k in view.shown}
+    view.summary(shown, result.node)
+    return ExitStatus.INTERRUPTED if result.interrupted else ExitStatus.OK
+
+
+class NodeView:
+    """Receives each round and the closing summaries and writes them in one format."""
+
+    def __init__(self, fmt: WatchFormat, thresholds: Thresholds, out: TextIO | None = None):
+        self.fmt = fmt
+        self.thresholds = thresholds
+        self.out = out if out is not None else sys.stdout
+        self.shown: set[str] = set()
+        """Every target that held load in some round."""
+        self._console: Console | None = None
+        self._live: Live | None = None
+
+    def __enter__(self) -> NodeView:
+        if self.fmt is WatchFormat.LIVE:
+            from rich.live import Live
+            from rich.text import Text
+
+            self._console = make_console()
+            self._live = Live(
+                Text("sampling every process of the node ..."),
+                console=self._console,
+                auto_refresh=False,
+                transient=True,
+            )
+            self._live.start(refresh=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            live, self._live = self._live, None
+            with reader_may_leave():
+                live.stop()
+
+    def round(self, r: Round) -> None:
+        self.shown.update(t.target for t in r.targets)
+        if self.fmt is WatchFormat.LIVE:
+            from oversub.render.node import round_renderable
+
+            if self._live is not None:
+                with reader_may_leave():
+                    self._live.update(round_renderable(r, self.thresholds), refresh=True)
+        elif self.fmt is WatchFormat.NDJSON:
+            from oversub.render.node import round_record
+            from oversub.render.serialize import to_json
+
+            self._write(to_json(round_record(r, utc_timestamp()), indent=None) + "\n")
+
+    def summary(self, summaries: dict[str, Summary], node: Summary | None) -> None:
+        from oversub.render.node import node_summary_record, node_summary_renderable
+        from oversub.render.serialize import to_json
+
+        if self.fmt is WatchFormat.LIVE:
+            report: Any = node_summary_renderable(summaries, node)
+            with reader_may_leave():
+                (self._console or make_console()).print(report)
+                self.out.flush()
+            return
+        record = node_summary_record(summaries, node, utc_timestamp())
+        indent = 2 if self.fmt is WatchFormat.JSON else None
+        self._write(to_json(record, indent=indent) + "\n")
+
+    def _write(self, text: str) -> None:
+        with reader_may_leave():
+            self.out.write(text)
+            self.out.flush()

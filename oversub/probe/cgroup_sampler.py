@@ -1,0 +1,153 @@
+"""Samplers whose target is not a process tree: one cgroup (`--cgroup`), the whole node
+(`--all`).
+
+Both are a `TreeSampler` with another membership rule (`tree`), so every process is read
+exactly as `watch PID` reads it, with the same caches and held files. Their samples have no
+root process (`root_pid` 0). The node sampler reads every process once per sample and then
+splits the sample by cgroup: the cost grows with the threads on the node, not with the
+number of cgroups times the threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Mapping
+
+from oversub.errors import NoSuchCgroup
+from oversub.names import Signal
+from oversub.probe.cgroup_target import CgroupRef, read_members
+from oversub.probe.host import parse_cpu_stat
+from oversub.probe.proctree import ProcStat, read_all
+from oversub.probe.sampler import TreeSampler
+from oversub.samples import ProcessSample, ThrottleStat, TreeSample
+from oversub.workload import group_of
+
+
+class CgroupSampler(TreeSampler):
+    """Samples every process of cgroup `ref` and of the cgroups below it.
+
+    Processes that join or leave between samples are normal; the target is gone only when
+    the cgroup directory is (`TreeSample.gone`).
+    """
+
+    def __init__(
+        self,
+        ref: CgroupRef,
+        *,
+        root: str = "/",
+        throttle_stat_path: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(0, root=root, throttle_stat_path=throttle_stat_path, clock=clock)
+        self.ref = ref
+        self._gone = False
+
+    def sample(self) -> TreeSample:
+        sample = super().sample()
+        return dataclasses.replace(sample, gone=True) if self._gone else sample
+
+    def tree(self, stats: dict[int, bytes], *, first: bool) -> set[int]:
+        members = read_members(self.ref)
+        self._gone = members is None
+        pids = {pid for pid in members or () if pid in stats}
+        pids.discard(self._self_pid)  # oversub inside the cgroup it watches (a sidecar)
+        return pids
+
+    def _check_root(self, stats: dict[int, bytes]) -> None:
+        if not os.path.isdir(self.ref.directory):
+            raise NoSuchCgroup(f"cgroup {self.ref.path} is gone")
+
+
+class NodeSampler(TreeSampler):
+    """Samples every process of the node and knows which cgroup target each belongs to
+    (`workload.group_of` of its cgroup in `top`, the hierarchy's root)."""
+
+    def __init__(
+        self,
+        top: CgroupRef,
+        *,
+        root: str = "/",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(0, root=root, clock=clock)
+        self.top = top
+        self._still: dict[tuple[int, int], tuple[tuple[int, int, int], ProcessSample]] = {}
+        """(pid, start) -> what moves when it runs, and its last reading."""
+        self.group: dict[int, str] = {}
+        """pid -> its target's cgroup path, for the processes of the last sample that are in
+        a cgroup other than the root."""
+
+    def tree(self, stats: dict[int, bytes], *, first: bool) -> set[int]:
+        members = read_members(self.top) or {}
+        self.group = {}
+        for pid, path in members.items():
+            key = group_of(path)
+            if key is not None:
+                self.group[pid] = key
+        pids = set(stats)
+        pids.discard(self._self_pid)
+        return pids
+
+    def _check_root(self, stats: dict[int, bytes]) -> None:
+        return None  # the node is always there
+
+    def sample(self) -> TreeSample:
+        sample = super().sample()
+        for key in [k for k in self._still if k[0] not in sample.processes]:
+            del self._still[key]
+        return sample
+
+    def _read_process(
+        self,
+        pid: int,
+        stat: ProcStat,
+        raw_stat: bytes,
+        now: float,
+        strict: bool,
+        unavailable: list[Signal],
+    ) -> ProcessSample | None:
+        """The process's last reading again when nothing about it moved: the same CPU time
+        (all its threads, in clock ticks), reaped children's time, thread count and state.
+
+        On a node most threads sleep; reading each one's files every second is what node
+        mode would spend its time on. A process that ran less than one tick (10 ms) since
+        its last reading counts as idle this interval; the time is not lost, the next
+        reading that sees its ticks move counts it (schedstat is cumulative).
+        """
+        key = (pid, stat.start_ticks)
+        moved = (stat.utime_ticks + stat.stime_ticks, stat.children_ticks, stat.threads)
+        last = self._still.get(key)
+        if last is not None and last[0] == moved and stat.state == last[1].threads[0].state:
+            return last[1]
+        sample = super()._read_process(pid, stat, raw_stat, now, strict, unavailable)
+        if sample is not None and sample.threads:
+            self._still[key] = (moved, sample)
+        return sample
+
+    def split(
+        self, sample: TreeSample, stat_paths: Mapping[str, str | None]
+    ) -> dict[str, TreeSample]:
+        """One sample per target of `sample` (a sample of this sampler), each with the
+        throttling of its own quota's cgroup (`stat_paths`: target -> its cpu.stat)."""
+        by_group: dict[str, dict[int, ProcessSample]] = {}
+        for pid, process in sample.processes.items():
+            key = self.group.get(pid)
+            if key is not None:
+                by_group.setdefault(key, {})[pid] = process
+        split: dict[str, TreeSample] = {}
+        for key, processes in by_group.items():
+            host = dataclasses.replace(sample.host, throttle=read_throttle(stat_paths.get(key)))
+            split[key] = dataclasses.replace(sample, processes=processes, host=host)
+        return split
+
+
+def read_throttle(stat_path: str | None) -> ThrottleStat | None:
+    """The throttling counters of a cgroup's cpu.stat; None without a quota or unreadable."""
+    if stat_path is None:
+        return None
+    try:
+        return parse_cpu_stat(read_all(stat_path))
+    except (OSError, ValueError):
+        return None

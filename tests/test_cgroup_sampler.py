@@ -1,0 +1,89 @@
+"""The cgroup and node samplers on a fake /proc and a fake cgroup hierarchy: membership by
+cgroup (subtrees included), a removed cgroup, one sample split per target with each target's
+throttling, and node mode's reuse of an idle process's last reading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oversub.analysis.rates import interval
+from oversub.errors import NoSuchCgroup
+from oversub.probe.cgroup import CgroupMount
+from oversub.probe.cgroup_sampler import CgroupSampler, NodeSampler
+from oversub.probe.cgroup_target import CgroupRef, Hierarchy, ref_of
+from oversub.thresholds import Thresholds
+from tests.fake_proc import FakeProc, FakeThread
+
+
+def _world(tmp_path: Path) -> tuple[FakeProc, Hierarchy, Path]:
+    fake = FakeProc(tmp_path)
+    fake.write_host()
+    fake.add_process(100, 1, threads=[FakeThread(100, cpu_ns=10), FakeThread(101, cpu_ns=10)])
+    fake.add_process(200, 1)
+    fake.add_process(300, 1)
+    top = tmp_path / "cg"
+    for relative, procs in (("", "300"), ("a", "100"), ("b", ""), ("b/inner", "200")):
+        (top / relative).mkdir(parents=True, exist_ok=True)
+        (top / relative / "cgroup.procs").write_text(procs + "\n")
+    (top / "a" / "cpu.stat").write_text("nr_periods 10\nnr_throttled 4\nthrottled_time 7\n")
+    mount = CgroupMount(1, "/", "/sys/fs/cgroup/cpu", frozenset({"cpu"}))
+    return fake, Hierarchy(1, mount, str(top)), top
+
+
+def test_cgroup_sampler_takes_the_subtree_and_notices_removal(tmp_path: Path) -> None:
+    _, hierarchy, top = _world(tmp_path)
+    ref = ref_of("/b", hierarchy)
+    sampler = CgroupSampler(ref, root=str(tmp_path))
+    first = sampler.sample()
+    assert set(first.processes) == {200} and first.root_pid == 0 and not first.gone
+    (top / "b" / "inner" / "cgroup.procs").unlink()
+    (top / "b" / "inner").rmdir()
+    (top / "b" / "cgroup.procs").unlink()
+    (top / "b").rmdir()
+    assert sampler.sample().gone
+
+
+def test_cgroup_sampler_refuses_a_cgroup_gone_before_the_first_sample(tmp_path: Path) -> None:
+    _, hierarchy, _ = _world(tmp_path)
+    sampler = CgroupSampler(ref_of("/nope", hierarchy), root=str(tmp_path))
+    with pytest.raises(NoSuchCgroup):
+        sampler.sample()
+
+
+def test_node_sample_splits_by_target_with_its_throttling(tmp_path: Path) -> None:
+    _, hierarchy, top = _world(tmp_path)
+    sampler = NodeSampler(CgroupRef("/", str(top), hierarchy), root=str(tmp_path))
+    sample = sampler.sample()
+    assert set(sample.processes) == {100, 200, 300}
+    split = sampler.split(sample, {"/a": str(top / "a" / "cpu.stat"), "/b/inner": None})
+    assert {k: set(s.processes) for k, s in split.items()} == {"/a": {100}, "/b/inner": {200}}
+    throttle = split["/a"].host.throttle
+    assert throttle is not None and (throttle.nr_periods, throttle.nr_throttled) == (10, 4)
+    assert split["/b/inner"].host.throttle is None
+
+
+def test_node_mode_reuses_an_idle_process_and_rereads_one_that_ran(tmp_path: Path) -> None:
+    fake, hierarchy, top = _world(tmp_path)
+    ticks = iter(range(100))
+    sampler = NodeSampler(
+        CgroupRef("/", str(top), hierarchy), root=str(tmp_path), clock=lambda: float(next(ticks))
+    )
+    s1 = sampler.sample()
+    s2 = sampler.sample()
+    assert s2.processes[100] is s1.processes[100]  # nothing moved: the same reading
+    proc = fake.processes[100]
+    proc.threads[1].cpu_ns += 400_000_000
+    proc.threads[1].run_delay_ns += 100_000_000
+    proc.threads[1].utime_ticks += 40
+    fake.write(proc)
+    s3 = sampler.sample()
+    assert s3.processes[100] is not s2.processes[100]
+    assert s3.processes[200] is s1.processes[200]
+    iv = interval(s2, s3, 2, Thresholds())
+    busy = next(p for p in iv.processes if p.pid == 100)
+    assert busy.cpu_s == pytest.approx(0.4, abs=0.01)
+    assert busy.delay_s == pytest.approx(0.1, abs=0.01)
+    idle = next(p for p in iv.processes if p.pid == 200)
+    assert (idle.cpu_s, idle.delay_s, idle.active_threads) == (0.0, 0.0, 0)
