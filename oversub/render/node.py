@@ -115,6 +115,7 @@ def _row(t: TargetResult, th: Thresholds) -> list[str]:
     ]
 
 
+_LEFT = ("cgroup", "verdict", "worst")
 HEADERS = ("cgroup", "N", "procs", "threads act/all", "CPU%", "demand", "delay", "verdict", "worst")
 
 
@@ -142,7 +143,7 @@ def round_renderable(r: Round, th: Thresholds) -> RenderableType:
     if r.targets:
         table = Table(box=None, pad_edge=False)
         for header in HEADERS:
-            table.add_column(header, justify="left" if header in ("cgroup", "verdict") else "right")
+            table.add_column(header, justify="left" if header in _LEFT else "right")
         for target in r.targets[:MAX_ROWS]:
             add_row(table, _row(target, th))
         parts.append(table)
@@ -177,7 +178,7 @@ def node_summary_renderable(summaries: Mapping[str, Summary], node: Summary | No
         return Group(*parts)
     table = Table(box=None, pad_edge=False)
     for header in ("cgroup", "N", "samples", "demand", "peak", "delay", "verdict", "worst"):
-        table.add_column(header, justify="left" if header in ("cgroup", "verdict") else "right")
+        table.add_column(header, justify="left" if header in _LEFT else "right")
     ordered = sorted(summaries.items(), key=lambda kv: _summary_rank(kv[0], kv[1]))
     for key, s in ordered:
         add_row(
