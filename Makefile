@@ -7,7 +7,7 @@ REAL   := .venv-real
 # machine without the local wheel (empty: pip's own configuration decides).
 TORCH_INDEX ?=
 
-.PHONY: demo test lint typecheck unit shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html clean
+.PHONY: demo test lint typecheck unit shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html test-fleet clean
 
 # The stamp is rebuilt when the project metadata changes, so a stale venv never hides a new dependency.
 $(VENV)/.stamp: pyproject.toml
@@ -70,6 +70,15 @@ test-rules:
 test-html: $(VENV)/.stamp
 	@$(PYTHON) tools/syspkg.py --for "make test-html" --require chromium=chromium
 	$(BIN)/pytest -q -m html tests/test_report_html.py
+
+# A real Prometheus server (Debian's `prometheus` package, installed here where root can)
+# scrapes `oversub serve --cgroup` watching an oversubscribed `oversub stress` tree in a cgroup
+# with a CPU quota, then a healthy one, and its HTTP query API must show the right verdict and
+# demand; the repository's rule file is loaded by the real server. After test-rules (promtool).
+# Skips, saying why, where it cannot run (not root, no cgroup cpu controller to write).
+test-fleet: $(VENV)/.stamp test-rules
+	@$(PYTHON) tools/syspkg.py --for "make test-fleet" --require prometheus=prometheus
+	$(BIN)/python tools/fleet_check.py
 
 # The unit tests on every Python that pyproject's classifiers list and this machine has, each
 # in its own .venv-matrix/3.X; it says which ran and which are missing, and why. The

@@ -40,7 +40,7 @@ COMMANDS = (
 )
 BASELINE = [sys.executable, "-c", "import click, psutil"]
 BASELINE_LABEL = 'python -c "import click, psutil"'
-HEAVY = ("rich", "cpuinfo", "psutil", "importlib.metadata")
+HEAVY = ("rich", "cpuinfo", "psutil", "importlib.metadata", "prometheus_client")
 """Costly to import, so never on these commands' path (importlib.metadata: --version only)."""
 
 

@@ -85,8 +85,9 @@ class Setting(NamedTuple):
         return f"{self.help} [{self.default}]."
 
 
-_JUDGING = ("watch", "check")
-_REJUDGING = ("watch", "check", "report")
+_JUDGING = ("watch", "check", "serve")
+"""The commands that sample and judge (their interval and thresholds)."""
+_REJUDGING = ("watch", "check", "report", "serve")
 """Thresholds are also flags of `report`, which judges a recording again."""
 
 SETTINGS: tuple[Setting, ...] = (
@@ -176,7 +177,7 @@ SETTINGS: tuple[Setting, ...] = (
         "record_max_mb",
         50.0,
         "With --record: above this many MB, intervals are merged in pairs (coarser, not cut)",
-        _JUDGING,
+        ("watch", "check"),
         Range(0.1),
     ),
     Setting(

@@ -6,6 +6,7 @@ cgroups below it) and "node" (the whole node, `/`, with `--all`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from oversub.model import Budget
@@ -45,3 +46,36 @@ class Round:
     intervals: int
     sample_s: float
     """Wall time the reading and its analysis took: the cost of one interval."""
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What a target did since the exporter first saw it: sums of its intervals' raw deltas.
+    None: unknown in some interval (the counter is then not exported)."""
+
+    cpu_s: float = 0.0
+    delay_s: float | None = 0.0
+    involuntary: int | None = 0
+    voluntary: int | None = 0
+    throttled_s: float | None = None
+    """None until an interval measured throttling (a target without a quota has none)."""
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What `serve` exposes at a scrape: the latest round and the counters, read whole."""
+
+    round: Round | None
+    """The last round; None before the first one (two samples)."""
+    counters: Mapping[str, Counters]
+    """target -> its counters (the node's under "/")."""
+    up: bool
+    """The last sample read its target."""
+    last_sample_unix: float | None
+    """Wall time of the last sample, Unix seconds."""
+    interval_s: float
+    """The sampling interval asked for."""
+    top: int
+    """At most this many targets (besides the node) are exported."""
+    version: str
+    python: str

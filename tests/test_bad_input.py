@@ -218,10 +218,16 @@ def _typical(param: click.Parameter) -> tuple[str, ...]:
         return tuple(str(c) for c in kind.choices)
     if param.callback is parse_procs:
         return ("1", "2", "4", "auto")
+    if param.name == "textfile":  # a directory (serve writes only once it samples a target)
+        return (".", "/nonexistent/oversub", "r.json", "/dev/null")
     if isinstance(kind, click.Path):
         return PATHS
     if param.name == "cgroup":
         return CGROUP_PATHS
+    if param.name == "bind":
+        return ("127.0.0.1", "::1", "0.0.0.0", "no-such-host.invalid")
+    if param.name == "name":
+        return ("tree", "job-1.a_b", "a/b", "")
     if isinstance(kind, click.IntRange):
         return ("0", "1", "2", "3", "4194305", "2147483647", "9223372036854775807")
     if isinstance(kind, (Seconds, click.FloatRange)):
@@ -259,7 +265,7 @@ def option_tokens(draw: st.DrawFn, name: str, *, hostile: bool) -> list[str]:
     if param.is_flag:
         if name == "cpus" and param.name == "detail":
             return ["--detail=1"]  # plain --detail runs py-cpuinfo (~1 s, spawns processes)
-        if name == "watch" and param.name == "all_cgroups":
+        if name in ("watch", "serve") and param.name == "all_cgroups":
             return ["--all=1"]  # plain --all watches the node until it is stopped
         flag = draw(st.sampled_from(param.opts))
         return [f"{flag}=1"] if hostile and long and draw(st.booleans()) else [flag]

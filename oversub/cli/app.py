@@ -19,7 +19,7 @@ from oversub.errors import ExitStatus, OutputClosed, OutputFailed, OversubError
 
 COMMANDS: dict[str, str] = {
     name: f"oversub.cli.{name}"
-    for name in ("cpus", "recommend", "watch", "check", "report", "merge", "stress", "completion")
+    for name in ("cpus", "recommend", "watch", "check", "report", "serve", "merge", "stress", "completion")
 }
 """Command name -> the module that defines it as `command` (one module per command)."""
 
@@ -67,7 +67,9 @@ def cli() -> None:
     oversub cpus                      usable CPU budget N and what limits it
     oversub recommend --procs 4       threads per process, exports, binding
     oversub watch PID                 live verdict for a running process tree
+    oversub watch --all               a verdict per cgroup of the node (or --cgroup PATH)
     oversub check -- python train.py  CI gate: exit 1 when the job oversubscribes
+    oversub serve --all               the verdicts as Prometheus metrics on :9808
     oversub merge out/*.json          one report for a multi-node job's per-node reports
     oversub report run.ndjson         a recording (--record) judged again, with charts
     oversub stress --procs 2 --threads 4   a workload to try it on

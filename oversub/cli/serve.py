@@ -1,0 +1,228 @@
+"""`oversub serve`: the verdicts of a process tree, a cgroup or every cgroup of the node as
+Prometheus metrics, on /metrics and/or in a file for node_exporter's textfile collector.
+
+Sampling runs in this thread (`run.exporter`, which owns the clock); prometheus-client's HTTP
+server answers scrapes from its own thread through a custom collector that reads the latest
+state whole, so a scrape never waits for a sample. prometheus-client is imported here only:
+no other command pays for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from oversub.cli.options import CONTEXT, PID, Whole, setting_option, threshold_options
+from oversub.errors import ExitStatus, OversubError, UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from oversub.run.exporter import Exporter
+    from oversub.run.session import SessionOptions
+    from oversub.targets import Exported
+
+DEFAULT_PORT = 9808
+TEXTFILE = "oversub.prom"
+
+
+class ServeError(OversubError):
+    """The exporter cannot listen where asked (port in use, address not here)."""
+
+
+@click.command("serve", context_settings=CONTEXT)
+@click.option("--pid", type=PID, default=None, help="Export this process tree.")
+@click.option(
+    "--cgroup",
+    "cgroup",
+    metavar="PATH",
+    default=None,
+    help="Export every process of this cgroup, judged against its own budget.",
+)
+@click.option(
+    "--all", "all_cgroups", is_flag=True, help="Export every cgroup that holds load, and the node."
+)
+@click.option(
+    "--port",
+    type=Whole(1, 65535),
+    default=None,
+    help=f"Serve /metrics on this TCP port [{DEFAULT_PORT}; none with only --textfile].",
+)
+@click.option("--bind", metavar="ADDR", default="0.0.0.0", show_default=True, help="Listen here.")
+@click.option(
+    "--top",
+    type=Whole(1, 1000),
+    default=20,
+    show_default=True,
+    help="With --all: export at most this many targets (worst verdict, then demand, first).",
+)
+@click.option(
+    "--textfile",
+    type=click.Path(exists=True, file_okay=False, writable=True, path_type=Path),
+    default=None,
+    help=f"Also write the metrics to DIR/{TEXTFILE} after every sample (node_exporter).",
+)
+@click.option(
+    "--name",
+    default=None,
+    metavar="NAME",
+    help="The target label of a --pid tree [tree], and DIR/oversub-NAME.prom.",
+)
+@setting_option("interval")
+@threshold_options("serve")
+def command(
+    pid: int | None,
+    cgroup: str | None,
+    all_cgroups: bool,
+    port: int | None,
+    bind: str,
+    top: int,
+    textfile: Path | None,
+    name: str | None,
+    interval: float | None,
+    **kwargs: Any,
+) -> ExitStatus:
+    """Export verdicts and their evidence as Prometheus metrics (docs/metrics.md).
+
+    Runs until stopped: SIGINT, SIGTERM or SIGHUP end it (exit 130) and remove the textfile.
+
+    \b
+    Examples:
+      oversub serve --all                       every cgroup with load, on :9808/metrics
+      oversub serve --cgroup /slurm/uid_0/job_42 --port 9900
+      oversub serve --pid 1234 --name trainer --textfile /var/lib/node_exporter
+    """
+    from oversub.cli.config import load_config, resolve_float, thresholds_from
+    from oversub.cli.options import pop_thresholds
+    from oversub.run import stopsignals
+    from oversub.run.session import SessionOptions
+
+    if sum([pid is not None, cgroup is not None, all_cgroups]) != 1:
+        raise UsageError("serve needs exactly one of: --pid PID, --cgroup PATH, --all")
+    if name is not None and (not name or not all(c.isalnum() or c in "-_." for c in name)):
+        raise UsageError(f"--name {name!r}: use letters, digits, '-', '_' and '.' only")
+    config = load_config(Path.cwd())
+    options = SessionOptions(
+        interval=resolve_float("interval", interval, config),
+        thresholds=thresholds_from(config, pop_thresholds(kwargs)),
+    )
+    if textfile is None and port is None:
+        port = DEFAULT_PORT
+    with stopsignals.interrupt():
+        exporter = _exporter(pid, cgroup, all_cgroups, name or "tree", options, top)
+        path = (
+            None if textfile is None else textfile / (f"oversub-{name}.prom" if name else TEXTFILE)
+        )
+        if path is not None:
+            exporter.on_update = lambda state: write_textfile(path, state)
+        server = None if port is None else _listen(exporter, bind, port)
+        try:
+            result = exporter.run()
+        finally:
+            exporter.source.close()
+            if server is not None:
+                server.shutdown()
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
+    return ExitStatus.INTERRUPTED if result.interrupted else ExitStatus.OK
+
+
+def _exporter(
+    pid: int | None,
+    cgroup: str | None,
+    all_cgroups: bool,
+    name: str,
+    options: SessionOptions,
+    top: int,
+) -> Exporter:
+    from oversub import __version__
+    from oversub.run.exporter import Exporter
+    from oversub.run.node import CgroupSource, NodeSource, Source, TreeSource
+
+    source: Source
+    if all_cgroups:
+        from oversub.probe.cgroup_target import find_hierarchy, ref_of
+
+        hierarchy = find_hierarchy()
+        source = NodeSource(ref_of(hierarchy.mount.root, hierarchy))
+    elif cgroup is not None:
+        from oversub.probe.cgroup_target import resolve_cgroup
+
+        source = CgroupSource(resolve_cgroup(cgroup))
+    else:
+        from oversub.cli.target import budget_of
+
+        assert pid is not None
+        source = TreeSource(pid, budget_of(pid), name)
+    return Exporter(source, options, top=top, only_loaded=all_cgroups, version=__version__)
+
+
+def _client_families(state: Exported) -> Iterator[Any]:
+    """`render.metrics.families` as prometheus-client metric families."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from oversub.render.metrics import families
+
+    for family in families(state):
+        kind = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
+        metric = kind(family.name, family.help, labels=list(family.labels))
+        for labels, value in family.samples:
+            metric.add_metric(list(labels), value)
+        yield metric
+
+
+class _Collector:
+    """A custom collector: the latest state, read whole at each scrape (`Exporter.latest`)."""
+
+    def __init__(self, latest: Callable[[], Exported]) -> None:
+        self.latest = latest
+
+    def collect(self) -> Iterator[Any]:
+        return _client_families(self.latest())
+
+
+def _listen(exporter: Exporter, bind: str, port: int) -> Any:
+    """Serve /metrics: our families and the client's process_* and python_* metrics."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.gc_collector import GCCollector
+    from prometheus_client.platform_collector import PlatformCollector
+    from prometheus_client.process_collector import ProcessCollector
+
+    registry = CollectorRegistry()
+    registry.register(_Collector(exporter.latest))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    try:
+        server, _thread = start_http_server(port, addr=bind, registry=registry)
+    except OSError as error:
+        raise ServeError(f"cannot listen on {bind}:{port}: {error.strerror or error}") from None
+    return server
+
+
+def exposition(state: Exported) -> bytes:
+    """The text exposition of our families alone (no process_* / python_*)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(_Collector(lambda: state))
+    data: bytes = generate_latest(registry)
+    return data
+
+
+def write_textfile(path: Path, state: Exported) -> None:
+    """Write `path` atomically: a temporary file in the same directory whose name does not
+    end in .prom (node_exporter ignores it), renamed over the old one."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(exposition(state))
+        os.replace(temporary, path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise ServeError(f"cannot write {path}: {error.strerror or error}") from None
