@@ -4,6 +4,7 @@ errors with their documented exit codes, and the shapes of `watch --all`'s NDJSO
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from tests.harness import oversub
         (["watch", "1", "--all"], 2, "watch needs exactly one of"),
         (["watch", "--cgroup", "/x", "--all"], 2, "watch needs exactly one of"),
         (["watch", "--cgroup", "relative"], 2, "give an absolute cgroup path"),
+        (["watch", "--all", "--record", "r.ndjson"], 2, "--record records one target"),
         (["watch", "--cgroup", "/a/../b"], 2, "without '..'"),
         (["watch", "--cgroup", "/oversub-no-such-cgroup"], 3, "no cgroup /oversub-no-such-cgroup"),
         (["check", "--cgroup", "/oversub-no-such-cgroup"], 3, "no cgroup /oversub-no-such"),
@@ -60,3 +62,30 @@ def test_watch_all_ndjson_and_json_shapes() -> None:
     out = oversub(["watch", "--all", "--once", "--interval", "0.2", "--format", "json"])
     doc = json.loads(out.stdout)
     assert doc["type"] == "node-summary" and doc["node"]["samples"] == 1
+
+
+@pytest.mark.integration
+def test_a_cgroup_run_is_recorded_and_reported(tmp_path: Path) -> None:
+    """`watch --cgroup / --record` (the root cgroup: every process) and `report` of it: the
+    recording keeps the cgroup, and the report names it instead of a pid."""
+    record = tmp_path / "r.ndjson"
+    out = oversub(
+        [
+            "watch",
+            "--cgroup",
+            "/",
+            "--once",
+            "--interval",
+            "0.2",
+            "--format",
+            "json",
+            "--record",
+            str(record),
+        ]
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["budget"]["cgroup"] == "/"
+    report = oversub(["report", str(record), "--format", "text"])
+    assert report.returncode == 0, report.stderr
+    assert "oversub watch --cgroup /" in report.stdout
+    assert "oversub watch None" not in report.stdout

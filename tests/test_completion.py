@@ -25,7 +25,9 @@ from tests.harness import run_cli as run
 
 SCRIPT = Path(sys.executable).with_name("oversub")
 """The console script pip installed beside this interpreter."""
-COMMANDS = ["check", "completion", "cpus", "merge", "recommend", "report", "serve", "stress", "watch"]
+COMMANDS = sorted(
+    ["check", "completion", "cpus", "merge", "recommend", "report", "serve", "stress", "watch"]
+)
 
 needs_script = pytest.mark.skipif(
     not SCRIPT.exists(), reason=f"no oversub console script at {SCRIPT} (pip install -e .)"

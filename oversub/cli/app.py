@@ -19,7 +19,10 @@ from oversub.errors import ExitStatus, OutputClosed, OutputFailed, OversubError
 
 COMMANDS: dict[str, str] = {
     name: f"oversub.cli.{name}"
-    for name in ("cpus", "recommend", "watch", "check", "report", "serve", "merge", "stress", "completion")
+    for name in (
+        *("cpus", "recommend", "watch", "check", "report", "serve", "merge", "stress"),
+        "completion",
+    )
 }
 """Command name -> the module that defines it as `command` (one module per command)."""
 
