@@ -46,6 +46,9 @@ class Ending:
     command_status: int | None
     timed_out: bool
     interrupted: bool
+    metrics: tuple[tuple[str, float], ...] = ()
+    """Figures CMD printed on stdout as `NAME=<number>` (`check --metric NAME`): the last
+    value of each."""
 
 
 @dataclass(frozen=True)
@@ -79,4 +82,38 @@ class Replay:
     summary: Summary
     """The whole run (for `check`, judged by its policy)."""
     metrics: tuple[tuple[str, float], ...] = ()
-    """Figures the workload printed (`NAME=<number>` lines), last value of each."""
+    """Figures the workload printed (`Ending.metrics`)."""
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What `oversub diff` compares of one run (means over the run)."""
+
+    verdict: str | None
+    """None: not judged."""
+    vcpus: int
+    demand: float
+    run_delay_ratio: float | None
+    active_threads: int
+    """Sustained for a quarter of the run (as the verdict counts them)."""
+    involuntary_ctx_per_cpu_s: float | None
+    cpu_percent: float
+    seconds: float
+    metric: float | None
+    """The value of `--metric` the workload printed (last one), None when not recorded."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two runs side by side, and whether the second is worse (`analysis.compare`)."""
+
+    before: Figures
+    after: Figures
+    metric: str | None
+    """The figure named by `--metric`."""
+    worse: tuple[str, ...]
+    """Why AFTER is worse than BEFORE (empty: it is not)."""
+    better: tuple[str, ...]
+    """What improved, in words."""
+    unjudged: tuple[str, ...] = ()
+    """Which run has no verdict (nothing to compare: exit 3)."""

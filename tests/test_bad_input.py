@@ -161,8 +161,10 @@ def _params(name: str) -> list[click.Parameter]:
 
 def _convert(name: str, param: click.Parameter, value: str) -> Any:
     """The value as the command would see it, or None when click refuses it."""
+    given: Any = (value,) if getattr(param, "multiple", False) else value
     try:
-        return param.process_value(_context(COMMANDS[name], name), value)
+        got = param.process_value(_context(COMMANDS[name], name), given)
+        return got[0] if getattr(param, "multiple", False) and got else got
     except (click.ClickException, ValueError):
         return None
 
@@ -228,6 +230,8 @@ def _typical(param: click.Parameter) -> tuple[str, ...]:
         return ("127.0.0.1", "::1", "0.0.0.0", "no-such-host.invalid")
     if param.name == "name":
         return ("tree", "job-1.a_b", "a/b", "")
+    if kind is click.STRING:  # a metric's name (check --metric, diff --metric)
+        return ("steps", "steps_per_s", "a.b")
     if isinstance(kind, click.IntRange):
         return ("0", "1", "2", "3", "4194305", "2147483647", "9223372036854775807")
     if isinstance(kind, (Seconds, click.FloatRange)):

@@ -26,7 +26,18 @@ from tests.harness import run_cli as run
 SCRIPT = Path(sys.executable).with_name("oversub")
 """The console script pip installed beside this interpreter."""
 COMMANDS = sorted(
-    ["check", "completion", "cpus", "merge", "recommend", "report", "serve", "stress", "watch"]
+    [
+        "check",
+        "completion",
+        "cpus",
+        "diff",
+        "merge",
+        "recommend",
+        "report",
+        "serve",
+        "stress",
+        "watch",
+    ]
 )
 
 needs_script = pytest.mark.skipif(

@@ -23,6 +23,7 @@ killed mid-write leaves a file whose last line may be cut, which the caller drop
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
@@ -308,6 +309,9 @@ def ending_of(d: Mapping[str, Any]) -> Ending:
     """The summary record (only what a replay needs and what it is compared with)."""
     verdict = field(d, "verdict")
     status = d.get("command_status")
+    metrics = obj(d.get("metrics") or {}, "metrics")
+    if len(metrics) > 64:
+        raise BadRecord("metrics: more than 64")
     return Ending(
         verdict=None if verdict is None else text(verdict, "verdict"),
         findings=tuple(
@@ -319,6 +323,9 @@ def ending_of(d: Mapping[str, Any]) -> Ending:
         command_status=None if status is None else whole(status, "command_status", -(2**31)),
         timed_out=d.get("timed_out") is True,
         interrupted=d.get("interrupted") is True,
+        metrics=tuple(
+            (text(k, "metric"), number(v, "metric", -math.inf)) for k, v in metrics.items()
+        ),
     )
 
 

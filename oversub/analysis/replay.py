@@ -68,11 +68,7 @@ def parse(lines: Iterable[str], *, cut: bool = False) -> Recording:
     return Recording(header, tuple(intervals), tuple(stamps), ending, cut=cut)
 
 
-def reassess(
-    recording: Recording,
-    thresholds: Thresholds | None = None,
-    metrics: tuple[tuple[str, float], ...] = (),
-) -> Replay:
+def reassess(recording: Recording, thresholds: Thresholds | None = None) -> Replay:
     """The recording judged under `thresholds` (default: the recording's own)."""
     h = recording.header
     th = thresholds if thresholds is not None else h.thresholds
@@ -101,6 +97,7 @@ def reassess(
             )
         )
         summary = outcome.summary
+    metrics = () if ending is None else ending.metrics
     return Replay(recording, th, tuple(intervals), tuple(assessments), summary, metrics)
 
 

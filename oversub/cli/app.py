@@ -20,7 +20,7 @@ from oversub.errors import ExitStatus, OutputClosed, OutputFailed, OversubError
 COMMANDS: dict[str, str] = {
     name: f"oversub.cli.{name}"
     for name in (
-        *("cpus", "recommend", "watch", "check", "report", "serve", "merge", "stress"),
+        *("cpus", "recommend", "watch", "check", "report", "diff", "serve", "merge", "stress"),
         "completion",
     )
 }
@@ -75,6 +75,7 @@ def cli() -> None:
     oversub serve --all               the verdicts as Prometheus metrics on :9808
     oversub merge out/*.json          one report for a multi-node job's per-node reports
     oversub report run.ndjson         a recording (--record) judged again, with charts
+    oversub diff before.ndjson after.ndjson   did the fix help? (exit 1: it made it worse)
     oversub stress --procs 2 --threads 4   a workload to try it on
     oversub completion bash           tab completion for bash, zsh or fish
     """

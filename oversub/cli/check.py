@@ -30,7 +30,7 @@ from oversub.names import CheckMode, Verdict
 # check's modes -> the mode-specific flags each accepts, and what to say to someone who
 # gives a flag to the wrong mode (a silently ignored flag makes a gate lie).
 _MODE_FLAGS: dict[CheckMode, tuple[str, ...]] = {
-    CheckMode.COMMAND: ("--timeout", "--warmup", "--interval", "--record"),
+    CheckMode.COMMAND: ("--timeout", "--warmup", "--interval", "--record", "--metric"),
     CheckMode.PID: ("--duration", "--interval", "--record"),
     CheckMode.STATIC: ("--workers", "--cpus"),
 }
@@ -42,6 +42,7 @@ _WRONG_MODE_HINT: dict[str, str] = {
     "--workers": "--workers only applies to the static preflight (--procs/--threads)",
     "--cpus": "--cpus only applies to the static preflight (--procs/--threads)",
     "--record": "--record does not apply to the static preflight: it samples nothing",
+    "--metric": "--metric only applies with a command (-- CMD ARGS...): it reads CMD's stdout",
 }
 
 
@@ -100,6 +101,13 @@ def check_mode(
 @setting_option("fail_on")
 @report_options
 @record_options
+@click.option(
+    "--metric",
+    "metrics",
+    multiple=True,
+    metavar="NAME",
+    help="With --record and a command: keep the last NAME=<number> CMD prints (for diff).",
+)
 @threshold_options("check")
 def command(
     command: tuple[str, ...],
@@ -119,6 +127,7 @@ def command(
     markdown_path: Path | None,
     record_path: Path | None,
     record_max_mb: float | None,
+    metrics: tuple[str, ...],
     **kwargs: Any,
 ) -> ExitStatus:
     """CI gate: exit 1 when a job oversubscribes its CPUs (see README for all exit codes).
@@ -146,6 +155,7 @@ def command(
         check_static,
     )
     from oversub.cli.config import load_config, resolve, resolve_float, thresholds_from
+    from oversub.cli.metrics import check_names
     from oversub.cli.options import pop_thresholds
     from oversub.cli.target import budget_of, cgroup_target
     from oversub.run.session import SessionOptions
@@ -164,12 +174,15 @@ def command(
             "--workers": workers,
             "--cpus": ncpus,
             "--record": record_path,
+            "--metric": metrics or None,
         },
     )
     if ncpus is not None and pid is not None:
         raise UsageError("--pid and --cpus exclude each other")
     if ncpus is not None and cgroup is not None:
         raise UsageError("--cgroup and --cpus exclude each other")
+    if metrics and record_path is None:
+        raise UsageError("--metric needs --record FILE: the figures are kept in the recording")
     config = load_config(Path.cwd())
     thresholds = thresholds_from(config, pop_thresholds(kwargs))
     limit = resolve("timeout", timeout, config)
@@ -188,6 +201,7 @@ def command(
         markdown_path=markdown_path,
         record_path=record_path,
         record_max_mb=resolve_float("record_max_mb", record_max_mb, config),
+        metrics=check_names(metrics),
     )
     if mode is CheckMode.STATIC:
         assert procs is not None and threads is not None

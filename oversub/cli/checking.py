@@ -6,7 +6,8 @@ only `oversub check` pays for these imports and `CheckOptions`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -42,6 +43,8 @@ class CheckOptions:
     record_path: Path | None = None
     """`--record FILE`: the run, written as it goes (`cli.recorder`)."""
     record_max_mb: float = 50.0
+    metrics: tuple[str, ...] = ()
+    """`--metric NAME`: figures CMD prints as `NAME=<number>`, kept in the recording."""
 
 
 def _progress(
@@ -70,15 +73,24 @@ def check_command(
 
     environ = prepare_reports(opts, err)
     recorder = _recorder(opts, budget, err, "check-command", None, report_command(argv))
-    outcome = run_command(
-        argv,
-        budget,
-        opts.session,
-        _progress(budget, opts, err, recorder),
-        timeout=opts.timeout,
-        grace=opts.grace,
+    with contextlib.ExitStack() as stack:
+        captured = None
+        if opts.metrics:
+            from oversub.cli.metrics import StdoutMetrics
+
+            captured = stack.enter_context(StdoutMetrics(opts.metrics))
+        outcome = run_command(
+            argv,
+            budget,
+            opts.session,
+            _progress(budget, opts, err, recorder),
+            timeout=opts.timeout,
+            grace=opts.grace,
+        )
+    metrics = None if captured is None else captured.values
+    return _recorded(
+        recorder, lambda: report(outcome, opts, err=err, environ=environ), outcome, metrics
     )
-    return _recorded(recorder, lambda: report(outcome, opts, err=err, environ=environ), outcome)
 
 
 def check_pid(
@@ -133,7 +145,10 @@ def _recorder(
 
 
 def _recorded(
-    recorder: Recorder | None, reports: Callable[[], ExitStatus], outcome: CheckOutcome
+    recorder: Recorder | None,
+    reports: Callable[[], ExitStatus],
+    outcome: CheckOutcome,
+    metrics: Mapping[str, float] | None = None,
 ) -> ExitStatus:
     """The reports, then the recording finished (its summary is the judged run's), also when
     a report file failed; a recording that could not be written whole makes the exit 3, as
@@ -156,6 +171,7 @@ def _recorded(
                     command_status=outcome.command_status,
                     timed_out=outcome.timed_out,
                     interrupted=outcome.interrupted,
+                    metrics=metrics,
                 ),
             )
     if during.received or status is ExitStatus.INTERRUPTED:

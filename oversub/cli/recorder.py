@@ -216,6 +216,7 @@ def summary_record(
     command_status: int | None = None,
     timed_out: bool = False,
     interrupted: bool = False,
+    metrics: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The last record: the summary as `--format ndjson` prints it, and how `check` ended."""
     from oversub.cli.output import utc_timestamp
@@ -228,6 +229,7 @@ def summary_record(
         "command_status": command_status,
         "timed_out": timed_out,
         "interrupted": interrupted,
+        "metrics": dict(metrics or {}),
     }
 
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from oversub.cli.recorder import Recorder
     from oversub.model import Budget
     from oversub.nodes import NodeIdentity
+    from oversub.render.sparkline import History
     from oversub.results import Assessment, Interval, Summary
     from oversub.thresholds import Thresholds
 
@@ -193,6 +194,7 @@ class WatchView:
         self.fmt = fmt
         self.identity = identity
         self.recorder = recorder
+        self._history: History | None = None
         self.budget = budget
         self.thresholds = thresholds
         self.out = out if out is not None else sys.stdout
@@ -229,6 +231,12 @@ class WatchView:
     ) -> None:
         if self.recorder is not None:
             self.recorder.interval(iv, utc_timestamp())
+        if self._live is not None:
+            from oversub.render.sparkline import History
+
+            if self._history is None:
+                self._history = History()
+            self._history.add(iv.t1, iv.totals.demand, iv.vcpus)
         frame = render_watch_interval(
             iv,
             assessment,
@@ -238,6 +246,7 @@ class WatchView:
             samples=intervals,
             thresholds=self.thresholds,
             timestamp=utc_timestamp(),
+            history=tuple(self._history.points) if self._history is not None else (),
         )
         if self._live is not None and frame is not None:
             with reader_may_leave():

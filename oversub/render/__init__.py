@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, NoReturn
 from oversub.names import Name
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import RenderableType
 
     from oversub.errors import ExitStatus
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from oversub.nodes import JobReport, NodeIdentity
     from oversub.results import Assessment, Interval, Summary
     from oversub.thresholds import Thresholds
-    from oversub.timeline import Replay
+    from oversub.timeline import Comparison, Replay
 
 
 class CpusFormat(Name):
@@ -86,6 +88,17 @@ class ReportFormat(Name):
     """One self-contained page: charts as inline SVG, findings, fixes, processes."""
 
 
+class DiffFormat(Name):
+    """`oversub diff --format`."""
+
+    TEXT = "text"
+    """A table of BEFORE, AFTER and the change, then the closing line."""
+    JSON = "json"
+    """`diffview.diff_dict`, indented."""
+    MARKDOWN = "markdown"
+    """The table as Markdown (a job summary or a PR comment)."""
+
+
 def _unreachable(value: NoReturn) -> NoReturn:
     """Close an exhaustive if/elif chain (typing_extensions.assert_never is not a dependency)."""
     raise AssertionError(f"unhandled format: {value!r}")
@@ -133,10 +146,12 @@ def render_watch_interval(
     samples: int,
     thresholds: Thresholds | None = None,
     timestamp: str | None = None,
+    history: Sequence[tuple[float, float, int]] = (),
 ) -> RenderableType | None:
     """One interval in `fmt`: the live frame (LIVE), one JSON line with newline (NDJSON),
     or None (JSON prints only the summary). `timestamp` (wall clock, UTC, ISO 8601) goes
-    into the NDJSON record as "timestamp"; the caller reads the clock."""
+    into the NDJSON record as "timestamp"; the caller reads the clock. `history`: the live
+    frame's sparkline of the last minute ((time, demand, N) per interval)."""
     if fmt is WatchFormat.LIVE:
         from oversub.render.live import watch_renderable
 
@@ -147,6 +162,7 @@ def render_watch_interval(
             elapsed=elapsed,
             samples=samples,
             thresholds=thresholds,
+            history=history,
         )
     elif fmt is WatchFormat.NDJSON:
         from oversub.render.serialize import interval_dict, to_json
@@ -228,5 +244,24 @@ def render_report(replay: Replay, fmt: ReportFormat, *, width: int = 80) -> str:
         from oversub.render.html import report_html
 
         return report_html(replay)
+    else:
+        _unreachable(fmt)
+
+
+def render_diff(c: Comparison, fmt: DiffFormat, *, before: str, after: str) -> str:
+    """Two runs compared, in `fmt`, as one string ending in a newline."""
+    if fmt is DiffFormat.TEXT:
+        from oversub.render.diffview import diff_text
+
+        return diff_text(c, before, after)
+    elif fmt is DiffFormat.JSON:
+        from oversub.render.diffview import diff_dict
+        from oversub.render.serialize import to_json
+
+        return to_json(diff_dict(c, before, after), indent=2) + "\n"
+    elif fmt is DiffFormat.MARKDOWN:
+        from oversub.render.diffview import diff_markdown
+
+        return diff_markdown(c, before, after)
     else:
         _unreachable(fmt)

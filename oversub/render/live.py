@@ -7,6 +7,7 @@ app refreshes it). The final report is `render.report`; the pieces both use, `ri
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from oversub.model import Budget
@@ -105,11 +106,14 @@ def watch_renderable(
     samples: int,
     max_processes: int = 30,
     thresholds: Thresholds | None = None,
+    history: Sequence[tuple[float, float, int]] = (),
 ) -> RenderableType:
     """One live frame: header (pid, time, N and its limit, host context), verdict banner,
     per-process table sorted by CPU (at most `max_processes` rows) with a totals row, the
     pools and their sizing variables, then the findings with their fixes. `thresholds`
-    (default: the defaults) decide when a delay ratio is too small to mean anything."""
+    (default: the defaults) decide when a delay ratio is too small to mean anything.
+    `history`: (time, demand, N) of the last minute's intervals, drawn as a sparkline under
+    the banner (`render.sparkline`)."""
     from rich.console import Group
 
     th = thresholds if thresholds is not None else Thresholds()
@@ -127,6 +131,12 @@ def watch_renderable(
         parts.append(text(f"unavailable: {unavailable_text(interval.unavailable)}", "dim"))
     parts += [
         banner(assessment.verdict, VERDICT_MEANING[assessment.verdict]),
+    ]
+    if history:
+        from oversub.render.sparkline import sparkline
+
+        parts.append(sparkline(history, th.margin))
+    parts += [
         _interval_table(interval.processes, interval.totals, interval.vcpus, max_processes, th),
     ]
     ordered = sorted(interval.processes, key=lambda r: r.cpu_percent, reverse=True)

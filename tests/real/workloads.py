@@ -175,8 +175,9 @@ def run_check(
     *,
     env_update: dict[str, str] | None = None,
     label: str = "run",
+    flags: tuple[str, ...] = (),
 ) -> CheckRun:
-    """Run `oversub check --json` on command and return the parsed outcome."""
+    """Run `oversub check --json [FLAGS]` on command and return the parsed outcome."""
     report = tmp_path / f"{label}.json"
     args = [
         *OVERSUB,
@@ -187,6 +188,7 @@ def run_check(
         str(WORKLOAD_S + RUN_GRACE_S),
         "--json",
         str(report),
+        *flags,
         "--",
         *command,
     ]
