@@ -51,8 +51,14 @@ def same_judgement(live: dict[str, Any], replayed: dict[str, Any]) -> None:
 def test_an_oversubscribed_check_replays_to_its_verdict(tmp_path: Path) -> None:
     rec, doc = tmp_path / "run.ndjson", tmp_path / "r.json"
     flags = ["--interval", "0.5", "--warmup", "0.5", "--record", str(rec), "--json", str(doc)]
-    result = oversub(["check", *flags, "--", *stress(1, 3, 4)])
+    # As in CI: beside every report file, the job summary and annotations.
+    flags += ["--junit", str(tmp_path / "r.xml"), "--markdown", str(tmp_path / "r.md")]
+    ci = {"GITHUB_STEP_SUMMARY": str(tmp_path / "step.md"), "GITHUB_ACTIONS": "true"}
+    result = oversub(["check", *flags, "--", *stress(1, 3, 4)], env=ci)
     assert result.returncode == ExitStatus.FOUND, result.stderr
+    assert "::error" in result.stderr
+    for name in ("r.xml", "r.md", "step.md"):
+        assert "oversubscribed" in (tmp_path / name).read_text(), name
     live = json.loads(doc.read_text())
     assert live["verdict"] == "oversubscribed"
     replayed = report(rec)

@@ -69,6 +69,14 @@ def test_no_recorded_string_reaches_the_page_unescaped() -> None:
     assert html.count("<svg") == 3
 
 
+def test_a_long_run_keeps_the_page_small() -> None:
+    html = page(oversubscribed_run(3600, dt=1.0))
+    assert len(html.encode()) < 150_000
+    for points in re.findall(r'<polyline[^>]* points="([^"]*)"', html):
+        assert len(points.split()) <= 480
+    assert html.count('<rect class="band"') <= 480
+
+
 def test_markdown_has_a_mermaid_chart_and_no_raw_html() -> None:
     text = page(hostile_run(), ReportFormat.MARKDOWN)
     assert "<script" not in text.lower() and "<img" not in text

@@ -66,13 +66,16 @@ th { background: #f9fafb; } td.num { text-align: right; font-variant-numeric: ta
 footer { color: #6b7280; font-size: 12px; margin-top: 28px; }
 """
 
+MAX_POINTS = 480
+"""Points per chart at most (a long run is drawn as means of consecutive intervals)."""
+
 SEVERITY_COLOR = {"critical": "#dc2626", "warning": "#ca8a04", "info": "#2563eb"}
 
 
 def _charts(replay: Replay) -> list[str]:
-    from oversub.render.timeline import series
+    from oversub.render.timeline import series, thinned
 
-    s = series(replay)
+    s = thinned(series(replay), MAX_POINTS)
     if len(s.seconds) < 2:
         return ['<p class="card">One interval or none: no chart over time.</p>']
     band = [VERDICT_COLOR.get(v, NOT_JUDGED_COLOR) for v in s.verdicts]

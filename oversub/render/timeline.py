@@ -67,6 +67,41 @@ def series(replay: Replay) -> Series:
     )
 
 
+_RANK = {"ok": 0, "at-risk": 1, "starved": 2, "oversubscribed": 3}
+
+
+def thinned(s: Series, most: int) -> Series:
+    """At most `most` points: consecutive intervals grouped, each group drawn as its mean
+    (demand, delay ratio, CPU), its end, and its worst verdict. A chart is some 900 pixels
+    wide: more points than that only make the page heavier."""
+    n = len(s.seconds)
+    if n <= most:
+        return s
+    size = -(-n // most)
+    groups = [range(i, min(i + size, n)) for i in range(0, n, size)]
+
+    def mean(values: tuple[float, ...], g: range) -> float:
+        return sum(values[i] for i in g) / len(g)
+
+    def mean_known(values: tuple[float | None, ...], g: range) -> float | None:
+        known = [v for v in (values[i] for i in g) if v is not None]
+        return sum(known) / len(known) if known else None
+
+    return Series(
+        seconds=tuple(s.seconds[g[-1]] for g in groups),
+        demand=tuple(mean(s.demand, g) for g in groups),
+        vcpus=tuple(max(s.vcpus[i] for i in g) for g in groups),
+        delay_ratio=tuple(mean_known(s.delay_ratio, g) for g in groups),
+        verdicts=tuple(
+            max((s.verdicts[i] for i in g), key=lambda v: _RANK.get(v, -1)) for g in groups
+        ),
+        processes=tuple(
+            (pid, label, tuple(mean(values, g) for g in groups))
+            for pid, label, values in s.processes
+        ),
+    )
+
+
 def verdict_word(verdict: str | None) -> str:
     return NOT_JUDGED if verdict is None else verdict
 
