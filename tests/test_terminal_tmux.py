@@ -148,6 +148,25 @@ def test_a_live_frame_tells_processes_apart(pane: Callable[[str, int], Pane]) ->
     p.wait_for(lambda screen: DONE in screen)
 
 
+def test_a_live_frame_shows_demand_against_n_over_the_last_minute(
+    pane: Callable[[str, int], Pane],
+) -> None:
+    # Issue 14 item 4: a trend, not a snapshot. The sparkline grows by a column per interval.
+    command = (
+        f"{stress(1, max(2, VCPUS) + 1, 8)} 2>/dev/null & "
+        f"{shlex.join(OVERSUB)} watch $! --interval 0.5 --duration 5"
+    )
+    p = pane(command, 120)
+
+    def columns(screen: str) -> int:
+        line = next((x for x in screen.splitlines() if "demand, last 60 s" in x), "")
+        return sum(line.count(block) for block in "▁▂▃▄▅▆▇█") - line.count("= N")
+
+    frame = p.wait_for(lambda screen: columns(screen) >= 4)
+    assert "on N = " in frame and "red: above N" in frame, frame
+    p.wait_for(lambda screen: DONE in screen)
+
+
 def test_check_draws_a_status_line_then_erases_it(pane: Callable[[str, int], Pane]) -> None:
     # Issue 11 item 15: check printed nothing until the command ended.
     command = f"{shlex.join(OVERSUB)} check --interval 0.5 -- {stress(1, 1, 4)}"
