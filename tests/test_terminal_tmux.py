@@ -177,3 +177,23 @@ def test_check_draws_a_status_line_then_erases_it(pane: Callable[[str, int], Pan
     done = p.wait_for(lambda screen: DONE in screen)
     assert not status.search(done), done  # erased before the report
     assert "oversub check: pass: verdict" in done or "oversub check: FAIL" in done, done
+
+
+def test_watch_all_shows_a_row_per_cgroup_then_the_run(pane: Callable[[str, int], Pane]) -> None:
+    """`watch --all` on a terminal: a live row for the cgroup that holds load (its path, N,
+    verdict), erased at the end for the table of the whole run."""
+    from tests.cgroup_sandbox import pinned_cgroup
+
+    with pinned_cgroup(min(os.sched_getaffinity(0))) as (path, joins):
+        join = " && ".join(f"echo $$ > {j}" for j in joins)
+        workload = f"sh -c {shlex.quote(f'{join} && exec {stress(2, 2, 8)}')} 2>/dev/null &"
+        watch = f"{shlex.join(OVERSUB)} watch --all --interval 0.5 --duration 5"
+        p = pane(f"{workload} sleep 1; {watch}; wait", 140)
+        live = p.wait_for(lambda s: "oversub watch --all ·" in s and path in s)
+        text = p.wait_for(lambda screen: DONE in screen)
+    row = next(line for line in live.splitlines() if line.startswith(path))
+    assert "oversubscribed" in row, live
+    assert "oversub summary --all" in text, text
+    assert "oversub watch --all ·" not in text, text  # the last frame was erased
+    summary_row = next(line for line in text.splitlines() if line.startswith(path))
+    assert "oversubscribed" in summary_row and "oversubscribed-threads" in summary_row, text

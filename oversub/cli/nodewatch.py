@@ -11,14 +11,11 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from oversub.cli.output import make_console, reader_may_leave, utc_timestamp
+from oversub.cli.output import LiveFrames, make_console, reader_may_leave, utc_timestamp
 from oversub.errors import ExitStatus
 from oversub.render import WatchFormat
 
 if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.live import Live
-
     from oversub.results import Summary
     from oversub.run.session import SessionOptions
     from oversub.targets import Round
@@ -59,38 +56,24 @@ class NodeView:
         self.out = out if out is not None else sys.stdout
         self.shown: set[str] = set()
         """Every target that held load in some round."""
-        self._console: Console | None = None
-        self._live: Live | None = None
+        self._frames: LiveFrames | None = None
 
     def __enter__(self) -> NodeView:
         if self.fmt is WatchFormat.LIVE:
-            from rich.live import Live
-            from rich.text import Text
-
-            self._console = make_console()
-            self._live = Live(
-                Text("sampling every process of the node ..."),
-                console=self._console,
-                auto_refresh=False,
-                transient=True,
-            )
-            self._live.start(refresh=True)
+            self._frames = LiveFrames("sampling every process of the node ...").__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            live, self._live = self._live, None
-            with reader_may_leave():
-                live.stop()
+        if self._frames is not None:
+            self._frames.__exit__(*exc)
 
     def round(self, r: Round) -> None:
         self.shown.update(t.target for t in r.targets)
         if self.fmt is WatchFormat.LIVE:
             from oversub.render.node import round_renderable
 
-            if self._live is not None:
-                with reader_may_leave():
-                    self._live.update(round_renderable(r, self.thresholds), refresh=True)
+            if self._frames is not None:
+                self._frames.show(round_renderable(r, self.thresholds))
         elif self.fmt is WatchFormat.NDJSON:
             from oversub.render.node import round_record
             from oversub.render.serialize import to_json
@@ -104,7 +87,8 @@ class NodeView:
         if self.fmt is WatchFormat.LIVE:
             report: Any = node_summary_renderable(summaries, node)
             with reader_may_leave():
-                (self._console or make_console()).print(report)
+                console = self._frames.console if self._frames is not None else None
+                (console or make_console()).print(report)
                 self.out.flush()
             return
         record = node_summary_record(summaries, node, utc_timestamp())

@@ -18,7 +18,8 @@ import click
 from oversub.errors import OutputClosed, OutputFailed
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, RenderableType
+    from rich.live import Live
 
 
 UNWRAPPED_WIDTH = 100_000
@@ -111,3 +112,40 @@ def warn(warnings: tuple[str, ...], *, severe: bool) -> None:
     style = "bold red" if severe else "yellow"
     for warning in warnings:
         console.print(hanging("oversub: warning: ", warning, style))
+
+
+class LiveFrames:
+    """The frames of a run on a terminal (`watch`, `watch --all`), as a rich Live.
+
+    auto_refresh off: the sampling loop owns the clock and redraws after each sample.
+    Transient: the last frame is erased when the run ends, so the screen never shows a
+    frame's verdict (one interval's) above the summary's (the whole run's); and off a
+    terminal no frame is printed at all, only the summary.
+    """
+
+    def __init__(self, waiting: str) -> None:
+        self.waiting = waiting
+        self.console: Console | None = None
+        self._live: Live | None = None
+
+    def __enter__(self) -> LiveFrames:
+        from rich.live import Live
+        from rich.text import Text
+
+        self.console = make_console()
+        self._live = Live(
+            Text(self.waiting), console=self.console, auto_refresh=False, transient=True
+        )
+        self._live.start(refresh=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            live, self._live = self._live, None
+            with reader_may_leave():
+                live.stop()
+
+    def show(self, frame: RenderableType) -> None:
+        if self._live is not None:
+            with reader_may_leave():
+                self._live.update(frame, refresh=True)

@@ -21,15 +21,12 @@ from oversub.cli.options import (
     setting_option,
     threshold_options,
 )
-from oversub.cli.output import make_console, reader_may_leave, utc_timestamp
+from oversub.cli.output import LiveFrames, make_console, reader_may_leave, utc_timestamp
 from oversub.errors import ExitStatus, UsageError
 from oversub.plural import count
 from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
 
 if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.live import Live
-
     from oversub.cli.recorder import Recorder
     from oversub.model import Budget
     from oversub.nodes import NodeIdentity
@@ -198,33 +195,17 @@ class WatchView:
         self.budget = budget
         self.thresholds = thresholds
         self.out = out if out is not None else sys.stdout
-        self._console: Console | None = None
-        self._live: Live | None = None
+        self._frames: LiveFrames | None = None
 
     def __enter__(self) -> WatchView:
         if self.fmt is WatchFormat.LIVE:
-            from rich.live import Live
-            from rich.text import Text
-
-            self._console = make_console()
-            # auto_refresh off: the sampling loop owns the clock and refreshes after each sample.
-            # Transient: the last frame is erased when the run ends, so the screen never shows
-            # a frame's verdict (one interval's) above the summary's (the whole run's); and
-            # off a terminal no frame is printed at all, only the summary.
-            self._live = Live(
-                Text(f"sampling every interval; N = {count(self.budget.vcpus, 'vCPU')} ..."),
-                console=self._console,
-                auto_refresh=False,
-                transient=True,
-            )
-            self._live.start(refresh=True)
+            waiting = f"sampling every interval; N = {count(self.budget.vcpus, 'vCPU')} ..."
+            self._frames = LiveFrames(waiting).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            live, self._live = self._live, None
-            with reader_may_leave():
-                live.stop()
+        if self._frames is not None:
+            self._frames.__exit__(*exc)
 
     def interval(
         self, iv: Interval, assessment: Assessment, intervals: int, elapsed: float
@@ -248,9 +229,8 @@ class WatchView:
             timestamp=utc_timestamp(),
             history=tuple(self._history.points) if self._history is not None else (),
         )
-        if self._live is not None and frame is not None:
-            with reader_may_leave():
-                self._live.update(frame, refresh=True)
+        if self._frames is not None and frame is not None:
+            self._frames.show(frame)
         elif isinstance(frame, str):
             with reader_may_leave():
                 self.out.write(frame)
@@ -264,7 +244,8 @@ class WatchView:
             if isinstance(report, str):
                 self.out.write(report)
             else:
-                (self._console or make_console()).print(report)
+                console = self._frames.console if self._frames is not None else None
+                (console or make_console()).print(report)
             self.out.flush()
 
 

@@ -232,8 +232,8 @@ def run_node(
                     continue
                 iv = interval_between(before[0], sample, budget.vcpus, th)
                 a = assess(iv, th)
-                budgets[target] = budget
-                if keep_summaries:
+                if keep_summaries:  # only then: a long `serve` must not keep every target seen
+                    budgets[target] = budget
                     runs.setdefault(target, RunSummary(root_pid=sample.root_pid)).add(iv)
                 if only_loaded and not fleet.holds_load(iv, a):
                     continue
