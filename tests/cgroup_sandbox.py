@@ -102,9 +102,14 @@ def _mount_of(controller: str) -> CgroupMount | None:
 
 
 @contextmanager
-def pinned_cgroup(cpu: int) -> Iterator[tuple[str, list[str]]]:
+def pinned_cgroup(cpu: int, *, favoured: bool = False) -> Iterator[tuple[str, list[str]]]:
     """A new cgroup of the hierarchy that holds the cpu controller whose tasks run on CPU
     `cpu` only (a cpuset: v1's own hierarchy, or v2's controller in the same directory).
+
+    `favoured`: the highest CPU weight (v1 cpu.shares, v2 cpu.weight), so that whatever
+    else the shared machine runs on that CPU cannot make its tasks wait: a healthy tree
+    stays healthy whatever the outside load (measured: one busy thread beside a busy loop
+    pinned to the same CPU waited 0.5 % of its time).
 
     Yields (its path as /proc/PID/cgroup shows it, the `cgroup.procs` files a task writes
     its pid to to join it). Every task must be gone before the block ends.
@@ -121,6 +126,10 @@ def pinned_cgroup(cpu: int) -> Iterator[tuple[str, list[str]]]:
         directory = os.path.join(parent, name)
         os.mkdir(directory)
         made.append(directory)
+        if favoured:
+            weight = ("cpu.shares", "262144") if mount.version == 1 else ("cpu.weight", "10000")
+            if os.path.exists(os.path.join(directory, weight[0])):
+                write(os.path.join(directory, weight[0]), weight[1])
         if mount.version == 1:
             cpuset = _mount_of("cpuset")
             if cpuset is None:

@@ -2,8 +2,9 @@
 CPU: one runs 2 processes x 2 busy threads on its one CPU (oversubscribed), the other one
 busy thread on its one CPU (ok). Each is judged against its own budget, not oversub's.
 
-oversub itself runs pinned to the first cgroup's CPU, so the healthy cgroup's CPU holds only
-its own thread. The runs start after both workloads are up (judged windows we control).
+oversub itself runs pinned to the first cgroup's CPU, and the healthy cgroup has the highest
+CPU weight, so nothing else on the shared machine makes its thread wait (a busy loop pinned
+beside it does not). The runs start after both workloads are up (judged windows we control).
 """
 
 from __future__ import annotations
@@ -54,10 +55,7 @@ def test_each_cgroup_is_judged_against_its_own_budget(spawn: Spawner) -> None:
     busy_cpu, calm_cpu = AFFINITY[0], AFFINITY[1]
     with (
         pinned_cgroup(busy_cpu) as (busy, busy_joins),
-        pinned_cgroup(calm_cpu) as (
-            calm,
-            calm_joins,
-        ),
+        pinned_cgroup(calm_cpu, favoured=True) as (calm, calm_joins),
     ):
         jobs = [_start(spawn, busy_joins, 2, 2), _start(spawn, calm_joins, 1, 1)]
         try:

@@ -7,9 +7,11 @@ must show the right verdict and demand, for an oversubscribed tree and then a he
 Each tree is `oversub stress` in a cgroup of its own with a CPU quota (the kernel enforces
 N): 2 processes x 2 busy threads under a 1-CPU quota (N = 1, demand about 4:
 oversubscribed), then 1 busy thread under a 2-CPU quota (demand 1 within N: ok). The trees
-run one after the other, so neither waits for the other's CPUs. `oversub serve --cgroup`
-watches each; one Prometheus (scrape interval 1 s, the repository's rule file loaded, so a
-rule that a real server refuses fails here too) scrapes both exporters. The judged windows
+run one after the other, so neither waits for the other's CPUs, and each cgroup has the
+highest CPU weight, so no other load of the shared machine makes its threads wait.
+`oversub serve --cgroup` watches each; one Prometheus (scrape interval 1 s, the
+repository's rule file loaded, so a rule that a real server refuses fails here too) scrapes
+both exporters. The judged windows
 start after the workload is up and the exporter has measured it.
 
 Skips with exit 0 and a line saying why where it cannot run: not root, no prometheus, no
@@ -104,6 +106,12 @@ def quota_cgroup(cpus: float) -> Iterator[tuple[str, str]]:
         raise Skip(f"cannot create a cgroup under {parent}: {error.strerror}") from None
     try:
         period = 100_000
+        # The highest CPU weight: other load on the shared machine cannot make the trees wait,
+        # so the healthy one is judged ok whatever else runs (and the busy one is capped by
+        # its quota anyway).
+        weight = ("cpu.shares", "262144") if version == 1 else ("cpu.weight", "10000")
+        if Path(directory, weight[0]).exists():
+            Path(directory, weight[0]).write_text(weight[1])
         if version == 1:
             Path(directory, "cpu.cfs_period_us").write_text(str(period))
             Path(directory, "cpu.cfs_quota_us").write_text(str(round(cpus * period)))
