@@ -212,7 +212,7 @@ class WatchView:
     ) -> None:
         if self.recorder is not None:
             self.recorder.interval(iv, utc_timestamp())
-        if self._live is not None:
+        if self._frames is not None:
             from oversub.render.sparkline import History
 
             if self._history is None:
