@@ -263,14 +263,28 @@ def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float, vcpus: int) ->
         voluntary=_sum_or_none(d.voluntary for d in deltas),
         active_threads=sum(d.active_threads for d in deltas),
     )
-    in_pools, with_pools = pool_threads((r for r, _ in live), vcpus)
-    m = _delta_measures(total, dt_s)
-    return Totals(
+    return tree_totals(
+        _delta_measures(total, dt_s),
+        [r for r, _ in live],
+        vcpus,
         processes=len(live),
         threads=sum(r.threads for r, _ in live),
-        active_threads=total.active_threads,
+        active=total.active_threads,
+    )
+
+
+def tree_totals(
+    m: Measures, live: list[ProcessRates], vcpus: int, *, processes: int, threads: int, active: int
+) -> Totals:
+    """The tree's `Totals` from its summed raw deltas `m` and its live processes: the one
+    constructor behind a live interval, a recorded one read back and two merged ones."""
+    in_pools, with_pools = pool_threads(live, vcpus)
+    return Totals(
+        processes=processes,
+        threads=threads,
+        active_threads=active,
         involuntary_ctx_per_cpu_s=per_cpu_s(m.involuntary_ctx, m.cpu_s),
-        busy_processes=sum(1 for r, _ in live if r.demand >= BUSY_DEMAND),
+        busy_processes=sum(1 for p in live if p.demand >= BUSY_DEMAND),
         pool_threads=in_pools,
         pool_processes=with_pools,
         **m._asdict(),

@@ -28,8 +28,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from oversub.analysis.poolsize import pool_threads
-from oversub.analysis.rates import BUSY_DEMAND, measures, per_cpu_s
+from oversub.analysis.rates import Measures, measures, tree_totals
 from oversub.analysis.recordfields import (
     BadRecord,
     array,
@@ -48,7 +47,7 @@ from oversub.analysis.recordfields import (
 from oversub.errors import NotARecording
 from oversub.model import MAX_VCPUS, Budget, CpuQuota
 from oversub.names import Signal, WaitKind
-from oversub.results import HostRates, Interval, ProcessRates, Totals
+from oversub.results import HostRates, Interval, ProcessRates
 from oversub.thresholds import Thresholds
 from oversub.timeline import Ending, Header
 
@@ -221,23 +220,13 @@ class Decoder:
         processes = tuple(self._process(p, seconds) for p in array(field(d, "p"), "p"))
         live = [p for p in processes if not p.exited]
         tot = obj(field(d, "totals"), "totals")
-        m = measures(
-            seconds,
-            number(field(tot, "cpu_s"), "cpu_s"),
-            opt_number(field(tot, "delay_s"), "delay_s"),
-            opt_whole(field(tot, "ictx"), "ictx"),
-            opt_whole(field(tot, "vctx"), "vctx"),
-        )
-        in_pools, with_pools = pool_threads(live, vcpus)
-        totals = Totals(
+        totals = tree_totals(
+            _raw_measures(tot, seconds),
+            live,
+            vcpus,
             processes=whole(field(tot, "processes"), "processes"),
             threads=whole(field(tot, "threads"), "threads"),
-            active_threads=0,
-            involuntary_ctx_per_cpu_s=per_cpu_s(m.involuntary_ctx, m.cpu_s),
-            busy_processes=sum(1 for p in live if p.demand >= BUSY_DEMAND),
-            pool_threads=in_pools,
-            pool_processes=with_pools,
-            **m._asdict(),
+            active=0,
         )
         host = obj(field(d, "host"), "host")
         unavailable = []
@@ -274,13 +263,7 @@ class Decoder:
             raise BadRecord("run is not a list of [tid, nanoseconds]")
         wait = d.get("wait")
         pools = desc.get("pools")
-        m = measures(
-            seconds,
-            number(field(d, "cpu_s"), "cpu_s"),
-            opt_number(field(d, "delay_s"), "delay_s"),
-            opt_whole(field(d, "ictx"), "ictx"),
-            opt_whole(field(d, "vctx"), "vctx"),
-        )
+        m = _raw_measures(d, seconds)
         try:
             kind = None if wait is None else WaitKind(wait)
         except ValueError:
@@ -303,6 +286,17 @@ class Decoder:
             thread_runnable_s=tuple(whole(r[1], "runnable") / _NS for r in runs),
             **m._asdict(),
         )
+
+
+def _raw_measures(d: Mapping[str, Any], seconds: float) -> Measures:
+    """The rates of a process's or the tree's recorded raw deltas, by the live run's formula."""
+    return measures(
+        seconds,
+        number(field(d, "cpu_s"), "cpu_s"),
+        opt_number(field(d, "delay_s"), "delay_s"),
+        opt_whole(field(d, "ictx"), "ictx"),
+        opt_whole(field(d, "vctx"), "vctx"),
+    )
 
 
 def ending_of(d: Mapping[str, Any]) -> Ending:

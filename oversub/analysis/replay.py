@@ -17,8 +17,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from oversub.analysis.policy import judge
-from oversub.analysis.poolsize import pool_threads
-from oversub.analysis.rates import BUSY_DEMAND, measures, per_cpu_s, with_thresholds
+from oversub.analysis.rates import Measures, measures, tree_totals, with_thresholds
 from oversub.analysis.recordfields import BadRecord, loads
 from oversub.analysis.recording import Decoder, bad, ending_of, header_of
 from oversub.analysis.summary import RunSummary
@@ -109,6 +108,17 @@ def _add_count(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else a + b
 
 
+def _summed(a: ProcessRates | Totals, b: ProcessRates | Totals, seconds: float) -> Measures:
+    """Rates of two consecutive intervals' raw deltas added: exact, the deltas are sums."""
+    return measures(
+        seconds,
+        a.cpu_s + b.cpu_s,
+        _add(a.delay_s, b.delay_s),
+        _add_count(a.involuntary_ctx, b.involuntary_ctx),
+        _add_count(a.voluntary_ctx, b.voluntary_ctx),
+    )
+
+
 def _merge_process(a: ProcessRates | None, b: ProcessRates | None, seconds: float) -> ProcessRates:
     """One process over two consecutive intervals (seen in either or both)."""
     if a is None or b is None:
@@ -120,13 +130,7 @@ def _merge_process(a: ProcessRates | None, b: ProcessRates | None, seconds: floa
     for p in (a, b):
         for tid, r in zip(p.thread_ids, p.thread_runnable_s, strict=True):
             runnable[tid] = runnable.get(tid, 0.0) + r
-    m = measures(
-        seconds,
-        a.cpu_s + b.cpu_s,
-        _add(a.delay_s, b.delay_s),
-        _add_count(a.involuntary_ctx, b.involuntary_ctx),
-        _add_count(a.voluntary_ctx, b.voluntary_ctx),
-    )
+    m = _summed(a, b, seconds)
     # What the process is, and whether it is gone, at the end of the second interval.
     return replace(
         b,
@@ -162,24 +166,13 @@ def merge(a: Interval, b: Interval) -> Interval:
         _merge_process(before.get(key), after.get(key), seconds) for key in {**before, **after}
     ]
     live = [p for p in processes if not p.exited]
-    ta, tb = a.totals, b.totals
-    m = measures(
-        seconds,
-        ta.cpu_s + tb.cpu_s,
-        _add(ta.delay_s, tb.delay_s),
-        _add_count(ta.involuntary_ctx, tb.involuntary_ctx),
-        _add_count(ta.voluntary_ctx, tb.voluntary_ctx),
-    )
-    in_pools, with_pools = pool_threads(live, b.vcpus)
-    totals = Totals(
-        processes=tb.processes,
-        threads=tb.threads,
-        active_threads=0,
-        involuntary_ctx_per_cpu_s=per_cpu_s(m.involuntary_ctx, m.cpu_s),
-        busy_processes=sum(1 for p in live if p.demand >= BUSY_DEMAND),
-        pool_threads=in_pools,
-        pool_processes=with_pools,
-        **m._asdict(),
+    totals = tree_totals(
+        _summed(a.totals, b.totals, seconds),
+        live,
+        b.vcpus,
+        processes=b.totals.processes,
+        threads=b.totals.threads,
+        active=0,
     )
     return Interval(
         t0=a.t0,
