@@ -81,7 +81,9 @@ def test_a_healthy_pid_check_replays_to_its_verdict(tmp_path: Path, spawn: Spawn
     result = oversub(["check", "--pid", str(target.pid), *flags])
     live = json.loads(doc.read_text())
     assert result.returncode == ExitStatus.OK, result.stderr
-    assert live["verdict"] in {"ok", "at-risk"}, live["findings"]
+    # One busy thread on its one CPU: never oversubscribed; other load on a shared machine
+    # may make it starved, which the replay must reproduce all the same.
+    assert live["verdict"] != "oversubscribed", live["findings"]
     same_judgement(live, report(rec)["summary"])
 
 
