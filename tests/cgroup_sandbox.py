@@ -56,6 +56,17 @@ def remove_cgroup(directory: str) -> None:
             time.sleep(0.05)
 
 
+def _cpu_parent() -> tuple[CgroupMount, str]:
+    """The cpu hierarchy's mount and this process's cgroup directory in it, where a test
+    makes its cgroups; skips the test where it cannot (not root, no cpu controller)."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a cgroup needs root")
+    found = own_cpu_cgroup()
+    if found is None:
+        pytest.skip("this kernel has no mounted cgroup cpu controller")
+    return found
+
+
 @contextmanager
 def quota_cgroup(cpus: float, *, nested: bool = False) -> Iterator[tuple[CgroupMount, str, str]]:
     """Yield (mount, quota directory, directory to put tasks in) for a `cpus` quota.
@@ -63,12 +74,7 @@ def quota_cgroup(cpus: float, *, nested: bool = False) -> Iterator[tuple[CgroupM
     With `nested`, tasks go to a child of the directory that holds the quota, so a reader
     must walk up to find it. Every task must be gone before the block ends.
     """
-    if os.geteuid() != 0:
-        pytest.skip("creating a cgroup needs root")
-    found = own_cpu_cgroup()
-    if found is None:
-        pytest.skip("this kernel has no mounted cgroup cpu controller")
-    mount, parent = found
+    mount, parent = _cpu_parent()
     outer = os.path.join(parent, f"oversub-test-{uuid.uuid4().hex[:8]}")
     inner = os.path.join(outer, "inner") if nested else outer
     try:
@@ -114,12 +120,7 @@ def pinned_cgroup(cpu: int, *, favoured: bool = False) -> Iterator[tuple[str, li
     Yields (its path as /proc/PID/cgroup shows it, the `cgroup.procs` files a task writes
     its pid to to join it). Every task must be gone before the block ends.
     """
-    if os.geteuid() != 0:
-        pytest.skip("creating a cgroup needs root")
-    found = own_cpu_cgroup()
-    if found is None:
-        pytest.skip("this kernel has no mounted cgroup cpu controller")
-    mount, parent = found
+    mount, parent = _cpu_parent()
     name = f"oversub-test-{uuid.uuid4().hex[:8]}"
     made: list[str] = []
     try:
