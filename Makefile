@@ -7,7 +7,7 @@ REAL   := .venv-real
 # machine without the local wheel (empty: pip's own configuration decides).
 TORCH_INDEX ?=
 
-.PHONY: demo test lint typecheck unit shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html test-fleet clean
+.PHONY: demo test lint typecheck unit shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html test-fleet docs-images clean
 
 # The stamp is rebuilt when the project metadata changes, so a stale venv never hides a new dependency.
 $(VENV)/.stamp: pyproject.toml
@@ -70,6 +70,14 @@ test-rules:
 test-html: $(VENV)/.stamp
 	@$(PYTHON) tools/syspkg.py --for "make test-html" --require chromium=chromium
 	$(BIN)/pytest -q -m html tests/test_report_html.py
+
+# docs/watch.png, the README's picture of the live view: a real `oversub watch` of
+# `oversub stress --procs 4 --threads 2` in a tmux pane, read back with its colours, drawn by
+# rich as SVG and by headless Chromium as PNG (tools/docs_images.py). tmux and chromium are
+# installed like test-html's. It judges real CPU use: on a shared machine, run it alone.
+docs-images: $(VENV)/.stamp
+	@$(PYTHON) tools/syspkg.py --for "make docs-images" --require tmux=tmux chromium=chromium
+	$(BIN)/python tools/docs_images.py
 
 # A real Prometheus server (Debian's `prometheus` package, installed here where root can)
 # scrapes `oversub serve --cgroup` watching an oversubscribed `oversub stress` tree in a cgroup
