@@ -109,7 +109,7 @@ dist: $(VENV)/.stamp
 test-dist: $(VENV)/.stamp
 	$(BIN)/python tools/dist_check.py
 
-# torch's CPU wheel: on this kind of machine pip takes it from a local file (see README);
+# torch's CPU wheel: on this kind of machine pip takes it from a local file (docs/workloads.md);
 # elsewhere: make test-real TORCH_INDEX=https://download.pytorch.org/whl/cpu
 # scikit-learn (joblib/loky) and dask[distributed] are the libraries whose worker processes
 # the rules must get right (thread variables they set, task threads they run).

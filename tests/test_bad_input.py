@@ -1,8 +1,8 @@
 """Hostile command lines for every command and option, generated from the real click group.
 
-Property: whatever argv a user types, `oversub` exits with a documented status (README's
-table), never prints a traceback or an internal error, and a usage error is one line
-starting `oversub: error:`. The options come from introspecting every command of
+Property: whatever argv a user types, `oversub` exits with a documented status (the exit
+codes of docs/guarantees.md), never prints a traceback or an internal error, and a usage
+error is one line starting `oversub: error:`. The options come from introspecting every command of
 `oversub.cli.app`, so a new option is fuzzed without editing this file (and a new option
 *type* fails `test_every_option_has_a_value_strategy` until it gets one).
 
@@ -369,7 +369,7 @@ def quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def check_outcome(argv: list[str], code: int, out: str, err: str) -> None:
-    """The README's promises for any command line."""
+    """The documented promises (docs/guarantees.md) for any command line."""
     assert code in DOCUMENTED, (argv, code, err)
     assert "Traceback" not in out + err, (argv, err)
     assert "internal error" not in err, (argv, err)

@@ -1,6 +1,7 @@
 """The single catalogues against what is written about them: every rule a finding can carry
-and every setting, in README's tables, in `--help`, in `[tool.oversub]`, in the `assess`
-docstring and in the JUnit report (issue 11 item 8, issue 13 items 1 and 2)."""
+and every setting, in the tables of docs/rules.md and docs/cli.md, in `--help`, in
+`[tool.oversub]`, in the `assess` docstring and in the JUnit report (issue 11 item 8, issue 13
+items 1 and 2)."""
 
 from __future__ import annotations
 
@@ -22,15 +23,19 @@ from oversub.settings import SETTINGS, THRESHOLDS
 from oversub.thresholds import Thresholds
 from tests.model_fixtures import make_summary
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+RULES_DOC = DOCS / "rules.md"
+"""The verdicts, the rule tables and the thresholds table."""
+CLI_DOC = DOCS / "cli.md"
+"""The `[tool.oversub]` example."""
 RULE_HEADER = "| rule | severity → verdict | fires when |"
 
 
 def readme_rule_tables() -> list[list[tuple[str, str]]]:
-    """(rule id, "severity → verdict") of each README table under RULE_HEADER, in order."""
+    """(rule id, "severity → verdict") of each docs/rules.md table under RULE_HEADER, in order."""
     tables: list[list[tuple[str, str]]] = []
     current: list[tuple[str, str]] | None = None
-    for line in README.read_text("utf-8").splitlines():
+    for line in RULES_DOC.read_text("utf-8").splitlines():
         if line.strip() == RULE_HEADER:
             current = []
             tables.append(current)
@@ -74,9 +79,9 @@ def test_junit_has_one_testcase_per_rule_of_the_mode(preflight: bool) -> None:
 
 
 def readme_settings() -> dict[str, tuple[str, str, str]]:
-    """flag -> (key, default, meaning) from the README's thresholds table."""
+    """flag -> (key, default, meaning) from the thresholds table of docs/rules.md."""
     rows = {}
-    for line in README.read_text("utf-8").splitlines():
+    for line in RULES_DOC.read_text("utf-8").splitlines():
         match = re.match(r"\| `(--[a-z-]+)` \| `([a-z-]+)` \| ([0-9.]+) \| (.+) \|$", line)
         if match:
             rows[match.group(1)] = (match.group(2), match.group(3), match.group(4))
@@ -84,8 +89,8 @@ def readme_settings() -> dict[str, tuple[str, str, str]]:
 
 
 def readme_config_keys() -> dict[str, str]:
-    """key -> value of the README's `[tool.oversub]` example."""
-    text = README.read_text("utf-8")
+    """key -> value of the `[tool.oversub]` example in docs/cli.md."""
+    text = CLI_DOC.read_text("utf-8")
     block = text[text.index("[tool.oversub]\n") :].split("```", 1)[0]
     return dict(re.findall(r"^([a-z-]+) = (\S+)", block, flags=re.MULTILINE))
 

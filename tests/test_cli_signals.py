@@ -258,7 +258,7 @@ def test_stress_stopped_while_it_spawns_gives_130_and_no_worker_traceback(
 
 def test_sigkill_of_oversub_takes_the_command_with_it(spawn: Spawner) -> None:
     # Nothing of oversub runs after SIGKILL: the kernel ends CMD (PR_SET_PDEATHSIG). What CMD
-    # started lives on, re-parented (README, Guarantees): here its sleeping child.
+    # started lives on, re-parented (docs/guarantees.md, Limits): here its sleeping child.
     cmd = (
         "import subprocess, sys, time\n"
         f"child = subprocess.Popen({SLEEPER!r})\n"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from oversub.cli.demo import _outcome
+from oversub.cli.demo import _outcome, _plans
+from oversub.plural import count
+from oversub.probe.budget import read_budget
 
 
 def test_a_green_run_that_was_starved_is_not_called_healthy() -> None:
@@ -16,3 +18,12 @@ def test_each_outcome_names_its_verdict() -> None:
     assert _outcome("green", 0, "ok").endswith("verdict ok (healthy)")
     assert _outcome("red", 1, "oversubscribed").endswith("failed, verdict oversubscribed")
     assert "not judged" in _outcome("red", 3, None)
+
+
+def test_the_plans_are_one_line_from_the_real_cli() -> None:
+    # issue 20: one line for several M instead of one near-identical export block each.
+    n = read_budget().vcpus
+    line = _plans([1, n + 1], n)
+    assert len(line.strip().splitlines()) == 1
+    assert f"M = 1: {count(n, 'thread')};" in line
+    assert f"M = {n + 1}: over budget even at 1 thread, run at most {n}." in line

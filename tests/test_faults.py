@@ -178,7 +178,7 @@ def test_watch_ends_with_summary_when_target_is_killed(
         root.wait(timeout=10)
     code, err = _finished(watcher, tmp_path, 30)
     root.wait(timeout=10)
-    assert code == 0, err  # README: watch exits 0 whatever the verdict; the target exited
+    assert code == 0, err  # docs/cli.md: watch exits 0 whatever the verdict; the target exited
     assert err == ""
     _intervals, summary = _check_output(ndjson(tmp_path / "out"))
     assert summary["samples"] >= 1
@@ -222,7 +222,7 @@ def test_check_pid_ends_when_target_is_killed(spawn: Spawner, tmp_path: Path) ->
     root.wait(timeout=10)
     code, err_text = _finished(checker, tmp_path, 30)
     assert "Traceback" not in err_text and "error:" not in err_text, err_text
-    # README: exit 3 for check only when nothing was measured; an idle tree that was
+    # docs/guarantees.md: exit 3 for check only when nothing was measured; an idle tree that was
     # measured and then exited is below --fail-on: exit 0.
     assert code == 0, err_text
     doc = json.loads(report.read_text())
@@ -278,7 +278,7 @@ def test_watch_of_a_zombie_target_ends_as_exited(zombie: tuple[int, int]) -> Non
 
 @pytest.mark.integration
 def test_check_pid_of_a_zombie_target_is_exit_3(zombie: tuple[int, int], tmp_path: Path) -> None:
-    """README: exit 3 when the target ended before a full interval was measured."""
+    """docs/guarantees.md: exit 3 when the target ended before a full interval was measured."""
     _parent, pid = zombie
     report = tmp_path / "report.json"
     out = subprocess.run(

@@ -2,7 +2,7 @@
 
 stat, status and schedstat of any process are world-readable, so processes, threads, CPU and
 run delay are measured; maps and environ are not (EACCES), so pools and thread variables are
-unknown: null, and named in `unavailable` (README, Summary JSON).
+unknown: null, and named in `unavailable` (docs/cli.md, Summary JSON).
 
 Harness: the venv's interpreter lives under /root (mode 700), so exec'ing it after setuid
 fails. Instead this process (root) imports everything oversub will need, forks, and the

@@ -94,8 +94,8 @@ def test_enumerated_labels_are_the_catalogue() -> None:
     assert VALUES["rule"] == list(RULES)
     assert VALUES["limited_by"] == list(typing.get_args(LimitSource))
     assert VALUES["kind"] == ["cgroup", "tree", "node"]
-    readme = (ROOT / "README.md").read_text("utf-8")
-    (row,) = [line for line in readme.splitlines() if line.startswith("| `unavailable` |")]
+    summary_json = (ROOT / "docs" / "cli.md").read_text("utf-8")  # its Summary JSON table
+    (row,) = [line for line in summary_json.splitlines() if line.startswith("| `unavailable` |")]
     assert VALUES["signal"] == re.findall(r"`([a-z_-]+)`(?=,| \()", row)
     for label in VALUES:
         assert any(label in m.labels for m in METRICS.values()), label
@@ -172,7 +172,7 @@ def test_example_targets_have_every_state_rule_and_signal() -> None:
         assert [s.labels["rule"] for s in findings] == VALUES["rule"]
         (verdict,) = [v for v, on in verdicts.items() if on]
         fired = {s.labels["rule"] for s in findings if s.value}
-        # The verdict is the worst fired rule's (README: severity -> verdict).
+        # The verdict is the worst fired rule's (docs/rules.md: severity -> verdict).
         assert any(rule.startswith(verdict) for rule in fired), (target, verdict, fired)
     per_target = Counter(
         s.labels["target"] for f in families.values() for s in f.samples if "target" in s.labels

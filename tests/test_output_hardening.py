@@ -1,12 +1,13 @@
 """Output hardening against the real CLI: a shell pipeline whose reader leaves early,
 `NO_COLOR` and `TERM=dumb` on a real pseudo-terminal, and a 40-column terminal.
 
-What oversub promises (README, "Exit codes" and the output rules): no traceback when the
-reader of stdout leaves, exit 0 then (`check` keeps its verdict code, since its report is on
-stderr); colour and live redraw only on a terminal; `NO_COLOR` honoured. rich decides colour
-and redraw from the Console that `oversub.views.make_console` builds per invocation:
-`NO_COLOR` drops colours but keeps bold/dim, and `TERM=dumb` drops every style and turns
-`Live` non-interactive (no cursor movement: only the last frame is printed).
+What oversub promises (docs/guarantees.md, "Exit codes"; docs/cli.md, "Output"): no
+traceback when the reader of stdout leaves, exit 0 then (`check` keeps its verdict code,
+since its report is on stderr); colour and live redraw only on a terminal; `NO_COLOR`
+honoured. rich decides colour and redraw from the Console that `oversub.views.make_console`
+builds per invocation: `NO_COLOR` drops colours but keeps bold/dim, and `TERM=dumb` drops
+every style and turns `Live` non-interactive (no cursor movement: only the last frame is
+printed).
 
 Every child runs in a session of its own and its whole group is killed when the test ends.
 """

@@ -11,7 +11,7 @@ cwd and TMPDIR) is searched too. Control: the thread variables set beside the se
 appear, so the environments were read.
 
 Variables like MKL_LICENSE_KEY are *not* used: a name with a thread prefix is read and shown
-by design (README: only names starting with OMP_ MKL_ ... are read).
+by design (docs/rules.md: only names starting with OMP_ MKL_ ... are read).
 """
 
 from __future__ import annotations

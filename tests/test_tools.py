@@ -1,5 +1,5 @@
 """The developer tools in tools/: how the Python matrix finds interpreters, how missing
-system commands are named, and that README and CHANGELOG follow pyproject.toml."""
+system commands are named, and that the docs and CHANGELOG follow pyproject.toml."""
 
 from __future__ import annotations
 
@@ -202,13 +202,14 @@ def test_syspkg_require_fails_only_when_an_install_could_run(
     assert "not installed: OVERSUB_NO_INSTALL is set" in capsys.readouterr().err
 
 
-def test_readme_states_the_supported_versions_and_links_the_changelog() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Supported Python versions", 1)[1]
+def test_docs_state_the_supported_versions_and_the_readme_links_the_changelog() -> None:
+    cli = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = cli.split("## Supported Python versions", 1)[1]
     listed = ", ".join(CLASSIFIED[:-1]) + f" and {CLASSIFIED[-1]}"
     assert section.lstrip().startswith(listed), section[:200]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "[CHANGELOG.md](CHANGELOG.md)" in readme
-    assert "## Versioning" in readme
+    assert "## Versioning" in (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
 
 
 def test_changelog_has_unreleased_and_the_current_version() -> None:

@@ -29,6 +29,29 @@ def _run(args: list[str]) -> int:
     return subprocess.call([sys.executable, "-m", "oversub", *args])
 
 
+def _plans(counts: list[int], n: int) -> str:
+    """One line for `recommend --procs M` over several M, from the real CLI's JSON: the
+    table and the exports once (for the M the demo runs), not one near-identical block each."""
+    parts = []
+    for m in counts:
+        done = subprocess.run(
+            [sys.executable, "-m", "oversub", "recommend", "--procs", str(m), "--format", "json"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        try:
+            plan = json.loads(done.stdout)
+        except ValueError:
+            parts.append(f"M = {m}: no plan (exit {done.returncode})")
+            continue
+        if plan.get("oversubscribed"):
+            parts.append(f"M = {m}: over budget even at 1 thread, run at most {n}")
+        else:
+            parts.append(f"M = {m}: {count(plan['threads_per_process'], 'thread')}")
+    return f"\nthreads per process for M processes on N = {n}: " + "; ".join(parts) + "."
+
+
 def _gate(args: list[str], report: Path) -> tuple[int, str | None]:
     """Run `check` with a JSON report; (exit status, verdict or None when not judged)."""
     code = _run([*args[:1], "--json", str(report), *args[1:]])
@@ -69,8 +92,7 @@ def main() -> int:
 
     print(f"oversub demo: this machine's budget is N = {count(n, 'vCPU')}.")
     _run(["cpus"])
-    for m in sorted({1, 2, 4, 2 * n}):
-        _run(["recommend", "--procs", str(m), "--format", "env"])
+    print(_plans(sorted({1, 2, 4, 2 * n}), n), flush=True)
     _run(["recommend", "--procs", str(procs)])
 
     print(
