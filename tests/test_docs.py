@@ -74,7 +74,7 @@ def test_readme_shows_the_pictures_and_the_tour_in_its_first_100_lines() -> None
     assert "## A 60-second tour" in head
     for image in ("watch.png", "report.png"):
         data = (ROOT / "docs" / image).read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 200_000, image
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 150_000, image
 
 
 def test_every_docs_page_is_linked_from_the_readme() -> None:
