@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -197,3 +198,20 @@ def test_watch_all_shows_a_row_per_cgroup_then_the_run(pane: Callable[[str, int]
     assert "oversub watch --all ·" not in text, text  # the last frame was erased
     summary_row = next(line for line in text.splitlines() if line.startswith(path))
     assert "oversubscribed" in summary_row and "oversubscribed-threads" in summary_row, text
+
+
+def test_report_charts_are_coloured_on_a_terminal(
+    pane: Callable[[str, int], Pane], tmp_path: Path
+) -> None:
+    """Issue 20: the charts of `report` were grey on a terminal, their legend markers alike."""
+    from tests.samples import oversubscribed_run, recording_lines
+
+    recording = tmp_path / "run.ndjson"
+    recording.write_text("\n".join(recording_lines(oversubscribed_run(12))) + "\n")
+    p = pane(f"{shlex.join(OVERSUB)} report {shlex.quote(str(recording))}", 100)
+    p.wait_for(lambda screen: DONE in screen)
+    coloured = p.tmux("capture-pane", "-e", "-p", "-J", "-S", "-", "-t", "t")
+    legend = [line for line in coloured.splitlines() if " demand" in line and "┤" in line]
+    assert legend and "\x1b[38;5;1m" in legend[0], coloured  # demand's marker in red
+    plain = p.screen()
+    assert "── N" in plain and "⢕⢕ demand" in plain, plain
