@@ -180,6 +180,30 @@ def test_check_draws_a_status_line_then_erases_it(pane: Callable[[str, int], Pan
     assert "oversub check: pass: verdict" in done or "oversub check: FAIL" in done, done
 
 
+def test_check_status_never_meets_the_commands_output(pane: Callable[[str, int], Pane]) -> None:
+    """Issue 20: CMD's output after the status line was glued to it ("now
+    oversubscribedtotal 82845113"), and erasing the status erased CMD's unfinished line."""
+    job = (
+        'sleep 1; i=0; while [ $i -lt 8 ]; do i=$((i+1)); printf "total %d" $i; sleep 0.4; '
+        'printf " done\\n"; done'
+    )
+    p = pane(f"{shlex.join(OVERSUB)} check --interval 0.3 -- sh -c {shlex.quote(job)}", 100)
+    status = re.compile(r"^oversub check: \d+ s · \d+ samples? · demand ")
+    visible = p.wait_for(
+        lambda _: bool(status.search(p.tmux("capture-pane", "-p", "-t", "t").splitlines()[-1]))
+    )
+    assert visible  # the status line held the bottom row while CMD ran
+    bottom = p.tmux("capture-pane", "-p", "-t", "t").splitlines()[-1]
+    assert status.search(bottom), bottom
+    done = p.wait_for(lambda screen: DONE in screen)
+    lines = done.splitlines()
+    assert [line for line in lines if line.startswith("total ")] == [
+        f"total {i} done" for i in range(1, 9)
+    ], done
+    assert not any("total" in line and "oversub check:" in line for line in lines), done
+    assert not status.search(done.split("total 8 done", 1)[1]), done  # erased at the end
+
+
 def test_watch_all_shows_a_row_per_cgroup_then_the_run(pane: Callable[[str, int], Pane]) -> None:
     """`watch --all` on a terminal: a live row for the cgroup that holds load (its path, N,
     verdict), erased at the end for the table of the whole run."""
