@@ -108,3 +108,33 @@ class UnreadableFile(OversubError):
     error): exit 3, like any target oversub cannot look at."""
 
     status = ExitStatus.UNOBSERVABLE
+
+
+DEPENDENCIES = {
+    "psutil": "psutil",
+    "click": "click",
+    "rich": "rich",
+    "cpuinfo": "py-cpuinfo",
+    "threadpoolctl": "threadpoolctl",
+    "plotext": "plotext",
+    "prometheus_client": "prometheus-client",
+    "tomli": "tomli",
+}
+"""oversub's runtime dependencies: the module a command imports -> the package that has it."""
+
+
+def missing_dependency(exc: BaseException) -> str | None:
+    """The one-line error for an import of a runtime dependency that is not installed for
+    this interpreter (`python3 -m oversub` outside the venv that has oversub), else None."""
+    if not isinstance(exc, ModuleNotFoundError) or exc.name is None:
+        return None
+    package = DEPENDENCIES.get(exc.name.partition(".")[0])
+    if package is None:
+        return None
+    import sys
+
+    return (
+        f"the package {package!r}, which oversub needs, is not installed for {sys.executable}: "
+        f"activate the venv that has oversub (source .venv/bin/activate in a clone) "
+        f"or install it there (python -m pip install oversub)"
+    )

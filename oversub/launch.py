@@ -27,7 +27,7 @@ import os
 import sys
 from typing import NoReturn
 
-from oversub.errors import ExitStatus
+from oversub.errors import ExitStatus, missing_dependency
 from oversub.run import stopsignals
 
 ASCII_STAND_INS = {
@@ -128,10 +128,14 @@ def _code(exc: SystemExit) -> int:
     return code if isinstance(code, int) else 1
 
 
-def _say_interrupted() -> None:
+def _say(line: str) -> None:
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        sys.stderr.write("oversub: interrupted\n")
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
+
+
+def _say_interrupted() -> None:
+    _say("oversub: interrupted")
 
 
 def main() -> NoReturn:
@@ -140,8 +144,15 @@ def main() -> NoReturn:
     try:
         try:
             _prepare_streams()
-            from oversub.cli.app import main as cli_main
-
+            try:
+                from oversub.cli.app import main as cli_main
+            except ModuleNotFoundError as exc:
+                # click or another dependency of the CLI itself is missing: one line, exit 3.
+                missing = missing_dependency(exc)
+                if missing is None:
+                    raise
+                _say(f"oversub: error: {missing}")
+                sys.exit(int(ExitStatus.UNOBSERVABLE))
             cli_main()  # exits with the command's status: SystemExit, below
         except SystemExit as exc:
             code = _code(exc)

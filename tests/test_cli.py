@@ -395,3 +395,25 @@ def test_cpuinfo_is_only_imported_with_detail() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.stderr.strip() == "False"
+
+
+@pytest.mark.parametrize(("module", "package"), [("rich", "rich"), ("click", "click")])
+def test_a_missing_dependency_is_named_in_one_line(module: str, package: str) -> None:
+    """`python3 -m oversub` with an interpreter that lacks a dependency (outside the venv):
+    which package is missing and what to do, exit 3, never a traceback."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import runpy, sys\n"
+        f"sys.modules[{module!r}] = None\n"  # `import <module>` now raises ModuleNotFoundError
+        "sys.argv = ['oversub', 'cpus']\n"
+        "runpy.run_module('oversub', run_name='__main__')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3, out.stderr
+    assert out.stderr.startswith(f"oversub: error: the package {package!r}, which oversub needs"), (
+        out.stderr
+    )
+    assert "source .venv/bin/activate" in out.stderr and "pip install" in out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "Traceback" not in out.stderr

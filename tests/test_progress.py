@@ -53,21 +53,49 @@ def test_off_a_terminal_a_line_every_period() -> None:
     assert "\r" not in err.getvalue() and "\x1b" not in err.getvalue()
 
 
-def test_on_a_terminal_one_status_line_redrawn_then_erased(
+def test_on_a_terminal_one_status_line_on_the_bottom_row_then_erased(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The bottom row (24 of a 24-row terminal) leaves the scrolling region once; each
+    redraw saves the cursor, draws there and restores it, so CMD's output never meets it."""
     monkeypatch.setenv("TERM", "xterm")
     err = Terminal()
     progress = CheckProgress(err, make_budget(vcpus=2))
     feed(progress, 3)
     text = err.getvalue()
-    assert "\n" not in text  # redrawn in place, never a new line
-    assert text.count("\r\x1b[K") == 3
-    assert text.endswith(
-        "\r\x1b[Koversub check: 3 s · 3 samples · demand 4.00 on N = 2 · now oversubscribed"
-    )
+    assert "\n" not in text and "\r" not in text  # CMD's line is never broken nor erased
+    reserve = "\x1bD\x1b7\x1b[1;23r\x1b8\x1b[1A"
+    assert text.startswith(reserve) and text.count(reserve) == 1
+    status = "oversub check: 3 s · 3 samples · demand 4.00 on N = 2 · now oversubscribed"
+    assert text.count("\x1b7\x1b[24;1H\x1b[2K") == 3
+    assert text.endswith(f"\x1b7\x1b[24;1H\x1b[2K{status}\x1b8")
     progress.close()
-    assert err.getvalue().endswith("\r\x1b[K")
+    assert err.getvalue().endswith("\x1b7\x1b[r\x1b8\x1b7\x1b[24;1H\x1b[2K\x1b8")
+    progress.close()  # nothing more to give back
+    assert err.getvalue().count("\x1b[r") == 1
+
+
+def test_a_terminal_that_changed_size_gets_its_new_bottom_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    import oversub.cli.progress as progress_module
+
+    monkeypatch.setenv("TERM", "xterm")
+    sizes = iter(
+        [os.terminal_size((80, 24)), os.terminal_size((80, 40)), os.terminal_size((80, 2))]
+    )
+    monkeypatch.setattr(progress_module, "_size", lambda _stream: next(sizes))
+    err = Terminal()
+    progress = CheckProgress(err, make_budget(vcpus=2))
+    feed(progress, 2)
+    text = err.getvalue()
+    # The old row 24 is cleared and given back, then row 40 reserved.
+    assert "\x1b7\x1b[r\x1b8\x1b7\x1b[24;1H\x1b[2K\x1b8\x1bD\x1b7\x1b[1;39r\x1b8" in text
+    assert text.endswith("\x1b8") and "\x1b[40;1H" in text
+    feed(progress, 1)  # 2 rows: too small, the row is given back and nothing drawn
+    assert err.getvalue().endswith("\x1b7\x1b[r\x1b8\x1b7\x1b[40;1H\x1b[2K\x1b8")
 
 
 def test_a_dumb_terminal_gets_lines_not_redraws(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,6 +58,7 @@ PLAN_KEYS = [
     "workers",
     "threads_per_process",
     "leftover",
+    "over_by",
     "oversubscribed",
     "env",
     "worker_env",
@@ -328,3 +329,18 @@ def test_serialize_import_does_not_import_rich() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_plan_dict_of_a_plan_that_does_not_fit_says_over_by_like_the_text() -> None:
+    """`--procs 3 --workers 2` on 2 CPUs: the text says "over by 7"; JSON says the same."""
+    from oversub.analysis.recommend import make_plan as plan_for
+    from oversub.analysis.recommend import synthetic_budget
+
+    plan = plan_for(synthetic_budget(2), 3, workers=2)
+    d = plan_dict(plan)
+    needed = plan.procs * (plan.threads_per_process + plan.workers)
+    assert (d["leftover"], d["over_by"]) == (0, needed - 2)
+    fitting = plan_dict(plan_for(synthetic_budget(4), 2))
+    assert (fitting["leftover"], fitting["over_by"]) == (0, 0)
+    spare = plan_dict(plan_for(synthetic_budget(5), 2))
+    assert (spare["leftover"], spare["over_by"]) == (1, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,76 @@ def test_a_record_path_that_cannot_work_is_refused_before_the_run(
     assert code == ExitStatus.USAGE and "static preflight" in one_error_line(err)
     code, _, err = run_cli(["check", "--record", bad, "--", "true"], capsys)
     assert code == ExitStatus.USAGE and "--record" in one_error_line(err)
+
+
+def _rows_by_label(chart: str) -> dict[str, str]:
+    """Each labelled y row of a plotext chart: label -> the row's plot area."""
+    rows = {}
+    for line in chart.splitlines():
+        label, sep, rest = line.partition("┤")
+        if sep and label.strip():
+            rows[label.strip()] = rest
+    return rows
+
+
+@pytest.mark.parametrize(("vcpus", "demand"), [(1, 3.9), (2, 6.65), (3, 2.5), (4, 17.0), (7, 7.2)])
+def test_the_n_line_is_drawn_on_the_row_that_its_label_names(vcpus: int, demand: float) -> None:
+    from oversub.render.timeline import _chart
+
+    x = [0.5 * i for i in range(1, 21)]
+    top = max(demand, vcpus) * 1.05
+    chart = _chart(
+        "demand",
+        x,
+        [("demand", [demand] * len(x)), ("N", [float(vcpus)] * len(x))],
+        width=80,
+        height=16,
+        ymax=top,
+        exact=[float(vcpus)],
+    )
+    rows = _rows_by_label(chart)
+    assert rows[str(vcpus)].count("─") > 60, chart  # N's dashes fill the row labelled N
+    assert all(float(label) >= 0 for label in rows)
+    # Round ticks: every label is a multiple of the step between the first two, or N itself.
+    values = sorted(float(label) for label in rows)
+    step = values[-1] - values[-2]
+    for v in values:
+        assert v == vcpus or abs(v / step - round(v / step)) < 1e-9, (values, chart)
+
+
+def test_the_legend_tells_the_series_apart_and_colour_is_only_for_a_terminal(
+    recording: Path,
+) -> None:
+    from oversub.analysis.replay import reassess
+    from oversub.cli.recordfile import read_recording
+    from oversub.render.timeline import charts_text
+
+    rec = read_recording(recording)
+    replay = reassess(rec, rec.header.thresholds)
+    plain = charts_text(replay, 80)[0]
+    legend = [re.split("[│┤]", line, maxsplit=1)[1].strip() for line in plain.splitlines()[2:4]]
+    markers = [entry.split()[0] for entry in legend]
+    assert [entry.split()[1] for entry in legend] == ["demand", "N"], plain
+    assert markers[0] != markers[1], legend
+    assert "\x1b[" not in plain
+    coloured = charts_text(replay, 80, color=True)[0]
+    assert "\x1b[" in coloured
+    uncoloured = re.sub(r"\x1b\[[0-9;]*m", "", coloured)
+    assert [line.rstrip() for line in uncoloured.splitlines()] == plain.splitlines()
+
+
+def test_colour_follows_the_terminal_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    from oversub.cli.output import colour_for
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert colour_for(Tty())  # type: ignore[arg-type]
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not colour_for(Tty())  # type: ignore[arg-type]
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setenv("TERM", "dumb")
+    assert not colour_for(Tty())  # type: ignore[arg-type]

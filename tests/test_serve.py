@@ -171,12 +171,34 @@ def test_serve_all_exports_the_node(spawn: Spawner) -> None:
     families = scraped_when(port, lambda f: "/" in by_target(f, "oversub_threads"), serve)
     status, err = stop(serve)
     assert status == 130, err
+    assert err.splitlines()[0] == f"oversub serve: http://0.0.0.0:{port}/metrics", err
     check_contract(families)
     kinds = {s.labels["target"]: s.labels["kind"] for s in families["oversub_target_info"].samples}
     assert kinds["/"] == "node"
     assert sum(kind == "cgroup" for kind in kinds.values()) <= 3
     assert "/" not in {s.labels["target"] for s in families["oversub_verdict"].samples}
     assert by_target(families, "oversub_threads")["/"] > 1
+
+
+@pytest.mark.integration
+def test_serve_says_where_it_listens_with_the_port_the_system_gave(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    """`--port 0`: the one line on stderr names the port really bound, and it answers."""
+    args = ["--pid", str(os.getpid()), "--bind", "127.0.0.1", "--port", "0"]
+    serve = start_serve(spawn, [*args, "--textfile", str(tmp_path)])
+    assert serve.stderr is not None
+    line = serve.stderr.readline().rstrip("\n")
+    prefix = "oversub serve: http://127.0.0.1:"
+    assert line.startswith(prefix) and line.endswith(
+        f"/metrics; writing {tmp_path / 'oversub.prom'} after every sample"
+    ), line
+    port = int(line[len(prefix) :].split("/", 1)[0])
+    assert port > 0
+    families = scraped_when(port, lambda f: by_target(f, "oversub_threads"), serve)
+    assert max(by_target(families, "oversub_threads").values()) >= 1
+    status, err = stop(serve)
+    assert status == 130, err
 
 
 @pytest.mark.integration

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -179,6 +180,30 @@ def test_check_draws_a_status_line_then_erases_it(pane: Callable[[str, int], Pan
     assert "oversub check: pass: verdict" in done or "oversub check: FAIL" in done, done
 
 
+def test_check_status_never_meets_the_commands_output(pane: Callable[[str, int], Pane]) -> None:
+    """Issue 20: CMD's output after the status line was glued to it ("now
+    oversubscribedtotal 82845113"), and erasing the status erased CMD's unfinished line."""
+    job = (
+        'sleep 1; i=0; while [ $i -lt 8 ]; do i=$((i+1)); printf "total %d" $i; sleep 0.4; '
+        'printf " done\\n"; done'
+    )
+    p = pane(f"{shlex.join(OVERSUB)} check --interval 0.3 -- sh -c {shlex.quote(job)}", 100)
+    status = re.compile(r"^oversub check: \d+ s · \d+ samples? · demand ")
+    visible = p.wait_for(
+        lambda _: bool(status.search(p.tmux("capture-pane", "-p", "-t", "t").splitlines()[-1]))
+    )
+    assert visible  # the status line held the bottom row while CMD ran
+    bottom = p.tmux("capture-pane", "-p", "-t", "t").splitlines()[-1]
+    assert status.search(bottom), bottom
+    done = p.wait_for(lambda screen: DONE in screen)
+    lines = done.splitlines()
+    assert [line for line in lines if line.startswith("total ")] == [
+        f"total {i} done" for i in range(1, 9)
+    ], done
+    assert not any("total" in line and "oversub check:" in line for line in lines), done
+    assert not status.search(done.split("total 8 done", 1)[1]), done  # erased at the end
+
+
 def test_watch_all_shows_a_row_per_cgroup_then_the_run(pane: Callable[[str, int], Pane]) -> None:
     """`watch --all` on a terminal: a live row for the cgroup that holds load (its path, N,
     verdict), erased at the end for the table of the whole run."""
@@ -197,3 +222,20 @@ def test_watch_all_shows_a_row_per_cgroup_then_the_run(pane: Callable[[str, int]
     assert "oversub watch --all ·" not in text, text  # the last frame was erased
     summary_row = next(line for line in text.splitlines() if line.startswith(path))
     assert "oversubscribed" in summary_row and "oversubscribed-threads" in summary_row, text
+
+
+def test_report_charts_are_coloured_on_a_terminal(
+    pane: Callable[[str, int], Pane], tmp_path: Path
+) -> None:
+    """Issue 20: the charts of `report` were grey on a terminal, their legend markers alike."""
+    from tests.samples import oversubscribed_run, recording_lines
+
+    recording = tmp_path / "run.ndjson"
+    recording.write_text("\n".join(recording_lines(oversubscribed_run(12))) + "\n")
+    p = pane(f"{shlex.join(OVERSUB)} report {shlex.quote(str(recording))}", 100)
+    p.wait_for(lambda screen: DONE in screen)
+    coloured = p.tmux("capture-pane", "-e", "-p", "-J", "-S", "-", "-t", "t")
+    legend = [line for line in coloured.splitlines() if " demand" in line and "┤" in line]
+    assert legend and "\x1b[38;5;1m" in legend[0], coloured  # demand's marker in red
+    plain = p.screen()
+    assert "── N" in plain and "⢕⢕ demand" in plain, plain

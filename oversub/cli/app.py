@@ -15,7 +15,13 @@ from typing import NoReturn
 import click
 
 from oversub.cli.options import CONTEXT
-from oversub.errors import ExitStatus, OutputClosed, OutputFailed, OversubError
+from oversub.errors import (
+    ExitStatus,
+    OutputClosed,
+    OutputFailed,
+    OversubError,
+    missing_dependency,
+)
 
 COMMANDS: dict[str, str] = {
     name: f"oversub.cli.{name}"
@@ -160,6 +166,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _error(exc.format_message())
         sys.exit(ExitStatus.USAGE)
     except Exception as exc:
+        missing = missing_dependency(exc)
+        if missing is not None:
+            _error(missing)
+            sys.exit(ExitStatus.UNOBSERVABLE)
         # A bug of ours must not read as "found" (exit 1) in CI, nor drown the log.
         if os.environ.get("OVERSUB_DEBUG") == "1":
             raise

@@ -8,6 +8,7 @@ write stdout OutputFailed (exit 3).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +51,12 @@ def make_console(*, stderr: bool = False) -> Console:
 
     # No markup: a process named "[/]" or "[link=…]" is text, not an instruction to rich.
     return _Console(stderr=stderr, highlight=False, width=width, markup=False)
+
+
+def colour_for(stream: TextIO) -> bool:
+    """Colour for text oversub draws itself (report's charts): a terminal, unless NO_COLOR
+    is set or TERM=dumb (rich decides the same for its own renderables)."""
+    return _isatty(stream) and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
 def _isatty(stream: TextIO) -> bool:

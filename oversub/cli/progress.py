@@ -2,10 +2,16 @@
 
 A start line (what was started or attached to, N and what limits it, warm-up, interval,
 until when), then progress on stderr: in a CI log (not a terminal) one short line every
-`every` seconds; on a terminal one status line redrawn in place after each interval and
-erased before the report. The status line is drawn with a carriage return and "erase to
-end of line" only, never by moving the cursor up: the command's own output shares the
-terminal, and a redraw that moved up would overwrite its lines.
+`every` seconds; on a terminal one status line on the terminal's bottom row, redrawn after
+each interval and erased before the report.
+
+The command's own output shares the terminal, and oversub cannot know where it stands: a
+status line drawn at the cursor got CMD's next output glued to it ("now oversubscribedtotal
+82845113"), and erasing it erased CMD's unfinished line. So the bottom row is taken out of
+the scrolling region (as apt's progress bar does: DECSTBM): CMD's output scrolls above it and
+never meets the status, which is drawn with the cursor saved and restored, in one write, so
+that it cannot land inside CMD's output either. The row is given back (the scrolling region
+reset) by `close`, and again at each redraw when the terminal changed size.
 
 No clock is read here: the session passes the elapsed time with each interval.
 """
@@ -26,7 +32,24 @@ if TYPE_CHECKING:
     from oversub.run.session import SessionOptions
 
 PREFIX = "oversub check: "
-_ERASE_LINE = "\r\x1b[K"
+_SAVE, _RESTORE = "\x1b7", "\x1b8"
+_DOWN_SCROLLING, _UP = "\x1bD", "\x1b[1A"
+_CLEAR_ROW = "\x1b[2K"
+
+
+def _row(row: int) -> str:
+    return f"\x1b[{row};1H"
+
+
+def _region(rows: int) -> str:
+    """Rows 1..rows-1 scroll, the bottom row is the status line's (cursor saved around it:
+    DECSTBM moves it home)."""
+    return f"{_SAVE}\x1b[1;{rows - 1}r{_RESTORE}"
+
+
+_WHOLE_SCREEN = f"{_SAVE}\x1b[r{_RESTORE}"
+MIN_ROWS = 3
+"""A terminal with fewer rows gets no status line: it would leave CMD too little room."""
 COMMAND_WIDTH = 60
 """Characters of the command line in the start line."""
 
@@ -50,11 +73,11 @@ def _on_terminal(stream: TextIO) -> bool:
     return tty and os.environ.get("TERM") != "dumb"
 
 
-def _columns(stream: TextIO) -> int:
+def _size(stream: TextIO) -> os.terminal_size:
     try:
-        return os.get_terminal_size(stream.fileno()).columns
+        return os.get_terminal_size(stream.fileno())
     except (AttributeError, ValueError, OSError):
-        return 80
+        return os.terminal_size((80, 24))
 
 
 class CheckProgress:
@@ -66,7 +89,8 @@ class CheckProgress:
         self.every = every
         """Seconds between progress lines off a terminal."""
         self.terminal = _on_terminal(err)
-        self._status_shown = False
+        self._status_row: int | None = None
+        """The bottom row the status line holds (the terminal's rows), None while it holds none."""
         self._last_line_at = 0.0
         self._demand_s = 0.0
         """Demand x seconds since the last progress line (for the mean over the period)."""
@@ -120,12 +144,7 @@ class CheckProgress:
         self._demand_s += iv.totals.demand * iv.seconds
         self._seconds += iv.seconds
         if self.terminal:
-            line = self._status(iv.totals.demand, assessment.verdict, intervals, elapsed)
-            width = max(20, _columns(self.err) - 1)  # a wrapped status line cannot be erased
-            if len(line) > width:
-                line = line[: width - 1] + "…"
-            self._write(_ERASE_LINE + line)
-            self._status_shown = True
+            self._draw(self._status(iv.totals.demand, assessment.verdict, intervals, elapsed))
             return
         if elapsed - self._last_line_at < self.every:
             return
@@ -148,8 +167,35 @@ class CheckProgress:
             f"N = {self.budget.vcpus} · now {verdict.value}"
         )
 
+    def _draw(self, line: str) -> None:
+        """The status line on the bottom row, in one write; the row reserved first (again
+        when the terminal's height changed)."""
+        size = _size(self.err)
+        if size.lines < MIN_ROWS:
+            self.close()
+            return
+        width = max(20, size.columns - 1)  # a wrapped status line would scroll the screen
+        if len(line) > width:
+            line = line[: width - 1] + "…"
+        text = ""
+        if self._status_row != size.lines:
+            text += self._release()
+            # Down one row (scrolling when the cursor is on the last one, the column kept, so
+            # CMD's unfinished line is not broken), reserve the bottom row, back up one row.
+            text += _DOWN_SCROLLING + _region(size.lines) + _UP
+            self._status_row = size.lines
+        text += f"{_SAVE}{_row(size.lines)}{_CLEAR_ROW}{line}{_RESTORE}"
+        self._write(text)
+
+    def _release(self) -> str:
+        """Give the bottom row back: the whole screen scrolls again, the status row is clear."""
+        if self._status_row is None:
+            return ""
+        row, self._status_row = self._status_row, None
+        return f"{_WHOLE_SCREEN}{_SAVE}{_row(row)}{_CLEAR_ROW}{_RESTORE}"
+
     def close(self) -> None:
-        """Erase the status line, so the report starts on a clean line."""
-        if self._status_shown:
-            self._write(_ERASE_LINE)
-            self._status_shown = False
+        """Erase the status line and give its row back, before the report."""
+        text = self._release()
+        if text:
+            self._write(text)

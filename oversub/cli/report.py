@@ -35,10 +35,11 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
     """
     import dataclasses
     import shutil
+    import sys
 
     from oversub.analysis.replay import reassess
     from oversub.cli.options import pop_thresholds
-    from oversub.cli.output import emit
+    from oversub.cli.output import colour_for, emit
     from oversub.cli.recordfile import read_recording
     from oversub.render import render_report
 
@@ -51,7 +52,8 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
     thresholds = dataclasses.replace(recording.header.thresholds, **given)
     replay = reassess(recording, thresholds)
     width = shutil.get_terminal_size((100, 24)).columns if out is None else 100
-    text = render_report(replay, ReportFormat(fmt), width=width)
+    color = out is None and colour_for(sys.stdout)
+    text = render_report(replay, ReportFormat(fmt), width=width, color=color)
     if out is not None:
         from oversub.cli.reportfiles import write_atomic
 

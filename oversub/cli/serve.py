@@ -48,9 +48,12 @@ class ServeError(OversubError):
 )
 @click.option(
     "--port",
-    type=Whole(1, 65535),
+    type=Whole(0, 65535),
     default=None,
-    help=f"Serve /metrics on this TCP port [{DEFAULT_PORT}; none with only --textfile].",
+    help=(
+        f"Serve /metrics on this TCP port [{DEFAULT_PORT}; none with only --textfile]; "
+        "0: a free port, named on stderr."
+    ),
 )
 @click.option("--bind", metavar="ADDR", default="0.0.0.0", show_default=True, help="Listen here.")
 @click.option(
@@ -120,6 +123,7 @@ def command(
         if path is not None:
             exporter.on_update = lambda state: write_textfile(path, state)
         server = None if port is None else _listen(exporter, bind, port)
+        _say_where(server, path)
         try:
             result = exporter.run()
         finally:
@@ -203,6 +207,25 @@ def _listen(exporter: Exporter, bind: str, port: int) -> Any:
     except OSError as error:
         raise ServeError(f"cannot listen on {bind}:{port}: {error.strerror or error}") from None
     return server
+
+
+def listening_line(server: Any, textfile: Path | None) -> str:
+    """What `serve` prints on stderr once it serves: the URL to scrape (with the port the
+    system gave for `--port 0`) and the file it writes."""
+    from oversub.render.escape import terminal
+
+    parts = []
+    if server is not None:
+        host, port = server.server_address[:2]
+        shown = f"[{host}]" if ":" in host else host
+        parts.append(f"http://{shown}:{port}/metrics")
+    if textfile is not None:
+        parts.append(f"writing {terminal(str(textfile))} after every sample")
+    return "oversub serve: " + "; ".join(parts)
+
+
+def _say_where(server: Any, textfile: Path | None) -> None:
+    click.echo(listening_line(server, textfile), err=True)
 
 
 def exposition(state: Exported) -> bytes:

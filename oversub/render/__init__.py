@@ -225,12 +225,15 @@ def render_merge(job: JobReport, status: ExitStatus, fmt: MergeFormat) -> str:
         _unreachable(fmt)
 
 
-def render_report(replay: Replay, fmt: ReportFormat, *, width: int = 80) -> str:
-    """A replayed recording in `fmt`, as one string ending in a newline."""
+def render_report(
+    replay: Replay, fmt: ReportFormat, *, width: int = 80, color: bool = False
+) -> str:
+    """A replayed recording in `fmt`, as one string ending in a newline (text: its charts
+    in ANSI colour when `color`)."""
     if fmt is ReportFormat.TEXT:
         from oversub.render.timeline import report_text
 
-        return report_text(replay, width)
+        return report_text(replay, width, color=color)
     elif fmt is ReportFormat.JSON:
         from oversub.render.serialize import to_json
         from oversub.render.timeline import report_dict

@@ -122,7 +122,8 @@ def plan_dict(p: Plan) -> dict[str, Any]:
       - `procs` (int): M, main processes sharing it.
       - `workers` (int): W, single-thread helpers per main process.
       - `threads_per_process` (int): T, threads for each main process's pools (>= 1).
-      - `leftover` (int): N - M*(T + W), negative when oversubscribed.
+      - `leftover` (int): N - M*(T + W) CPUs not handed out, 0 when the plan does not fit.
+      - `over_by` (int): M*(T + W) - N threads more than N when the plan does not fit, else 0.
       - `oversubscribed` (bool): even this plan needs more threads than N.
       - `env` (object): variable -> value for the main processes.
       - `worker_env` (object): variable -> value for the helpers ({} when W = 0).
@@ -140,7 +141,8 @@ def plan_dict(p: Plan) -> dict[str, Any]:
         "procs": p.procs,
         "workers": p.workers,
         "threads_per_process": p.threads_per_process,
-        "leftover": p.leftover,
+        "leftover": max(p.leftover, 0),
+        "over_by": max(-p.leftover, 0),
         "oversubscribed": p.oversubscribed,
         "env": dict(p.env),
         "worker_env": dict(p.worker_env),

@@ -9,6 +9,7 @@ terminal here, for HTML and Markdown in their modules.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Sequence
@@ -157,6 +158,28 @@ def about_lines(replay: Replay) -> list[str]:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
+SERIES_STYLE = {"demand": ("braille", "red"), "N": ("─", "blue"), "delay ratio": ("braille", "red")}
+"""Each series' marker and colour: distinct markers, so the legend tells them apart in
+black and white too (N, a flat line, is drawn with box-drawing dashes)."""
+
+
+def nice_ticks(top: float, *, most: int = 6, exact: Sequence[float] = ()) -> list[float]:
+    """Round tick values from 0 to at least `top`: a step of 1, 2, 2.5 or 5 times a power of
+    ten, at most `most` + 1 ticks; every value of `exact` (N) is a tick too, so its line is
+    drawn on the row its label names."""
+    top = top if math.isfinite(top) and top > 0 else 1.0
+    raw = top / most
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    count = math.ceil(top / step - 1e-9)
+    ticks = {round(i * step, 10) for i in range(count + 1)}
+    ticks.update(float(v) for v in exact if 0 <= v <= count * step)
+    return sorted(ticks)
+
+
+def _tick_label(value: float) -> str:
+    return f"{value:g}"
+
 
 def _chart(
     title: str,
@@ -165,7 +188,9 @@ def _chart(
     *,
     width: int,
     height: int,
-    ymax: float | None = None,
+    ymax: float,
+    exact: Sequence[float] = (),
+    color: bool = False,
 ) -> str:
     import plotext as plt
 
@@ -173,22 +198,32 @@ def _chart(
     plt.theme("clear")
     plt.plotsize(width, height)
     for label, ys in lines:
-        plt.plot(list(x), list(ys), marker="braille", label=terminal(label))
+        marker, colour = SERIES_STYLE.get(label, ("braille", "red"))
+        plt.plot(list(x), list(ys), marker=marker, color=colour, label=terminal(label))
+    yticks = nice_ticks(ymax, exact=exact)
+    plt.yticks(yticks, [_tick_label(v) for v in yticks])
+    plt.ylim(0, yticks[-1])
+    xticks = nice_ticks(max(x) if x else 1.0, most=5)
+    xticks = [t for t in xticks if min(x) <= t <= max(x)] or [min(x), max(x)]
+    plt.xticks(xticks, [_tick_label(v) for v in xticks])
     plt.title(title)
     plt.xlabel("seconds")
-    plt.ylim(0, ymax)
-    text = _ANSI.sub("", plt.build())
+    text = plt.build()
     plt.clf()
+    if not color:
+        text = _ANSI.sub("", text)
     return "\n".join(line.rstrip() for line in text.splitlines())
 
 
-def charts_text(replay: Replay, width: int = 80) -> list[str]:
-    """The terminal charts: demand against N, and the delay ratio (when known)."""
+def charts_text(replay: Replay, width: int = 80, *, color: bool = False) -> list[str]:
+    """The terminal charts: demand against N, and the delay ratio (when known); in colour
+    (ANSI) when `color`, for a terminal."""
     s = series(replay)
     if len(s.seconds) < 2:
         return ["(one interval or none: no chart over time)"]
     width = max(40, min(width, 160))
-    top = max(*s.demand, *s.vcpus) * 1.1
+    finite = [v for v in (*s.demand, *s.vcpus) if math.isfinite(v)]
+    top = max(finite, default=1.0) * 1.05
     out = [
         _chart(
             "demand (runnable threads) against N",
@@ -197,6 +232,8 @@ def charts_text(replay: Replay, width: int = 80) -> list[str]:
             width=width,
             height=16,
             ymax=top,
+            exact=sorted({float(n) for n in s.vcpus}),
+            color=color,
         )
     ]
     known = [(t, r) for t, r in zip(s.seconds, s.delay_ratio, strict=True) if r is not None]
@@ -209,6 +246,7 @@ def charts_text(replay: Replay, width: int = 80) -> list[str]:
                 width=width,
                 height=12,
                 ymax=1.0,
+                color=color,
             )
         )
     else:
@@ -216,13 +254,14 @@ def charts_text(replay: Replay, width: int = 80) -> list[str]:
     return out
 
 
-def report_text(replay: Replay, width: int = 80) -> str:
-    """About lines, the charts, then the run's summary (`render.report.summary_text`)."""
+def report_text(replay: Replay, width: int = 80, *, color: bool = False) -> str:
+    """About lines, the charts (coloured when `color`), then the run's summary
+    (`render.report.summary_text`)."""
     from oversub.render.report import summary_text
 
     parts = [
         "\n".join(terminal(line) for line in about_lines(replay)),
-        *charts_text(replay, width),
+        *charts_text(replay, width, color=color),
         summary_text(replay.summary),
     ]
     return "\n\n".join(parts) + "\n"
