@@ -360,3 +360,29 @@ def test_a_pool_whose_live_size_could_not_be_read_is_not_judged_default_sized() 
     assert [f.rule for f in refused.findings] == ["pool-default"]
     unknown = assess(analyse(idle({}), 2), th)
     assert unknown.findings == ()
+
+
+def test_a_library_on_a_fuse_mount_is_not_touched(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A FUSE server may never answer: a file on such a mount (from the process's mountinfo)
+    # is not opened, not even with O_PATH.
+    st = tree.library(CraftedElf().data)
+    tree.maps(maps_line(st))
+    (tree.proc / "mountinfo").write_text(
+        "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        f"90 22 {os.major(st.st_dev)}:{os.minor(st.st_dev)} / /usr/lib rw,nosuid,nodev "
+        "shared:40 - fuse.sshfs user@host:/lib rw,user_id=65534,group_id=65534\n"
+    )
+    opened: list[str] = []
+    real_open = os.open
+
+    def watched(path: str, *args: object, **kwargs: object) -> int:
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", watched)
+    found = tree.read()
+    assert found.sizes == {}
+    assert "FUSE" in found.unreadable[LIB]
+    assert not [p for p in opened if p.endswith(LIB) or "/map_files/" in p]

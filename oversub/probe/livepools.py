@@ -21,6 +21,7 @@ and inode `maps` gives), so a refresh costs one open, one pread and one close pe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -41,6 +42,9 @@ MAX_READ_PER_PROCESS = 2 * MAX_FILE_READ
 together take about 1 MiB); a file past it is named unreadable until a later read."""
 _MAX_ADDRESS = (1 << 63) - 1
 """Largest offset of /proc/PID/mem a pread takes (off_t is signed)."""
+
+_MAX_MOUNTINFO = 4 << 20
+"""Most bytes of /proc/PID/mountinfo read to tell which of its file systems are FUSE."""
 
 _O_PATH: int | None = getattr(os, "O_PATH", None)
 _OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -143,9 +147,12 @@ class LiveReader:
     def __init__(self, root: str = "/") -> None:
         self.root = root
         self._symbols: dict[tuple[str, int, str], _Symbols | str] = {}
+        self._fuse: tuple[int, frozenset[int] | None] | None = None
+        """(pid, the devices of its FUSE mounts) for the read under way."""
 
     def read(self, pid: int, maps: bytes) -> LiveSizes:
         found = LiveSizes({}, {}, {})
+        self._fuse = None  # read again for each process read: mounts come and go
         libraries = maps_libraries(maps)
         if not libraries:
             return found
@@ -241,6 +248,13 @@ class LiveReader:
         if _O_PATH is None:
             return "no O_PATH on this system"
         proc = f"{self.root.rstrip('/')}/proc/{pid}"
+        if self._fuse is None or self._fuse[0] != pid:
+            self._fuse = (pid, fuse_devices(f"{proc}/mountinfo"))
+        fuse = self._fuse[1]
+        if fuse is None:
+            return "its mounts could not be told apart (mountinfo over the bound)"
+        if _device(lib.device) in fuse:
+            return "on a FUSE file system (its server decides when a read returns)"
         routes = [(f"{proc}/map_files/{lib.start:x}-{lib.end:x}", 0)]
         if not lib.deleted:
             routes.append((f"{proc}/root{lib.path}", os.O_NOFOLLOW))
@@ -253,6 +267,39 @@ class LiveReader:
         if lib.deleted:
             why.append("replaced or deleted since it was mapped")
         return "; ".join(why)
+
+
+def fuse_devices(path: str) -> frozenset[int] | None:
+    """st_dev of every FUSE mount in a mountinfo file (fuse, fuseblk, fuse.NAME), read
+    without touching those file systems; None when the file is larger than its bound (an
+    empty set when it cannot be read: a fake tree, or the process is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return frozenset()
+    try:
+        chunks, total = [], 0
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > _MAX_MOUNTINFO:
+                return None
+    except OSError:
+        return frozenset()
+    finally:
+        os.close(fd)
+    found = set()
+    for line in b"".join(chunks).split(b"\n"):
+        head, sep, tail = line.partition(b" - ")
+        fields = head.split()
+        if not sep or len(fields) < 3 or not tail.split(maxsplit=1):
+            continue
+        fstype = tail.split(maxsplit=1)[0]
+        if fstype in (b"fuse", b"fuseblk") or fstype.startswith(b"fuse."):
+            major, _, minor = fields[2].partition(b":")
+            with contextlib.suppress(ValueError, OverflowError):
+                found.add(os.makedev(int(major), int(minor)))
+    return frozenset(found)
 
 
 def _open_mapped(path: str, flags: int, lib: MappedLibrary) -> tuple[int, int] | str:
