@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from oversub.analysis.verdict import assess
-from oversub.probe import livepools
+from oversub.probe import livepools, native
 from oversub.probe.livepools import LiveReader, LiveSizes
 from oversub.probe.sampler import TreeSampler
 from oversub.thresholds import Thresholds
@@ -386,3 +386,17 @@ def test_a_library_on_a_fuse_mount_is_not_touched(
     assert found.sizes == {}
     assert "FUSE" in found.unreadable[LIB]
     assert not [p for p in opened if p.endswith(LIB) or "/map_files/" in p]
+
+
+def test_a_huge_maps_file_is_read_within_its_bound(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 65,530 mappings of 4 KiB paths make a maps file of 270 MB: the reader stops at its
+    # bound, on a whole line (here a bound of 1 MiB against 3 MiB of lines).
+    monkeypatch.setattr(native, "MAPS_MAX", 1 << 20, raising=False)
+    line = "7f0000000000-7f0000001000 r--p 00000000 08:01 7 /" + "x" * 200 + "/libfoo.so\n"
+    tree.maps(line * ((3 << 20) // len(line)))
+    maps = native.read_maps(PID, str(tree.root))
+    assert maps is not None
+    assert 0 < len(maps) <= 1 << 20
+    assert maps.endswith(b"\n") and maps.startswith(line.encode())
