@@ -17,6 +17,12 @@ permission for both (root, or an ancestor under Yama's ptrace_scope 1, or the sa
 with ptrace_scope 0), but the file needs no ctypes and takes the probes' `root=` prefix, so
 tests can use fake trees. The ELF work is done once per library file (keyed by the device
 and inode `maps` gives), so a refresh costs one open, one pread and one close per process.
+
+A process chooses what it maps and, in its own mount namespace, what a mapped path leads to:
+a FIFO, a pty, a device, another file, a crafted ELF. So a mapped object is opened only in
+ways that cannot block, acquire a terminal or open a device (`_open_library`), it is parsed
+by the strict, bounded `probe.elf`, and what could not be read is named in
+`LiveSizes.unreadable`, never raised (docs/security.md, "Files a watched process maps").
 """
 
 from __future__ import annotations
@@ -159,7 +165,8 @@ class LiveReader:
         # The memory first: when it is refused, nothing of the files matters (and a library
         # that could not be read then says nothing about what could be read of the process).
         try:
-            fd = os.open(f"{self.root.rstrip('/')}/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+            mem = f"{self.root.rstrip('/')}/proc/{pid}/mem"
+            fd = os.open(mem, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
         except PermissionError:
             raise
         except OSError:
