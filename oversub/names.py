@@ -72,7 +72,8 @@ class Signal(Name):
     THREAD_ENV = "thread_env"
     """Thread variables: /proc/PID/environ refused (another user's process)."""
     LIVE_POOLS = "live_pools"
-    """Live pool sizes: the process's memory may not be read (not root, not its ancestor)."""
+    """Live pool sizes: the process's memory may not be read (not root, not its ancestor), or
+    a pool library it maps could not be read safely (docs/security.md)."""
 
 
 DENIED: tuple[Signal, ...] = (Signal.POOLS, Signal.THREAD_ENV)

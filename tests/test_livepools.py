@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from oversub.probe.livepools import LiveReader, LiveSizes, elf_symbol, maps_libraries
+from oversub.probe.elf import ElfSymbol, NotReadable, dynamic_symbols
+from oversub.probe.livepools import LiveReader, LiveSizes, maps_libraries
 from oversub.probe.sampler import TreeSampler
 from tests.fake_proc import deny_open
 
@@ -38,6 +39,16 @@ if len(sys.argv) > 3:  # threads shut down (as OpenBLAS does around fork)
 print("ready", flush=True)
 time.sleep(60)
 """
+
+
+def elf_symbol(fd: int, name: str) -> ElfSymbol | None:
+    """The data object `name` of the file open on `fd`, by the reader livepools uses."""
+    return dynamic_symbols(lambda n, at: os.pread(fd, n, at), os.fstat(fd).st_size, [name])[name]
+
+
+def maps_device(st: os.stat_result) -> str:
+    """st_dev as maps writes it (major:minor in hex)."""
+    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +97,7 @@ def test_a_file_that_is_not_elf_is_refused(tmp_path: Path) -> None:
     junk.write_bytes(b"#!/bin/sh\n" * 20)
     fd = os.open(junk, os.O_RDONLY)
     try:
-        with pytest.raises(ValueError):
+        with pytest.raises(NotReadable):
             elf_symbol(fd, "blas_cpu_number")
     finally:
         os.close(fd)
@@ -149,11 +160,11 @@ def test_a_fake_tree_resolves_the_library_inside_the_process_root(
     lib_dir.mkdir(parents=True)
     lib = lib_dir / "libopenblas_fake.so"
     shutil.copy(fake_openblas, lib)
-    inode = lib.stat().st_ino
+    inode, dev = lib.stat().st_ino, maps_device(lib.stat())
     base = 0x10000
     (proc / "maps").write_text(
-        f"{base:08x}-{base + 0x1000:08x} r--p 00000000 fd:01 {inode} /usr/lib/libopenblas_fake.so\n"
-        f"{base + 0x1000:08x}-{base + 0x2000:08x} r-xp 00001000 fd:01 {inode} "
+        f"{base:08x}-{base + 0x1000:08x} r--p 00000000 {dev} {inode} /usr/lib/libopenblas_fake.so\n"
+        f"{base + 0x1000:08x}-{base + 0x2000:08x} r-xp 00001000 {dev} {inode} "
         "/usr/lib/libopenblas_fake.so\n"
         "7ffc0000-7ffc1000 rw-p 00000000 00:00 0 [stack]\n"
     )
@@ -173,7 +184,11 @@ def test_a_fake_tree_resolves_the_library_inside_the_process_root(
     assert LiveReader(str(tmp_path)).read(42, maps) == LiveSizes({"openblas": 6}, {"openblas": 5})
     # Another file at the same path (a different inode) is not trusted.
     other = maps.replace(str(inode).encode(), str(inode + 1).encode())
-    assert LiveReader(str(tmp_path)).read(42, other) == LiveSizes({}, {})
+    found = LiveReader(str(tmp_path)).read(42, other)
+    assert (found.sizes, found.extra) == ({}, {})
+    assert (
+        "path: another file than the one mapped" in found.unreadable["/usr/lib/libopenblas_fake.so"]
+    )
 
 
 @pytest.mark.parametrize("value", [0, -1, 1 << 20])

@@ -12,6 +12,9 @@ Only a live value is proof of the size. A variable or the default may have been 
 in code, so the latent-risk rule also wants evidence that the pool's threads exist: the
 process ran >= 2 active threads at once, or (when the live value could not be read) it has
 as many threads as the pool would start at load (OpenBLAS starts N - 1 beside the caller).
+That stand-in holds only when the memory was refused (`live_pools` None): when it was read
+but a library's file was not (replaced, hostile: `live_pools` an empty reading), the size is
+unknown and the thread count is no evidence of a default-sized pool (docs/security.md).
 
 Pure: functions of `ProcessRates` and N.
 """
@@ -95,7 +98,8 @@ def _started(p: ProcessRates, size: PoolSize) -> bool:
         return p.live_threads is None or p.live_threads.get(size.key, 1) > 0
     if p.active_threads >= 2:
         return True
-    # Memory unreadable: a pool that starts at load (OpenBLAS) shows in the thread count.
+    # Memory refused (None): a pool that starts at load (OpenBLAS) shows in the thread count.
+    # Memory read but the library's file not ({}): unknown, not default-sized.
     readable = POOLS_BY_KEY[size.key].live_symbol is not None
     return readable and p.live_pools is None and p.threads >= size.threads
 

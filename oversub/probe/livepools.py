@@ -17,41 +17,46 @@ permission for both (root, or an ancestor under Yama's ptrace_scope 1, or the sa
 with ptrace_scope 0), but the file needs no ctypes and takes the probes' `root=` prefix, so
 tests can use fake trees. The ELF work is done once per library file (keyed by the device
 and inode `maps` gives), so a refresh costs one open, one pread and one close per process.
+
+A process chooses what it maps and, in its own mount namespace, what a mapped path leads to:
+a FIFO, a pty, a device, another file, a crafted ELF. So a mapped object is opened only in
+ways that cannot block, acquire a terminal or open a device (`_open_library`), it is parsed
+by the strict, bounded `probe.elf`, and what could not be read is named in
+`LiveSizes.unreadable`, never raised (docs/security.md, "Files a watched process maps").
 """
 
 from __future__ import annotations
 
-import mmap
+import contextlib
 import os
 import re
-import struct
+import stat
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from oversub import pools
+from oversub.probe.elf import MAX_FILE_READ, ElfSymbol, NotReadable, dynamic_symbols
 
-_MAX_TABLE = 64 << 20
-"""Largest .dynsym or .dynstr read (bytes): a bigger one is not a real library's."""
 _MAX_CACHE = 256
 """Library files remembered; the cache is emptied when it would grow past this."""
 _MAX_THREADS = 1 << 16
 """A live value outside 1..this is not a thread count (uninitialised or a wrong symbol)."""
-_SHT_DYNSYM = 11
-_PT_LOAD = 1
-_ET_DYN = 3
-_STT_OBJECT = 1
+MAX_LIBRARIES = 16
+"""Pool libraries read per process (distinct files; a real process maps 1 to 3)."""
+MAX_READ_PER_PROCESS = 2 * MAX_FILE_READ
+"""Bytes of library files parsed for one process in one read (NumPy's and SciPy's OpenBLAS
+together take about 1 MiB); a file past it is named unreadable until a later read."""
+_MAX_ADDRESS = (1 << 63) - 1
+"""Largest offset of /proc/PID/mem a pread takes (off_t is signed)."""
 
+_MAX_MOUNTINFO = 4 << 20
+"""Most bytes of /proc/PID/mountinfo read to tell which of its file systems are FUSE."""
 
-@dataclass(frozen=True)
-class ElfSymbol:
-    """Where a data symbol lives in a shared object, relative to its load base."""
-
-    offset: int
-    """Symbol value minus the page-aligned virtual address of the segment at file offset 0."""
-    size: int
-    """Symbol size in bytes (4 for an int)."""
-    little: bool
-    """Byte order of the file (and so of the value in memory)."""
+_O_PATH: int | None = getattr(os, "O_PATH", None)
+_OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+"""How a mapped object is opened to be read: never waits (a FIFO's writer, a device), never
+becomes oversub's controlling terminal (a pty), never leaks into a child. It is only ever
+opened so once an O_PATH descriptor (which opens nothing) showed a regular file."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class MappedLibrary:
     key: str
     """Pool key (`pools.POOL_KINDS`)."""
     path: str
-    """Path as the process sees it (inside its mount namespace)."""
+    """Path as the process sees it (inside its mount namespace), without " (deleted)"."""
     start: int
     """Start address of the mapping with file offset 0."""
     end: int
@@ -69,90 +74,9 @@ class MappedLibrary:
     device: str
     """maps' device field (major:minor, hex)."""
     inode: int
-
-
-def _fields(fmt: str, data: bytes, offset: int = 0) -> tuple[int, ...]:
-    return struct.unpack_from(fmt, data, offset)
-
-
-def elf_symbol(fd: int, name: str) -> ElfSymbol | None:
-    """The exported data object `name` of the shared object open on `fd`; None when absent.
-
-    Reads the ELF header, the program headers (for the segment at offset 0), the section
-    headers and the .dynsym/.dynstr pair they point to. Raises ValueError for a file that is
-    not a well-formed ELF shared object, OSError when it cannot be read.
-    """
-    head = os.pread(fd, 64, 0)
-    if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
-        raise ValueError("not an ELF file")
-    wide = head[4] == 2
-    end = "<" if head[5] == 1 else ">"
-    if wide:
-        e_type, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = _fields(
-            end + "HHIQQQIHHHHHH", head, 16
-        )
-    else:
-        e_type, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = _fields(
-            end + "HHIIIIIHHHHHH", head, 16
-        )
-    if e_type != _ET_DYN or not shoff or not shnum or not phnum:
-        raise ValueError("not a shared object with sections")
-    base_vaddr = _first_load_vaddr(fd, end, wide, phoff, phentsize, phnum)
-    sections = os.pread(fd, shentsize * shnum, shoff)
-    if len(sections) < shentsize * shnum:
-        raise ValueError("truncated section headers")
-    shdr = end + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
-    headers = [_fields(shdr, sections, i * shentsize) for i in range(shnum)]
-    for sh in headers:
-        if sh[1] != _SHT_DYNSYM:
-            continue
-        sym_off, sym_size, link, entsize = sh[4], sh[5], sh[6], sh[9]
-        if link >= shnum or sym_size > _MAX_TABLE or entsize < (24 if wide else 16):
-            raise ValueError("bad .dynsym")
-        str_off, str_size = headers[link][4], headers[link][5]
-        if str_size > _MAX_TABLE:
-            raise ValueError("bad .dynstr")
-        strings = os.pread(fd, str_size, str_off)
-        table = os.pread(fd, sym_size, sym_off)
-        return _find(table, entsize, strings, name.encode(), end, wide, base_vaddr)
-    return None
-
-
-def _first_load_vaddr(fd: int, end: str, wide: bool, phoff: int, size: int, count: int) -> int:
-    """Page-aligned virtual address of the PT_LOAD segment that starts at file offset 0."""
-    raw = os.pread(fd, size * count, phoff)
-    fmt = end + ("IIQQQQQQ" if wide else "IIIIIIII")
-    for i in range(min(count, len(raw) // size)):
-        ph = _fields(fmt, raw, i * size)
-        p_type, p_offset, p_vaddr = (ph[0], ph[2], ph[3]) if wide else (ph[0], ph[1], ph[2])
-        if p_type == _PT_LOAD and p_offset == 0:
-            return p_vaddr & ~(mmap.PAGESIZE - 1)
-    raise ValueError("no loadable segment at offset 0")
-
-
-def _find(
-    table: bytes,
-    entsize: int,
-    strings: bytes,
-    wanted: bytes,
-    end: str,
-    wide: bool,
-    base_vaddr: int,
-) -> ElfSymbol | None:
-    fmt = end + ("IBBHQQ" if wide else "IIIBBH")
-    target = wanted + b"\0"
-    for i in range(len(table) // entsize):
-        fields = _fields(fmt, table, i * entsize)
-        if wide:
-            st_name, st_info, _, st_shndx, st_value, st_size = fields
-        else:
-            st_name, st_value, st_size, st_info, _, st_shndx = fields
-        if not strings.startswith(target, st_name):
-            continue
-        if st_shndx == 0 or st_info & 0xF != _STT_OBJECT or st_size not in (4, 8):
-            return None  # undefined here, or not an integer variable
-        return ElfSymbol(st_value - base_vaddr, st_size, end == "<")
-    return None
+    deleted: bool = False
+    """maps says "(deleted)": the file was replaced or removed since it was mapped, so its
+    path names another file or none; only /proc/PID/map_files opens the mapped object."""
 
 
 # Lines of maps that map a library with a live symbol (cheap pre-filter: a NumPy process maps
@@ -170,6 +94,9 @@ _CANDIDATE = re.compile(
 )
 
 
+_DELETED = " (deleted)"
+
+
 def maps_libraries(maps: bytes) -> list[MappedLibrary]:
     """Pool libraries with a live symbol in a maps file, each at its mapping of offset 0."""
     found: dict[tuple[str, int], MappedLibrary] = {}
@@ -179,17 +106,20 @@ def maps_libraries(maps: bytes) -> list[MappedLibrary]:
         if len(parts) < 6 or not parts[5].startswith(b"/") or parts[2].strip(b"0"):
             continue  # anonymous, pseudo ("[heap]") or not the segment at file offset 0
         path = parts[5].decode("utf-8", "surrogateescape")
-        if path.endswith(" (deleted)"):
-            continue
+        deleted = path.endswith(_DELETED)
+        path = path.removesuffix(_DELETED)
         key = pools.classify_library(os.path.basename(path))
         if key is None or pools.POOLS_BY_KEY[key].live_symbol is None:
             continue
         lo, _, hi = parts[0].partition(b"-")
-        device, inode = parts[3].decode("ascii", "replace"), int(parts[4])
-        start, stop = int(lo, 16), int(hi, 16)
+        try:
+            device, inode = parts[3].decode("ascii"), int(parts[4])
+            start, stop = int(lo, 16), int(hi, 16)
+        except ValueError:
+            continue  # not the kernel's format (a fake tree's mistake)
         seen = found.get((device, inode))
         if seen is None or start < seen.start:
-            found[(device, inode)] = MappedLibrary(key, path, start, stop, device, inode)
+            found[(device, inode)] = MappedLibrary(key, path, start, stop, device, inode, deleted)
     return list(found.values())
 
 
@@ -201,41 +131,48 @@ class LiveSizes(NamedTuple):
     extra: dict[str, int]
     """Threads its started pools run beside the calling thread, summed over the copies (0
     for a copy whose threads do not exist now, e.g. a forked child before its first call)."""
+    unreadable: dict[str, str] = {}  # noqa: RUF012 (never mutated: `read` gives its own)
+    """Path of each mapped pool library whose file could not be read safely -> why (a short
+    reason): replaced and map_files refused, not a regular file, another file than the one
+    mapped, not a well-formed ELF shared object, over a bound. Its live size is unknown."""
+
+
+_Symbols = dict[str, ElfSymbol | None]
 
 
 class LiveReader:
     """Reads live pool sizes of processes; remembers each library's symbols between calls.
 
     `read(pid, maps)` returns the sizes (and existing threads) of the pools of `maps` whose
-    library exports its setting; raises PermissionError when the kernel refuses to let us
-    read the process's memory (not root, not its ancestor).
+    library exports its setting, and the libraries it could not read; raises PermissionError
+    when the kernel refuses to let us read the process's memory (not root, not its ancestor).
+    Nothing a process maps makes it block, raise or read more than `MAX_READ_PER_PROCESS`
+    bytes of files (docs/security.md).
     """
 
     def __init__(self, root: str = "/") -> None:
         self.root = root
-        self._symbols: dict[tuple[str, int, str, str], ElfSymbol | None] = {}
+        self._symbols: dict[tuple[str, int, str], _Symbols | str] = {}
+        self._fuse: tuple[int, frozenset[int] | None] | None = None
+        """(pid, the devices of its FUSE mounts) for the read under way."""
 
     def read(self, pid: int, maps: bytes) -> LiveSizes:
-        found = LiveSizes({}, {})
+        found = LiveSizes({}, {}, {})
+        self._fuse = None  # read again for each process read: mounts come and go
         libraries = maps_libraries(maps)
         if not libraries:
             return found
-        wanted: list[tuple[MappedLibrary, ElfSymbol, ElfSymbol | None]] = []
-        for lib in libraries:
-            kind = pools.POOLS_BY_KEY[lib.key]
-            size = self._symbol(pid, lib, kind.live_symbol)
-            if size is not None:
-                wanted.append((lib, size, self._symbol(pid, lib, kind.live_started)))
-        if not wanted:
-            return found
+        # The memory first: when it is refused, nothing of the files matters (and a library
+        # that could not be read then says nothing about what could be read of the process).
         try:
-            fd = os.open(f"{self.root.rstrip('/')}/proc/{pid}/mem", os.O_RDONLY)
+            mem = f"{self.root.rstrip('/')}/proc/{pid}/mem"
+            fd = os.open(mem, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
         except PermissionError:
             raise
         except OSError:
             return found  # gone
         try:
-            for lib, size_symbol, started_symbol in wanted:
+            for lib, size_symbol, started_symbol in self._wanted(pid, libraries, found):
                 value = _read_int(fd, lib.start, size_symbol)
                 if value is None or not 1 <= value <= _MAX_THREADS:
                     continue  # unmapped since, gone, uninitialised or not a thread count
@@ -246,46 +183,187 @@ class LiveReader:
             os.close(fd)
         return found
 
-    def _symbol(self, pid: int, lib: MappedLibrary, name: str | None) -> ElfSymbol | None:
-        if name is None:
-            return None
-        cache_key = (lib.device, lib.inode, lib.path, name)
-        if cache_key in self._symbols:
-            return self._symbols[cache_key]
-        fd = self._open_library(pid, lib)
-        if fd is None:
-            return None  # not cached: a process of another namespace may open it later
+    def _wanted(
+        self, pid: int, libraries: list[MappedLibrary], found: LiveSizes
+    ) -> list[tuple[MappedLibrary, ElfSymbol, ElfSymbol | None]]:
+        """Each library's size symbol (and started symbol); the libraries whose file could
+        not be read go to `found.unreadable`."""
+        wanted: list[tuple[MappedLibrary, ElfSymbol, ElfSymbol | None]] = []
+        budget = [MAX_READ_PER_PROCESS]
+        for i, lib in enumerate(libraries):
+            kind = pools.POOLS_BY_KEY[lib.key]
+            assert kind.live_symbol is not None  # maps_libraries keeps only those
+            if i >= MAX_LIBRARIES:
+                found.unreadable[lib.path] = f"more than {MAX_LIBRARIES} pool libraries mapped"
+                continue
+            names = [kind.live_symbol, *([kind.live_started] if kind.live_started else [])]
+            symbols = self._symbols_of(pid, lib, names, budget)
+            if isinstance(symbols, str):
+                found.unreadable[lib.path] = symbols
+                continue
+            size = symbols.get(kind.live_symbol)
+            if size is not None:
+                avail = symbols.get(kind.live_started) if kind.live_started else None
+                wanted.append((lib, size, avail))
+        return wanted
+
+    def _symbols_of(
+        self, pid: int, lib: MappedLibrary, names: list[str], budget: list[int]
+    ) -> _Symbols | str:
+        """The symbols `names` of the library's file, or why it could not be read. A file
+        that was opened is remembered either way (its content is what its inode holds); one
+        that could not be opened is not (a process of another namespace may open it later)."""
+        cache_key = (lib.device, lib.inode, lib.path)
+        cached = self._symbols.get(cache_key)
+        if cached is not None and (isinstance(cached, str) or all(n in cached for n in names)):
+            return cached
+        opened = self._open_library(pid, lib)
+        if isinstance(opened, str):
+            return opened
+        fd, size = opened
+        if min(size, MAX_FILE_READ) > budget[0]:
+            os.close(fd)
+            return "past this process's read budget"
+        read = [0]
+
+        def pread(length: int, offset: int) -> bytes:
+            read[0] += length
+            return os.pread(fd, length, offset)
+
+        result: _Symbols | str
         try:
-            symbol = elf_symbol(fd, name)
-        except (OSError, ValueError, struct.error):
-            symbol = None
+            result = dynamic_symbols(pread, size, names)
+        except NotReadable as exc:
+            result = f"not a well-formed ELF shared object: {exc}"
         finally:
             os.close(fd)
+            budget[0] -= read[0]
         if len(self._symbols) >= _MAX_CACHE:
             self._symbols.clear()
-        self._symbols[cache_key] = symbol
-        return symbol
+        self._symbols[cache_key] = result
+        return result
 
-    def _open_library(self, pid: int, lib: MappedLibrary) -> int | None:
-        """The library file as the process maps it: through its root (containers see
-        their own paths), else through map_files; the inode must match maps."""
+    def _open_library(self, pid: int, lib: MappedLibrary) -> tuple[int, int] | str:
+        """The mapped object, open for reading, and its size; or why it could not be opened.
+
+        First `/proc/PID/map_files/START-END`: the object itself, even replaced or deleted
+        (the kernel allows it to root only). Else, unless maps says "(deleted)", the path
+        through `/proc/PID/root` (a container sees its own paths), without following a link
+        in its last component. Either is first opened with O_PATH, which opens nothing (no
+        FIFO to wait on, no terminal, no device's open), and is opened for reading only when
+        it is a regular file with the device and inode maps gives for the mapping."""
+        if _O_PATH is None:
+            return "no O_PATH on this system"
         proc = f"{self.root.rstrip('/')}/proc/{pid}"
-        candidates = (f"{proc}/root{lib.path}", f"{proc}/map_files/{lib.start:x}-{lib.end:x}")
-        for path in candidates:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError:
-                continue
-            if os.fstat(fd).st_ino == lib.inode:
-                return fd
-            os.close(fd)
+        if self._fuse is None or self._fuse[0] != pid:
+            self._fuse = (pid, fuse_devices(f"{proc}/mountinfo"))
+        fuse = self._fuse[1]
+        if fuse is None:
+            return "its mounts could not be told apart (mountinfo over the bound)"
+        if _device(lib.device) in fuse:
+            return "on a FUSE file system (its server decides when a read returns)"
+        routes = [(f"{proc}/map_files/{lib.start:x}-{lib.end:x}", 0)]
+        if not lib.deleted:
+            routes.append((f"{proc}/root{lib.path}", os.O_NOFOLLOW))
+        why = []
+        for path, flags in routes:
+            opened = _open_mapped(path, flags, lib)
+            if not isinstance(opened, str):
+                return opened
+            why.append(opened)
+        if lib.deleted:
+            why.append("replaced or deleted since it was mapped")
+        return "; ".join(why)
+
+
+def fuse_devices(path: str) -> frozenset[int] | None:
+    """st_dev of every FUSE mount in a mountinfo file (fuse, fuseblk, fuse.NAME), read
+    without touching those file systems; None when the file is larger than its bound (an
+    empty set when it cannot be read: a fake tree, or the process is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return frozenset()
+    try:
+        chunks, total = [], 0
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > _MAX_MOUNTINFO:
+                return None
+    except OSError:
+        return frozenset()
+    finally:
+        os.close(fd)
+    found = set()
+    for line in b"".join(chunks).split(b"\n"):
+        head, sep, tail = line.partition(b" - ")
+        fields = head.split()
+        if not sep or len(fields) < 3 or not tail.split(maxsplit=1):
+            continue
+        fstype = tail.split(maxsplit=1)[0]
+        if fstype in (b"fuse", b"fuseblk") or fstype.startswith(b"fuse."):
+            major, _, minor = fields[2].partition(b":")
+            with contextlib.suppress(ValueError, OverflowError):
+                found.add(os.makedev(int(major), int(minor)))
+    return frozenset(found)
+
+
+def _open_mapped(path: str, flags: int, lib: MappedLibrary) -> tuple[int, int] | str:
+    """`path` open for reading and its size when it is the regular file `lib` maps."""
+    assert _O_PATH is not None
+    route = "map_files" if "/map_files/" in path else "path"
+    try:
+        handle = os.open(path, _O_PATH | os.O_CLOEXEC | flags)
+    except OSError as exc:
+        return f"{route}: {os.strerror(exc.errno) if exc.errno else 'cannot open'}"
+    try:
+        kind = _refusal(os.fstat(handle), lib)
+        if kind is not None:
+            return f"{route}: {kind}"
+        # Reopening the O_PATH descriptor opens that very inode: no second path walk.
+        fd = os.open(f"/proc/self/fd/{handle}", _OPEN)
+    except OSError as exc:
+        return f"{route}: {os.strerror(exc.errno) if exc.errno else 'cannot open'}"
+    finally:
+        os.close(handle)
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return f"{route}: cannot stat"
+    kind = _refusal(st, lib)
+    if kind is not None:
+        os.close(fd)
+        return f"{route}: {kind}"
+    return fd, st.st_size
+
+
+def _refusal(st: os.stat_result, lib: MappedLibrary) -> str | None:
+    """Why an opened object is not the library maps names; None when it is."""
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_ino != lib.inode or _device(lib.device) != st.st_dev:
+        return "another file than the one mapped"
+    return None
+
+
+def _device(field: str) -> int | None:
+    """st_dev of maps' "major:minor" (hex); None when it does not parse."""
+    major, _, minor = field.partition(":")
+    try:
+        return os.makedev(int(major, 16), int(minor, 16))
+    except (ValueError, OverflowError):
         return None
 
 
 def _read_int(fd: int, base: int, symbol: ElfSymbol) -> int | None:
     """The integer at `base + symbol.offset` in the memory file `fd`; None when unreadable."""
+    address = base + symbol.offset
+    if address + symbol.size > _MAX_ADDRESS:
+        return None
     try:
-        raw = os.pread(fd, symbol.size, base + symbol.offset)
+        raw = os.pread(fd, symbol.size, address)
     except OSError:
         return None
     if len(raw) != symbol.size:

@@ -45,9 +45,16 @@ def pools_from_maps(maps: bytes) -> tuple[str, ...]:
     return tuple(sorted(found, key=_POOL_ORDER.__getitem__))
 
 
+MAPS_MAX = 32 << 20
+"""Bytes of /proc/PID/maps read: a process decides how many mappings it has (up to
+vm.max_map_count, 65,530 by default) and how long their paths are (4 KiB each), so its maps
+could reach 270 MB; a real NumPy or PyTorch process has well under 1 MB."""
+
+
 def read_maps(pid: int, root: str = "/") -> bytes | None:
-    """/proc/PID/maps; None when it cannot be read (gone). PermissionError: another user's."""
-    return _read_unless_gone(pid, root, "maps")
+    """/proc/PID/maps up to MAPS_MAX bytes (whole lines); None when it cannot be read
+    (gone). PermissionError: another user's."""
+    return _read_unless_gone(pid, root, "maps", MAPS_MAX)
 
 
 def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
@@ -108,11 +115,30 @@ def read_thread_env(pid: int, root: str = "/") -> dict[str, str] | None:
     return None if environ is None else thread_env_from_bytes(environ)
 
 
-def _read_unless_gone(pid: int, root: str, leaf: str) -> bytes | None:
-    """/proc/PID/`leaf`; None when it cannot be read, except a refusal, which is raised."""
+def _read_unless_gone(pid: int, root: str, leaf: str, limit: int | None = None) -> bytes | None:
+    """/proc/PID/`leaf` (at most `limit` bytes, cut after its last whole line); None when it
+    cannot be read, except a refusal, which is raised."""
+    path = os.path.join(root, "proc", str(pid), leaf)
     try:
-        return read_all(os.path.join(root, "proc", str(pid), leaf))
+        if limit is None:
+            return read_all(path)
+        return _read_lines(path, limit)
     except PermissionError:
         raise
     except OSError:
         return None
+
+
+def _read_lines(path: str, limit: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        chunks, total = [], 0
+        while total <= limit and (chunk := os.read(fd, 65536)):
+            chunks.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if total <= limit:
+        return data
+    return data[: data.rfind(b"\n", 0, limit) + 1]

@@ -26,7 +26,7 @@ from oversub.names import DENIED, Signal
 from oversub.probe import native
 from oversub.probe.cmdline import CMDLINE_MAX, read_cmdline
 from oversub.probe.host import read_host
-from oversub.probe.livepools import LiveReader
+from oversub.probe.livepools import LiveReader, LiveSizes
 from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.proctree import (
     ProcStat,
@@ -69,6 +69,8 @@ class _Known:
     """Threads those pools run now beside the caller; None = unknown."""
     live_denied: bool = False
     """Its memory may not be read (not root, not its ancestor): live sizes unknown."""
+    live_unreadable: bool = False
+    """A pool library it maps could not be read safely (`LiveSizes.unreadable`)."""
 
 
 class TreeSampler:
@@ -238,7 +240,7 @@ class TreeSampler:
         known = self._refresh_cache(pid, stat, raw_stat, len(threads), now)
         if known.denied:
             unavailable.extend(k for k in DENIED if k not in unavailable)
-        elif known.live_denied and Signal.LIVE_POOLS not in unavailable:
+        elif (known.live_denied or known.live_unreadable) and Signal.LIVE_POOLS not in unavailable:
             unavailable.append(Signal.LIVE_POOLS)
         wait = None
         if (
@@ -324,8 +326,16 @@ class TreeSampler:
         except PermissionError:
             known.live_denied = True
             return
+        except Exception:  # the per-process boundary: what one process maps
+            # must not stop the sampling of the others (the reader is meant never to raise).
+            live = LiveSizes({}, {}, {"": "the live read failed"})
+        known.live_unreadable = bool(live.unreadable)
         if live.sizes:
             known.live_pools, known.live_threads = live.sizes, live.extra
+        elif live.unreadable and known.live_pools is None:
+            # Memory readable, a library's file not: its size is unknown, and then its
+            # thread count is no evidence of it (`analysis.poolsize`): an empty reading.
+            known.live_pools, known.live_threads = {}, {}
 
 
 def _start_of(raw: bytes) -> int | None:
