@@ -23,20 +23,32 @@ from oversub.model import Budget, Plan
 from oversub.plural import count, noun
 
 TORCHRUN = "LOCAL_WORLD_SIZE"
+SLURM_STEP_TASKS = "SLURM_STEP_TASKS_PER_NODE"
+SLURM_JOB_TASKS = "SLURM_TASKS_PER_NODE"
 SLURM_TASKS = "SLURM_NTASKS_PER_NODE"
+SLURM_NODEID = "SLURM_NODEID"
 SLURM_CPUS = "SLURM_CPUS_PER_TASK"
 OPEN_MPI = "OMPI_COMM_WORLD_LOCAL_SIZE"
 MPICH = "MPI_LOCALNRANKS"
 
-LAUNCHER_VARS: tuple[str, ...] = (TORCHRUN, SLURM_TASKS, OPEN_MPI, MPICH)
+SLURM_COUNTS: tuple[str, ...] = (SLURM_STEP_TASKS, SLURM_JOB_TASKS, SLURM_TASKS)
+"""SLURM's tasks-per-node variables, most specific first. Inside a job step (`srun`)
+SLURM_STEP_TASKS_PER_NODE is the step's own layout; SLURM_TASKS_PER_NODE is the job's (what
+a batch script sees outside a step); SLURM_NTASKS_PER_NODE is set only with
+`--ntasks-per-node`. The first two are compressed over nodes ("2(x3),1")."""
+
+LAUNCHER_VARS: tuple[str, ...] = (TORCHRUN, *SLURM_COUNTS, OPEN_MPI, MPICH)
 """Variables that give the processes per node, in the order they are looked at.
 
 torchrun first: it is often started inside a SLURM or MPI allocation, and then its own
 count is the one that describes the Python processes sharing the CPUs."""
 
 # SLURM writes repeated counts compressed: "4(x2)" = 4 on each of 2 nodes, and
-# "4(x2),3" for uneven nodes.
-_SLURM_COUNT = re.compile(r"^(\d+)(?:\(x\d+\))?$")
+# "4(x2),3" for uneven nodes. Bounded: a count or a repeat of at most 9 digits, at most
+# 4,096 characters in all (SLURM writes one entry per run of equal nodes).
+_SLURM_COUNT = re.compile(r"([0-9]{1,9})(?:\(x([0-9]{1,9})\))?\Z")
+_SLURM_MAX = 4096
+_DIGITS = re.compile(r"[0-9]{1,9}\Z")
 
 
 @dataclass(frozen=True)
@@ -53,28 +65,56 @@ class LauncherInfo:
 
 def _positive_int(name: str, value: str) -> int:
     text = value.strip()
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"--procs auto: {name}={value!r} is not a positive integer")
+    # ASCII digits only, at most 9: str.isdigit takes "²" and int() refuses 5,000 digits.
+    if not _DIGITS.match(text) or int(text) < 1:
+        raise UsageError(f"--procs auto: {name}={value[:80]!r} is not a positive integer")
     return int(text)
 
 
-def _slurm_tasks(value: str) -> int:
-    """Tasks per node from SLURM's compressed form ("4", "4(x2)", "4(x2),4")."""
-    counts = set()
-    for part in value.strip().split(","):
+def _slurm_entries(name: str, value: str) -> list[tuple[int, int]]:
+    """(count, nodes) of each entry of SLURM's compressed form ("4", "4(x2)", "4(x2),3")."""
+    text = value.strip()
+    bad = UsageError(f"--procs auto: {name}={value[:80]!r} is not a task count")
+    if len(text) > _SLURM_MAX:
+        raise bad
+    entries = []
+    for part in text.split(","):
         match = _SLURM_COUNT.match(part.strip())
         if match is None:
-            raise UsageError(f"--procs auto: {SLURM_TASKS}={value!r} is not a task count")
-        counts.add(int(match.group(1)))
-    if len(counts) > 1:
+            raise bad
+        count_text, repeat = match.groups()
+        nodes = int(repeat) if repeat is not None else 1
+        if int(count_text) < 1 or nodes < 1:
+            raise UsageError(f"--procs auto: {name}={value[:80]!r} is not a positive integer")
+        entries.append((int(count_text), nodes))
+    return entries
+
+
+def _slurm_tasks(name: str, value: str, node_id: str) -> int:
+    """This node's tasks from SLURM's compressed form: the one count when every node has
+    the same, else the entry of node SLURM_NODEID (0-based, in the order of the list)."""
+    entries = _slurm_entries(name, value)
+    counts = {count for count, _ in entries}
+    if len(counts) == 1:
+        (only,) = counts
+        return only
+    text = node_id.strip()
+    if not _DIGITS.match(text):
         # This node's own count cannot be told from the list: refuse rather than guess.
+        why = "is unset" if not text else f"={node_id[:20]!r} is not a node index"
         raise UsageError(
-            f"--procs auto: {SLURM_TASKS}={value!r} differs between nodes; pass --procs"
+            f"--procs auto: {name}={value[:80]!r} differs between nodes and {SLURM_NODEID} "
+            f"{why}; pass --procs"
         )
-    (count,) = counts
-    if count < 1:
-        raise UsageError(f"--procs auto: {SLURM_TASKS}={value!r} is not a positive integer")
-    return count
+    index = int(text)
+    for count_on, nodes in entries:
+        if index < nodes:
+            return count_on
+        index -= nodes
+    raise UsageError(
+        f"--procs auto: {SLURM_NODEID}={text} is beyond the {sum(n for _, n in entries)} "
+        f"nodes of {name}={value[:80]!r}; pass --procs"
+    )
 
 
 def procs_from_env(env: Mapping[str, str]) -> LauncherInfo:
@@ -87,8 +127,8 @@ def procs_from_env(env: Mapping[str, str]) -> LauncherInfo:
         value = env.get(name, "")
         if not value.strip():
             continue
-        if name == SLURM_TASKS:
-            procs = _slurm_tasks(value)
+        if name in SLURM_COUNTS:
+            procs = _slurm_tasks(name, value, env.get(SLURM_NODEID, ""))
             cpus_text = env.get(SLURM_CPUS, "")
             per_task = _positive_int(SLURM_CPUS, cpus_text) if cpus_text.strip() else None
             return LauncherInfo(procs=procs, source=name, per_task_cpus=per_task)
