@@ -220,8 +220,10 @@ def test_plain_srun_step() -> None:
         "SLURM_NTASKS": "2",
         "SLURM_NODEID": "0",
         "SLURM_CPUS_PER_TASK": "1",
+        "SLURM_CPU_BIND_TYPE": "mask_cpu:",
+        "SLURM_CPU_BIND_LIST": "0x1,0x2",
     }
-    assert procs_from_env(env) == LauncherInfo(2, "SLURM_STEP_TASKS_PER_NODE", 1)
+    assert procs_from_env(env) == LauncherInfo(2, "SLURM_STEP_TASKS_PER_NODE", 1, 1)
 
 
 def test_step_before_job_before_ntasks_per_node() -> None:
@@ -295,3 +297,52 @@ def test_hostile_plain_counts(value: str) -> None:
     with pytest.raises(UsageError, match="is not a positive integer") as excinfo:
         procs_from_env({"LOCAL_WORLD_SIZE": value})
     assert len(str(excinfo.value)) < 300
+
+
+def test_bound_step_without_cpus_per_task_plans_one_task() -> None:
+    # `srun --ntasks=2` with task/affinity: no SLURM_CPUS_PER_TASK, each task bound to one
+    # CPU. Sharing that 1 CPU among 2 tasks said "2 processes on 1 vCPU ... run at most 1".
+    env = {
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_CPU_BIND_TYPE": "mask_cpu:",
+        "SLURM_CPU_BIND_LIST": "0x1,0x2",
+    }
+    info = procs_from_env(env)
+    assert info.bound_cpus == 1 and info.per_task_cpus is None
+    plan = plan_for_launcher(measured(1), info)
+    assert (plan.procs, plan.threads_per_process, plan.launcher_procs) == (1, 1, 2)
+    assert not plan.oversubscribed
+    assert "srun bound each task" in plan.warnings[0]
+    # The same variables, but this process sees more than its mask (its affinity was
+    # widened): not known to be its own, so the M tasks share what it sees.
+    plan = plan_for_launcher(measured(2), info)
+    assert (plan.procs, plan.threads_per_process) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "items", "bound"),
+    [
+        ("mask_cpu:", "0x3,0xC", 2),
+        ("mask_cpu:", "0x1,0x6", 2),
+        ("map_cpu:", "0,1", 1),
+        ("mask_cpu:", "0x1,0x1", None),  # overlapping: not each its own
+        ("mask_cpu:", "0x3,0x2", None),
+        ("mask_cpu:", "0x1", None),  # one mask for two tasks
+        ("mask_cpu:", "0x1,0x2,0x4", None),
+        ("mask_cpu:", "0x0,0x2", None),
+        ("mask_cpu:", "0xZ,0x2", None),
+        ("mask_cpu:", "0x" + "f" * 2000 + ",0x2", None),
+        ("map_cpu:", "0,99999999", None),
+        ("map_cpu:", "0,²", None),
+        ("none", "0x1,0x2", None),
+        ("", "0x1,0x2", None),
+        ("mask_cpu:", "", None),
+    ],
+)
+def test_bind_list_forms(kind: str, items: str, bound: int | None) -> None:
+    env = {
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_CPU_BIND_TYPE": kind,
+        "SLURM_CPU_BIND_LIST": items,
+    }
+    assert procs_from_env(env).bound_cpus == bound

@@ -28,6 +28,8 @@ SLURM_JOB_TASKS = "SLURM_TASKS_PER_NODE"
 SLURM_TASKS = "SLURM_NTASKS_PER_NODE"
 SLURM_NODEID = "SLURM_NODEID"
 SLURM_CPUS = "SLURM_CPUS_PER_TASK"
+SLURM_BIND_TYPE = "SLURM_CPU_BIND_TYPE"
+SLURM_BIND_LIST = "SLURM_CPU_BIND_LIST"
 OPEN_MPI = "OMPI_COMM_WORLD_LOCAL_SIZE"
 MPICH = "MPI_LOCALNRANKS"
 
@@ -49,6 +51,7 @@ count is the one that describes the Python processes sharing the CPUs."""
 _SLURM_COUNT = re.compile(r"([0-9]{1,9})(?:\(x([0-9]{1,9})\))?\Z")
 _SLURM_MAX = 4096
 _DIGITS = re.compile(r"[0-9]{1,9}\Z")
+_MASK = re.compile(r"(?:0x)?([0-9A-Fa-f]{1,1024})\Z")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,11 @@ class LauncherInfo:
     """The variable `procs` was read from, e.g. "LOCAL_WORLD_SIZE"."""
     per_task_cpus: int | None
     """SLURM_CPUS_PER_TASK when the count came from SLURM and it is set; else None."""
+    bound_cpus: int | None = None
+    """When SLURM bound each of the node's `procs` tasks to CPUs of its own
+    (SLURM_CPU_BIND_LIST holds `procs` disjoint masks; task/affinity does this by default,
+    also without --cpus-per-task, where each task gets SLURM's default of one CPU): the
+    CPUs of the largest mask. Else None."""
 
 
 def _positive_int(name: str, value: str) -> int:
@@ -117,6 +125,41 @@ def _slurm_tasks(name: str, value: str, node_id: str) -> int:
     )
 
 
+def _disjoint_binding(env: Mapping[str, str], procs: int) -> int | None:
+    """Whether srun bound each of the node's `procs` tasks to CPUs no other task has.
+
+    SLURM_CPU_BIND_TYPE "mask_cpu:" with SLURM_CPU_BIND_LIST "0x1,0x2" (a hex mask per
+    local task) or "map_cpu:" with "0,1" (a CPU per task). Anything else, a list of another
+    length, overlapping masks or a value of another form: None (not known to be bound).
+    Else the CPUs of the largest mask."""
+    kind = env.get(SLURM_BIND_TYPE, "").strip()
+    items = env.get(SLURM_BIND_LIST, "").strip()
+    if not items or len(items) > _SLURM_MAX:
+        return None
+    parts = items.split(",")
+    if len(parts) != procs:
+        return None
+    masks: list[int] = []
+    for part in parts:
+        if kind.startswith("mask_cpu"):
+            found = _MASK.match(part.strip())
+            if found is None:
+                return None
+            masks.append(int(found.group(1), 16))
+        elif kind.startswith("map_cpu"):
+            if not _DIGITS.match(part.strip()) or int(part) > 65535:
+                return None
+            masks.append(1 << int(part))
+        else:
+            return None
+    seen = 0
+    for mask in masks:
+        if mask == 0 or mask & seen:
+            return None
+        seen |= mask
+    return max(bin(mask).count("1") for mask in masks)
+
+
 def procs_from_env(env: Mapping[str, str]) -> LauncherInfo:
     """The processes per node from the first launcher variable set in `env`.
 
@@ -131,7 +174,8 @@ def procs_from_env(env: Mapping[str, str]) -> LauncherInfo:
             procs = _slurm_tasks(name, value, env.get(SLURM_NODEID, ""))
             cpus_text = env.get(SLURM_CPUS, "")
             per_task = _positive_int(SLURM_CPUS, cpus_text) if cpus_text.strip() else None
-            return LauncherInfo(procs=procs, source=name, per_task_cpus=per_task)
+            bound = _disjoint_binding(env, procs)
+            return LauncherInfo(procs=procs, source=name, per_task_cpus=per_task, bound_cpus=bound)
         return LauncherInfo(procs=_positive_int(name, value), source=name, per_task_cpus=None)
     raise UsageError(
         "--procs auto: no launcher variable set (looked for " + ", ".join(LAUNCHER_VARS) + ")"
@@ -171,6 +215,15 @@ def plan_for_launcher(budget: Budget, info: LauncherInfo, workers: int = 0) -> P
     """
     per_task = task_vcpus(budget, info)
     cpus_per_task = info.per_task_cpus
+    if cpus_per_task is None and info.bound_cpus and budget.vcpus <= info.bound_cpus:
+        # Bound by srun without --cpus-per-task, and this task sees no more than its mask:
+        # the CPUs it sees are its own.
+        note = (
+            f"planned for one SLURM task of {info.procs} on this node: srun bound each task "
+            f"to CPUs of its own ({SLURM_BIND_LIST}), so its "
+            f"{count(budget.vcpus, 'vCPU')} {noun(budget.vcpus, 'is', 'are')} its own"
+        )
+        return _one_task(budget, info, workers, note, bind=True)
     if cpus_per_task is None or per_task is None:
         if cpus_per_task is None:
             return make_plan(budget, info.procs, workers, procs_source=info.source)
