@@ -75,9 +75,10 @@ test-html: $(VENV)/.stamp
 # scrapes `oversub serve --cgroup` watching an oversubscribed `oversub stress` tree in a cgroup
 # with a CPU quota, then a healthy one, and its HTTP query API must show the right verdict and
 # demand; the repository's rule file is loaded by the real server. After test-rules (promtool).
+# Then the same through node_exporter's textfile collector (Debian's prometheus-node-exporter).
 # Skips, saying why, where it cannot run (not root, no cgroup cpu controller to write).
 test-fleet: $(VENV)/.stamp test-rules
-	@$(PYTHON) tools/syspkg.py --for "make test-fleet" --require prometheus=prometheus
+	@$(PYTHON) tools/syspkg.py --for "make test-fleet" --require prometheus=prometheus prometheus-node-exporter=prometheus-node-exporter
 	$(BIN)/python tools/fleet_check.py
 
 # oversub inside a real one-node SLURM cluster started here (Debian's slurm-wlm and munge,

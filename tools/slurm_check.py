@@ -591,6 +591,90 @@ def _submit_in(c: Cluster, directory: Path, script: str, env: dict[str, str]) ->
     return done.returncode, f"{done.stdout}{done.stderr}{text}"
 
 
+def _task_pid(c: Cluster, job: str) -> int | None:
+    """The pid of the job's `python train.py` once its threads run (scontrol listpids)."""
+    done = c.run(["scontrol", "listpids", job], check=False, timeout=10)
+    for line in done.stdout.splitlines()[1:]:
+        pid = line.split()[0] if line.split() else ""
+        with contextlib.suppress(OSError, ValueError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv[:2] == [b"python", b"train.py"] and len(os.listdir(f"/proc/{pid}/task")) > 2:
+                return int(pid)
+    return None
+
+
+def check_running_job(c: Cluster, bin_dir: Path, page: str) -> list[str]:
+    """A job that runs: `watch --all` names its cgroup as the job (task/cgroup), or its task
+    is watched by pid (task/affinity); the page's recipe for a running job merges to exit 1."""
+    directory = c.base / "running"
+    _write_train(directory, TRAIN.format(seconds=60))
+    env = job_env(c, bin_dir)
+    log = (directory / "srun.out").open("wb")
+    job_srun = subprocess.Popen(
+        ["srun", "--ntasks=1", "--cpus-per-task=1", "--job-name=running", "python", "train.py"],
+        cwd=directory,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()
+    lines = []
+    try:
+        job = wait_for(
+            "the job running",
+            lambda: c.run(
+                ["squeue", "-h", "-n", "running", "-t", "R", "-o", "%i"], check=False
+            ).stdout.strip(),
+        )
+        pid = wait_for("its task's busy threads", lambda: _task_pid(c, job))
+        oversub = [str(bin_dir / "oversub")]
+        if c.cgroup:
+            out = c.run([*oversub, "watch", "--all", "--duration", "5", "--format", "json"]).stdout
+            doc = json.loads(out)
+            mine = [t for t in doc["targets"] if t.get("workload") == f"slurm job {job}"]
+            assert len(mine) == 1, f"watch --all: no one target for slurm job {job}: {out}"
+            t = mine[0]
+            assert t["verdict"] == "oversubscribed", t
+            assert (t["budget"]["vcpus"], t["budget"]["limited_by"]) == (1, "cpuset"), t
+            lines.append(
+                f'watch --all: {t["cgroup"]} is "{t["workload"]}", N = {t["budget"]["vcpus"]} '
+                f"({t['budget']['limited_by']}), demand {t['totals']['demand']:.2f}, "
+                f"verdict {t['verdict']}"
+            )
+        else:
+            out = c.run([*oversub, "watch", str(pid), "--duration", "5", "--format", "json"]).stdout
+            doc = json.loads(out)
+            assert doc["verdict"] == "oversubscribed" and doc["vcpus"] == 1, out
+            lines.append(
+                f"watch {pid} (the job's task; task/cgroup did not run, so watch --all's "
+                f"cgroup part is untested): N = {doc['vcpus']}, verdict {doc['verdict']}"
+            )
+        (block,) = [b for b in blocks(page) if "--overlap" in b]
+        assert "--duration 60" in block, block
+        script = block.replace("--duration 60", "--duration 5")
+        done = c.run(["sh", "-c", script], check=False, env={**env, "JOB": job}, cwd=directory)
+        reports = sorted((directory / "out").glob("*.json"))
+        assert [r.name for r in reports] == [f"{c.host}.json"], (reports, done.stdout, done.stderr)
+        report = json.loads(reports[0].read_text())
+        assert done.returncode == 1 and report["verdict"] == "oversubscribed", (
+            done.returncode,
+            done.stdout,
+            done.stderr,
+        )
+        lines.append(
+            f"running-job recipe (srun --jobid --overlap, check --pid): pid "
+            f"{report.get('root_pid')}, verdict {report['verdict']}, merge exit {done.returncode}"
+        )
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            c.run(["scancel", "--name=running"], check=False, timeout=15)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job_srun.pid, signal.SIGKILL)
+        job_srun.wait(timeout=30)
+    return lines
+
+
 def main() -> int:
     started = time.monotonic()
     lines: list[str] = []
@@ -617,6 +701,7 @@ def main() -> int:
                 for directory in ("batch-hot", "batch-fixed"):
                     _write_train(c.base / directory, TRAIN.format(seconds=8))
                 lines += check_batch(c, Path(sys.executable).parent, page)
+                lines += check_running_job(c, Path(sys.executable).parent, page)
                 if (REAL_BIN / "torchrun").exists():
                     lines += check_torchrun(c, page)
                 else:
