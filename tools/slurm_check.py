@@ -485,7 +485,7 @@ def check_budgets(c: Cluster, oversub: list[str]) -> list[str]:
             assert got == (1, 2, 1, False), f"recommend --procs auto in a task: {got}, {d}"
             assert d["procs_source"] == "SLURM_STEP_TASKS_PER_NODE", d
         lines.append(
-            f"srun --ntasks=2 {' '.join(extra)} oversub recommend --procs auto: each task "
+            f"srun {' '.join(['--ntasks=2', *extra])} oversub recommend --procs auto: each task "
             f"M = 1 of {docs[0]['launcher_procs']} (from {docs[0]['procs_source']}), T = 1"
         )
     whole = c.cpus
@@ -598,7 +598,8 @@ def _task_pid(c: Cluster, job: str) -> int | None:
         pid = line.split()[0] if line.split() else ""
         with contextlib.suppress(OSError, ValueError):
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if argv[:2] == [b"python", b"train.py"] and len(os.listdir(f"/proc/{pid}/task")) > 2:
+            python = os.path.basename(argv[0]).startswith(b"python")
+            if python and argv[1:2] == [b"train.py"] and len(os.listdir(f"/proc/{pid}/task")) > 2:
                 return int(pid)
     return None
 
