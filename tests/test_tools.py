@@ -237,7 +237,7 @@ def test_slurm_check_finds_the_recipes_of_docs_clusters() -> None:
         fixed = check.with_fix(script, fix)
         assert fixed.index(fix) < fixed.index("\nsrun ") + 1
         assert fixed.replace(fix, "") == script
-    (running,) = [b for b in check.blocks(page) if "--overlap" in b]
+    (running,) = [b for b in check.blocks(page) if "--overlap" in b and "oversub check --pid" in b]
     assert "--duration 60" in running
 
 

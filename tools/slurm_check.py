@@ -654,7 +654,7 @@ def check_running_job(c: Cluster, bin_dir: Path, page: str) -> list[str]:
                 f"watch {pid} (the job's task; task/cgroup did not run, so watch --all's "
                 f"cgroup part is untested): N = {doc['vcpus']}, verdict {doc['verdict']}"
             )
-        (block,) = [b for b in blocks(page) if "--overlap" in b]
+        (block,) = [b for b in blocks(page) if "--overlap" in b and "oversub check --pid" in b]
         assert "--duration 60" in block, block
         script = block.replace("--duration 60", "--duration 5")
         done = c.run(["sh", "-c", script], check=False, env={**env, "JOB": job}, cwd=directory)
@@ -713,10 +713,11 @@ def main() -> int:
     except Skip as why:
         say(f"skipped: {why}")
         return 0
-    except (AssertionError, subprocess.TimeoutExpired) as error:
+    except (AssertionError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as error:
+        # Everything it started is stopped by then (the context managers' finally).
         for line in lines:
             say(line)
-        say(f"FAILED: {error}")
+        say(f"FAILED: {type(error).__name__}: {error}")
         return 1
     for line in lines:
         say(line)
