@@ -7,7 +7,7 @@ REAL   := .venv-real
 # machine without the local wheel (empty: pip's own configuration decides).
 TORCH_INDEX ?=
 
-.PHONY: demo test lint typecheck unit shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html test-fleet docs-images clean
+.PHONY: demo test lint typecheck unit shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html test-fleet test-slurm docs-images clean
 
 # The stamp is rebuilt when the project metadata changes, so a stale venv never hides a new dependency.
 $(VENV)/.stamp: pyproject.toml
@@ -83,10 +83,20 @@ docs-images: $(VENV)/.stamp
 # scrapes `oversub serve --cgroup` watching an oversubscribed `oversub stress` tree in a cgroup
 # with a CPU quota, then a healthy one, and its HTTP query API must show the right verdict and
 # demand; the repository's rule file is loaded by the real server. After test-rules (promtool).
+# Then the same through node_exporter's textfile collector (Debian's prometheus-node-exporter).
 # Skips, saying why, where it cannot run (not root, no cgroup cpu controller to write).
 test-fleet: $(VENV)/.stamp test-rules
-	@$(PYTHON) tools/syspkg.py --for "make test-fleet" --require prometheus=prometheus
+	@$(PYTHON) tools/syspkg.py --for "make test-fleet" --require prometheus=prometheus prometheus-node-exporter=prometheus-node-exporter
 	$(BIN)/python tools/fleet_check.py
+
+# oversub inside a real one-node SLURM cluster started here (Debian's slurm-wlm and munge,
+# installed where root can): budgets of job steps, `--procs auto`, and docs/clusters.md's
+# batch and torchrun recipes run as written (sbatch, srun, merge), then every daemon is
+# stopped and its state removed. The torchrun part uses the real-library venv's torch.
+# Skips, saying why, where it cannot run (not root, no apt-get).
+test-slurm: $(VENV)/.stamp $(REAL)/.stamp
+	@$(PYTHON) tools/syspkg.py --for "make test-slurm" --require slurmctld=slurm-wlm slurmd=slurm-wlm srun=slurm-wlm munged=munge pgrep=procps
+	$(BIN)/python tools/slurm_check.py
 
 # The unit tests on every Python that pyproject's classifiers list and this machine has, each
 # in its own .venv-matrix/3.X; it says which ran and which are missing, and why. The

@@ -68,11 +68,37 @@ def group_of(path: str) -> str | None:
     cgroup is no target: its processes (kernel threads, init on some hosts) count in the
     node's totals only.
     """
+    job = job_group_of(path)
+    if job is not None:
+        return job
+    names = parts(path)
+    return "/" + "/".join(names) if names else None
+
+
+def job_group_of(path: str) -> str | None:
+    """The SLURM job or Kubernetes pod cgroup that `path` lies in (its shallowest `job_<id>`
+    or `pod<uid>` component), None when it names neither."""
     names = parts(path)
     for depth, part in enumerate(names, start=1):
         if _JOB.match(part) or _POD.search(part):
             return "/" + "/".join(names[:depth])
-    return "/" + "/".join(names) if names else None
+    return None
+
+
+def describe(path: str) -> str | None:
+    """What the cgroup is, in words: "slurm job 12", "pod <uid>", "container <id, 12 hex>",
+    "unit <name>"; None when the path names none of them. Built from the matched ids only
+    (digits, hex, a unit name bounded like a label)."""
+    work = workload_of(path)
+    if work.slurm_job_id:
+        return f"slurm job {work.slurm_job_id}"
+    if work.pod_uid:
+        return f"pod {work.pod_uid}"
+    if work.container_id:
+        return f"container {work.container_id[:12]}"
+    if work.systemd_unit:
+        return f"unit {bounded(work.systemd_unit)}"
+    return None
 
 
 def bounded(path: str) -> str:

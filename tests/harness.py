@@ -194,6 +194,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 LAUNCHER_VARS = (
     "LOCAL_WORLD_SIZE",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
     "SLURM_NTASKS_PER_NODE",
     "SLURM_CPUS_PER_TASK",
     "OMPI_COMM_WORLD_LOCAL_SIZE",

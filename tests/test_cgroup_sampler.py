@@ -87,3 +87,28 @@ def test_node_mode_reuses_an_idle_process_and_rereads_one_that_ran(tmp_path: Pat
     assert busy.delay_s == pytest.approx(0.1, abs=0.01)
     idle = next(p for p in iv.processes if p.pid == 200)
     assert (idle.cpu_s, idle.delay_s, idle.active_threads) == (0.0, 0.0, 0)
+
+
+def test_node_mode_finds_a_slurm_job_through_the_cpuset_hierarchy(tmp_path: Path) -> None:
+    # slurm-wlm 22.05's task/cgroup on v1: the job's tasks are in cpuset:/slurm_vm/.../job_7
+    # and at the root of the cpu controller. The job is one target; a process whose cpu
+    # cgroup is itself in a job keeps that job, and other cpuset cgroups change nothing.
+    _, hierarchy, top = _world(tmp_path)
+    cpuset = tmp_path / "cpuset"
+    for relative, procs in (
+        ("", "100\n200"),
+        ("slurm_vm", ""),
+        ("slurm_vm/uid_0", ""),
+        ("slurm_vm/uid_0/job_7", ""),
+        ("slurm_vm/uid_0/job_7/step_0", "300"),
+        ("slurm_vm/uid_0/job_7/step_extern", ""),
+        ("other", "200"),
+    ):
+        (cpuset / relative).mkdir(parents=True, exist_ok=True)
+        (cpuset / relative / "cgroup.procs").write_text(procs + "\n")
+    mount = CgroupMount(1, "/", "/sys/fs/cgroup/cpuset", frozenset({"cpuset"}))
+    jobs = CgroupRef("/", str(cpuset), Hierarchy(1, mount, str(cpuset), "cpuset"))
+    sampler = NodeSampler(CgroupRef("/", str(top), hierarchy), jobs=jobs, root=str(tmp_path))
+    sampler.sample()
+    assert sampler.group == {100: "/a", 200: "/b/inner", 300: "/slurm_vm/uid_0/job_7"}
+    assert sampler.from_jobs == {"/slurm_vm/uid_0/job_7"}

@@ -12,6 +12,8 @@ from oversub.errors import ExitStatus, NoSuchCgroup, UnsupportedPlatform, UsageE
 from oversub.probe.cgroup_target import (
     cgroup_budget,
     find_hierarchy,
+    find_job_hierarchy,
+    job_root,
     node_budget,
     read_members,
     ref_of,
@@ -169,3 +171,57 @@ def test_node_budget_is_every_online_cpu(tmp_path: Path) -> None:
     tree = v2_tree(tmp_path)
     budget = node_budget(tree.root)
     assert (budget.vcpus, budget.limited_by, budget.cgroup) == (8, "none", "/")
+
+
+# --------------------------------------------------------------------------- SLURM on v1
+
+
+def slurm_v1_tree(tmp_path: Path) -> FakeBudgetTree:
+    """What slurm-wlm 22.05's task/cgroup makes on a hybrid v1 host (measured): the job in
+    the cpuset (and freezer) hierarchy only, its tasks at the root of the cpu controller."""
+    tree = v1_tree(tmp_path)
+    job = "/sys/fs/cgroup/cpuset/slurm_vm/uid_0/job_7"
+    tree.cgroup_files("/sys/fs/cgroup/cpuset/slurm_vm", {"cgroup.procs": "", "cpuset.cpus": "0-3"})
+    tree.cgroup_files(f"{job}", {"cgroup.procs": "", "cpuset.cpus": "1"})
+    tree.cgroup_files(f"{job}/step_0", {"cgroup.procs": "300\n301", "cpuset.cpus": "1"})
+    tree.process(300, "1", "4:cpuset:/slurm_vm/uid_0/job_7/step_0\n3:cpu,cpuacct:/\n0::/\n")
+    tree.mount_v1(300, "/sys/fs/cgroup/cpu,cpuacct", "rw,cpu,cpuacct")
+    tree.mount_v1(300, "/sys/fs/cgroup/cpuset", "rw,cpuset")
+    return tree
+
+
+def test_job_hierarchy_is_the_separate_cpuset_mount(tmp_path: Path) -> None:
+    tree = slurm_v1_tree(tmp_path)
+    jobs = find_job_hierarchy(tree.root)
+    assert jobs is not None
+    assert (jobs.version, jobs.controller, jobs.mount.mount_point) == (
+        1,
+        "cpuset",
+        "/sys/fs/cgroup/cpuset",
+    )
+    assert "v1 cpuset hierarchy" in jobs.describe()
+    assert find_job_hierarchy(v2_tree(tmp_path / "v2").root) is None
+    root = job_root(find_hierarchy(tree.root), tree.root)
+    assert root is not None and root.path == "/"
+
+
+@pytest.mark.parametrize(
+    "argument", ["/slurm_vm/uid_0/job_7", "/sys/fs/cgroup/cpuset/slurm_vm/uid_0/job_7"]
+)
+def test_a_job_only_in_the_cpuset_hierarchy_resolves(tmp_path: Path, argument: str) -> None:
+    tree = slurm_v1_tree(tmp_path)
+    ref = resolve_cgroup(argument, tree.root)
+    assert ref.path == "/slurm_vm/uid_0/job_7"
+    assert ref.hierarchy.controller == "cpuset"
+    assert read_members(ref) == {300: "/slurm_vm/uid_0/job_7/step_0", 301: ref.path + "/step_0"}
+    budget = cgroup_budget(ref, root=tree.root, member=300)
+    assert (budget.vcpus, budget.limited_by, budget.cgroup) == (1, "cpuset", ref.path)
+    assert budget.cpuset is not None and budget.cpuset.cgroup == ref.path
+    assert budget.quota is None  # its member's cpu cgroup (the root) sets none
+
+
+def test_the_cpuset_fallback_is_for_slurm_jobs_only(tmp_path: Path) -> None:
+    # Any other cpuset-only cgroup is not a target of the cpu hierarchy's `--cgroup`.
+    tree = slurm_v1_tree(tmp_path)
+    with pytest.raises(NoSuchCgroup, match="v1 cpu hierarchy"):
+        resolve_cgroup("/slurm_vm", tree.root)

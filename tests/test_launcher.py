@@ -206,3 +206,143 @@ def test_slurm_more_tasks_than_cpus() -> None:
 def test_task_vcpus_without_cpus_per_task() -> None:
     info = LauncherInfo(procs=2, source="MPI_LOCALNRANKS", per_task_cpus=None)
     assert task_vcpus(synthetic_budget(8), info) is None
+
+
+# --------------------------------------------------------------------------- SLURM steps
+
+
+def test_plain_srun_step() -> None:
+    # What a real `srun --ntasks=2 --cpus-per-task=1` task sees (slurm-wlm 22.05): no
+    # SLURM_NTASKS_PER_NODE without --ntasks-per-node.
+    env = {
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_TASKS_PER_NODE": "2",
+        "SLURM_NTASKS": "2",
+        "SLURM_NODEID": "0",
+        "SLURM_CPUS_PER_TASK": "1",
+        "SLURM_CPU_BIND_TYPE": "mask_cpu:",
+        "SLURM_CPU_BIND_LIST": "0x1,0x2",
+    }
+    assert procs_from_env(env) == LauncherInfo(2, "SLURM_STEP_TASKS_PER_NODE", 1, 1)
+
+
+def test_step_before_job_before_ntasks_per_node() -> None:
+    # A step of 1 task per node inside a job of 4 per node: the step's tasks share the node.
+    env = {
+        "SLURM_NTASKS_PER_NODE": "4",
+        "SLURM_TASKS_PER_NODE": "4(x2)",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    }
+    assert procs_from_env(env).source == "SLURM_STEP_TASKS_PER_NODE"
+    assert procs_from_env(env).procs == 1
+    del env["SLURM_STEP_TASKS_PER_NODE"]
+    assert (procs_from_env(env).procs, procs_from_env(env).source) == (4, "SLURM_TASKS_PER_NODE")
+    del env["SLURM_TASKS_PER_NODE"]
+    assert procs_from_env(env).source == "SLURM_NTASKS_PER_NODE"
+
+
+@pytest.mark.parametrize(
+    ("value", "node", "procs"),
+    [
+        ("2(x3)", "", 2),
+        ("2(x3)", "2", 2),
+        ("3(x2),1", "0", 3),
+        ("3(x2),1", "1", 3),
+        ("3(x2),1", "2", 1),
+        ("1,2,3", "1", 2),
+        (" 4(x2),3\n", " 2 ", 3),
+        ("2(x999999999),1", "999999999", 1),
+    ],
+)
+def test_compressed_counts_pick_this_node(value: str, node: str, procs: int) -> None:
+    env = {"SLURM_TASKS_PER_NODE": value, "SLURM_NODEID": node}
+    assert procs_from_env(env).procs == procs
+
+
+@pytest.mark.parametrize(
+    ("value", "node", "message"),
+    [
+        ("3(x2),1", "", "differs between nodes and SLURM_NODEID is unset"),
+        ("3(x2),1", "x", "is not a node index"),
+        ("3(x2),1", "-1", "is not a node index"),
+        ("3(x2),1", "²", "is not a node index"),
+        ("3(x2),1", "9" * 5000, "is not a node index"),
+        ("3(x2),1", "3", "SLURM_NODEID=3 is beyond the 3 nodes"),
+        ("2(x0)", "0", "is not a positive integer"),
+        ("0(x2)", "0", "is not a positive integer"),
+        ("2(x3", "0", "is not a task count"),
+        ("2(x3))", "0", "is not a task count"),
+        ("2(y3)", "0", "is not a task count"),
+        ("2,,3", "0", "is not a task count"),
+        ("²", "0", "is not a task count"),
+        ("1" * 10, "0", "is not a task count"),
+        ("2(x" + "9" * 10 + ")", "0", "is not a task count"),
+        (",".join(["1"] * 3000), "0", "is not a task count"),
+        ("2\x1b[31m", "0", "is not a task count"),
+    ],
+)
+def test_hostile_compressed_counts(value: str, node: str, message: str) -> None:
+    env = {"SLURM_STEP_TASKS_PER_NODE": value, "SLURM_NODEID": node}
+    with pytest.raises(UsageError, match=message) as excinfo:
+        procs_from_env(env)
+    text = str(excinfo.value)
+    assert "SLURM_STEP_TASKS_PER_NODE" in text or "SLURM_NODEID" in text
+    assert len(text) < 300
+    assert "\x1b" not in text  # repr escapes it
+    assert excinfo.value.status is ExitStatus.USAGE
+
+
+@pytest.mark.parametrize("value", ["²", "9" * 5000, "1e3", "0x2"])
+def test_hostile_plain_counts(value: str) -> None:
+    with pytest.raises(UsageError, match="is not a positive integer") as excinfo:
+        procs_from_env({"LOCAL_WORLD_SIZE": value})
+    assert len(str(excinfo.value)) < 300
+
+
+def test_bound_step_without_cpus_per_task_plans_one_task() -> None:
+    # `srun --ntasks=2` with task/affinity: no SLURM_CPUS_PER_TASK, each task bound to one
+    # CPU. Sharing that 1 CPU among 2 tasks said "2 processes on 1 vCPU ... run at most 1".
+    env = {
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_CPU_BIND_TYPE": "mask_cpu:",
+        "SLURM_CPU_BIND_LIST": "0x1,0x2",
+    }
+    info = procs_from_env(env)
+    assert info.bound_cpus == 1 and info.per_task_cpus is None
+    plan = plan_for_launcher(measured(1), info)
+    assert (plan.procs, plan.threads_per_process, plan.launcher_procs) == (1, 1, 2)
+    assert not plan.oversubscribed
+    assert "srun bound each task" in plan.warnings[0]
+    # The same variables, but this process sees more than its mask (its affinity was
+    # widened): not known to be its own, so the M tasks share what it sees.
+    plan = plan_for_launcher(measured(2), info)
+    assert (plan.procs, plan.threads_per_process) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "items", "bound"),
+    [
+        ("mask_cpu:", "0x3,0xC", 2),
+        ("mask_cpu:", "0x1,0x6", 2),
+        ("map_cpu:", "0,1", 1),
+        ("mask_cpu:", "0x1,0x1", None),  # overlapping: not each its own
+        ("mask_cpu:", "0x3,0x2", None),
+        ("mask_cpu:", "0x1", None),  # one mask for two tasks
+        ("mask_cpu:", "0x1,0x2,0x4", None),
+        ("mask_cpu:", "0x0,0x2", None),
+        ("mask_cpu:", "0xZ,0x2", None),
+        ("mask_cpu:", "0x" + "f" * 2000 + ",0x2", None),
+        ("map_cpu:", "0,99999999", None),
+        ("map_cpu:", "0,²", None),
+        ("none", "0x1,0x2", None),
+        ("", "0x1,0x2", None),
+        ("mask_cpu:", "", None),
+    ],
+)
+def test_bind_list_forms(kind: str, items: str, bound: int | None) -> None:
+    env = {
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_CPU_BIND_TYPE": kind,
+        "SLURM_CPU_BIND_LIST": items,
+    }
+    assert procs_from_env(env).bound_cpus == bound

@@ -221,3 +221,28 @@ def test_changelog_has_unreleased_and_the_current_version() -> None:
     for block in re.split(r"^## ", changelog, flags=re.MULTILINE)[1:]:
         kinds = re.findall(r"^### (.+)$", block, re.MULTILINE)
         assert set(kinds) <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+
+
+# --------------------------------------------------------------------------- slurm_check
+
+
+def test_slurm_check_finds_the_recipes_of_docs_clusters() -> None:
+    """`make test-slurm` runs docs/clusters.md's scripts as written: each batch script has
+    one `srun` line and its fix block, and the fix goes in before that line."""
+    check = _load("slurm_check")
+    page = (ROOT / "docs" / "clusters.md").read_text()
+    for needle in ("python train.py", "torchrun"):
+        script, fix = check.recipe(page, needle)
+        assert script.startswith("#!/bin/sh\n#SBATCH ")
+        assert fix.startswith('eval "$(oversub recommend ')
+        fixed = check.with_fix(script, fix)
+        assert fixed.index(fix) < fixed.index("\nsrun ") + 1
+        assert fixed.replace(fix, "") == script
+    (running,) = [b for b in check.blocks(page) if "--overlap" in b and "oversub check --pid" in b]
+    assert "--duration 60" in running
+
+
+def test_slurm_check_reads_concatenated_json() -> None:
+    check = _load("slurm_check")
+    assert check.json_docs('{"a": 1}\n{"a": 2}\n') == [{"a": 1}, {"a": 2}]
+    assert check.json_docs("") == []

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from oversub.workload import LABEL_MAX, Workload, bounded, group_of, workload_of
+from oversub.workload import (
+    LABEL_MAX,
+    Workload,
+    bounded,
+    describe,
+    group_of,
+    job_group_of,
+    workload_of,
+)
 
 POD = "8a3c1f5e-2b7d-4c1e-9f00-1234567890ab"
 CID = "0123456789abcdef" * 4
@@ -58,3 +66,26 @@ def test_bounded_keeps_the_end() -> None:
     assert len(cut) == LABEL_MAX
     assert cut.startswith("…") and cut.endswith("/job_7")
     assert bounded("/short") == "/short"
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [
+        ("/slurm_vm/uid_0/job_12", "slurm job 12"),
+        ("/system.slice/slurmstepd.scope/job_4711/step_0", "slurm job 4711"),
+        (f"/kubepods/burstable/pod{POD}", f"pod {POD}"),
+        (f"/system.slice/docker-{CID}.scope", f"container {CID[:12]}"),
+        ("/system.slice/nginx.service", "unit nginx.service"),
+        ("/mine", None),
+        ("/", None),
+    ],
+)
+def test_describe(path: str, words: str | None) -> None:
+    assert describe(path) == words
+
+
+def test_job_group_of() -> None:
+    assert job_group_of("/slurm_vm/uid_0/job_7/step_0/task_1") == "/slurm_vm/uid_0/job_7"
+    assert job_group_of(f"/kubepods/pod{POD}/{CID}") == f"/kubepods/pod{POD}"
+    assert job_group_of("/system.slice/nginx.service") is None
+    assert job_group_of("") is None

@@ -14,8 +14,15 @@ repository's rule file loaded, so a rule that a real server refuses fails here t
 both exporters. The judged windows
 start after the workload is up and the exporter has measured it.
 
-Skips with exit 0 and a line saying why where it cannot run: not root, no prometheus, no
-writable cgroup cpu controller. Exit 1 when an assertion fails, with what Prometheus said.
+Then node_exporter's textfile path (docs/clusters.md): Debian's prometheus-node-exporter
+on a loopback port with only its textfile collector, beside `oversub serve --cgroup PATH
+--textfile DIR` (no HTTP) on another oversubscribed tree; Prometheus scrapes node_exporter
+as job `node`, and the verdict and demand must arrive through it (no job `oversub` series
+for that cgroup); after serve stops, its file is gone and the series are stale.
+
+Skips with exit 0 and a line saying why where it cannot run: not root, no prometheus or
+node_exporter, no writable cgroup cpu controller. Exit 1 when an assertion fails, with what
+Prometheus said.
 """
 
 from __future__ import annotations
@@ -181,9 +188,15 @@ def _busy(root: int, procs: int, threads: int) -> bool:
 
 
 @contextlib.contextmanager
-def serve(path: str, port: int) -> Iterator[subprocess.Popen[bytes]]:
+def serve(
+    path: str, port: int | None, textfile: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`oversub serve --cgroup PATH` on `port`, or only writing `textfile`/oversub.prom."""
+    where = ["--bind", "127.0.0.1", "--port", str(port)] if port is not None else []
+    if textfile is not None:
+        where += ["--textfile", str(textfile)]
     proc = subprocess.Popen(
-        [*OVERSUB, "serve", "--cgroup", path, "--bind", "127.0.0.1", "--port", str(port)],
+        [*OVERSUB, "serve", "--cgroup", path, *where],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -202,8 +215,50 @@ def serve(path: str, port: int) -> Iterator[subprocess.Popen[bytes]]:
 
 
 @contextlib.contextmanager
-def prometheus(targets: list[int], workdir: Path) -> Iterator[str]:
-    """A Prometheus server scraping `targets` (ports) every second; yields its base URL."""
+def node_exporter(port: int, textfile: Path, workdir: Path) -> Iterator[None]:
+    """Debian's prometheus-node-exporter on 127.0.0.1:`port` with only its textfile
+    collector, reading `textfile`."""
+    binary = shutil.which("prometheus-node-exporter")
+    if binary is None:
+        raise Skip("prometheus-node-exporter is not installed (see above)")
+    log = (workdir / "node_exporter.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--collector.disable-defaults",
+            "--collector.textfile",
+            f"--collector.textfile.directory={textfile}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_for(
+            "node_exporter answering",
+            lambda: proc.poll() is None and _get(f"http://127.0.0.1:{port}/metrics"),
+        )
+        yield
+    except BaseException:
+        log.flush()
+        print((workdir / "node_exporter.log").read_text()[-3000:], file=sys.stderr)
+        raise
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+@contextlib.contextmanager
+def prometheus(targets: list[int], workdir: Path, node: int | None = None) -> Iterator[str]:
+    """A Prometheus server scraping `targets` (ports) every second as job `oversub`, and
+    node_exporter on port `node` as job `node`; yields its base URL."""
     binary = shutil.which("prometheus")
     if binary is None:
         raise Skip("prometheus is not installed (see above)")
@@ -218,7 +273,17 @@ def prometheus(targets: list[int], workdir: Path) -> Iterator[str]:
                     {
                         "job_name": "oversub",
                         "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in targets]}],
-                    }
+                    },
+                    *(
+                        [
+                            {
+                                "job_name": "node",
+                                "static_configs": [{"targets": [f"127.0.0.1:{node}"]}],
+                            }
+                        ]
+                        if node is not None
+                        else []
+                    ),
                 ],
             }
         )
@@ -280,10 +345,12 @@ def value(url: str, expr: str) -> float | None:
 # --------------------------------------------------------------------------- the check
 
 
-def judged(url: str, path: str, verdict: str, demand: tuple[float, float]) -> str:
-    """Wait until Prometheus holds 3 s of the target's series, then assert its verdict and
-    demand over the last 3 s; returns a line that says what was seen."""
-    target = f'target="{path}"'
+def judged(
+    url: str, path: str, verdict: str, demand: tuple[float, float], job: str = "oversub"
+) -> str:
+    """Wait until Prometheus holds 3 s of the target's series (scraped as `job`), then
+    assert its verdict and demand over the last 3 s; returns a line that says what was seen."""
+    target = f'target="{path}",job="{job}"'
     seen = wait_for(
         f"3 s of oversub_verdict for {path} in Prometheus",
         lambda: (value(url, f"count_over_time(oversub_demand_cpus{{{target}}}[3s])") or 0) >= 3,
@@ -301,9 +368,44 @@ def judged(url: str, path: str, verdict: str, demand: tuple[float, float]) -> st
     assert demand[0] < low <= high < demand[1], f"{path}: demand {low:.2f}..{high:.2f}"
     n = value(url, f"oversub_budget_cpus{{{target}}}")
     assert n is not None, f"no budget series for {path}"
-    up = value(url, 'up{job="oversub"} == 1 and on(instance) oversub_targets == 1')
-    assert up == 1.0, "the exporter is not up in Prometheus"
-    return f"{path}: {verdict} held for 3 s, demand {low:.2f}..{high:.2f} on N = {n:g}"
+    if job == "oversub":
+        up = value(url, 'up{job="oversub"} == 1 and on(instance) oversub_targets == 1')
+    else:
+        up = value(url, f'up{{job="{job}"}} == 1 and on(instance) oversub_up{{job="{job}"}} == 1')
+    assert up == 1.0, f"the {job} exporter is not up in Prometheus"
+    return f"{path}: {verdict} held for 3 s, demand {low:.2f}..{high:.2f} on N = {n:g} ({job})"
+
+
+def through_node_exporter(url: str, textfile: Path) -> list[str]:
+    """`serve --cgroup --textfile` beside node_exporter on an oversubscribed cgroup: the
+    verdict and demand reach Prometheus through node_exporter (job `node`, never scraped
+    from oversub), and after `serve` stops its file is gone and the series go stale."""
+    lines = []
+    with quota_cgroup(1.0) as (directory, path), stress_in(directory, 2, 2):
+        with serve(path, None, textfile):
+            lines.append(judged(url, path, "oversubscribed", (3.0, 4.5), job="node"))
+            served = sorted(p.name for p in textfile.iterdir())
+            assert served == ["oversub.prom"], served
+            direct = query(url, f'oversub_demand_cpus{{target="{path}",job="oversub"}}')
+            assert not direct, f"oversub itself was scraped: {direct}"
+        left = sorted(p.name for p in textfile.iterdir())
+        assert left == [], f"serve left {left} in the textfile directory"
+        started = time.monotonic()
+        wait_for(
+            f"oversub's series of {path} stale after serve stopped",
+            lambda: (
+                not query(url, f'oversub_demand_cpus{{target="{path}",job="node"}}')
+                and not query(url, 'oversub_up{job="node"}')
+            ),
+            timeout=20,
+        )
+        up = value(url, 'up{job="node"}')
+        assert up == 1.0, "node_exporter went down with serve"
+        lines.append(
+            f"{path}: after serve stopped, oversub.prom gone and its series stale within "
+            f"{time.monotonic() - started:.1f} s (node_exporter still up)"
+        )
+    return lines
 
 
 def main() -> int:
@@ -313,7 +415,13 @@ def main() -> int:
             raise Skip("not root: creating the trees' cgroups needs root")
         with tempfile.TemporaryDirectory(prefix="oversub-fleet-") as tmp:
             ports = [free_port(), free_port()]
-            with prometheus(ports, Path(tmp)) as url:
+            node_port = free_port()
+            textfile = Path(tmp) / "textfile"
+            textfile.mkdir()
+            with (
+                prometheus(ports, Path(tmp), node=node_port) as url,
+                node_exporter(node_port, textfile, Path(tmp)),
+            ):
                 lines = []
                 cases = ((1.0, 2, 2, "oversubscribed", (3.0, 4.5)), (2.0, 1, 1, "ok", (0.6, 1.4)))
                 for port, (quota, procs, threads, verdict, demand) in zip(
@@ -325,6 +433,7 @@ def main() -> int:
                         serve(path, port),
                     ):
                         lines.append(judged(url, path, verdict, demand))
+                lines += through_node_exporter(url, textfile)
                 rules = query(url, "target:oversub_demand_cpus:rate5m")
                 if not _rules_loaded(url):
                     raise AssertionError(

@@ -23,20 +23,35 @@ from oversub.model import Budget, Plan
 from oversub.plural import count, noun
 
 TORCHRUN = "LOCAL_WORLD_SIZE"
+SLURM_STEP_TASKS = "SLURM_STEP_TASKS_PER_NODE"
+SLURM_JOB_TASKS = "SLURM_TASKS_PER_NODE"
 SLURM_TASKS = "SLURM_NTASKS_PER_NODE"
+SLURM_NODEID = "SLURM_NODEID"
 SLURM_CPUS = "SLURM_CPUS_PER_TASK"
+SLURM_BIND_TYPE = "SLURM_CPU_BIND_TYPE"
+SLURM_BIND_LIST = "SLURM_CPU_BIND_LIST"
 OPEN_MPI = "OMPI_COMM_WORLD_LOCAL_SIZE"
 MPICH = "MPI_LOCALNRANKS"
 
-LAUNCHER_VARS: tuple[str, ...] = (TORCHRUN, SLURM_TASKS, OPEN_MPI, MPICH)
+SLURM_COUNTS: tuple[str, ...] = (SLURM_STEP_TASKS, SLURM_JOB_TASKS, SLURM_TASKS)
+"""SLURM's tasks-per-node variables, most specific first. Inside a job step (`srun`)
+SLURM_STEP_TASKS_PER_NODE is the step's own layout; SLURM_TASKS_PER_NODE is the job's (what
+a batch script sees outside a step); SLURM_NTASKS_PER_NODE is set only with
+`--ntasks-per-node`. The first two are compressed over nodes ("2(x3),1")."""
+
+LAUNCHER_VARS: tuple[str, ...] = (TORCHRUN, *SLURM_COUNTS, OPEN_MPI, MPICH)
 """Variables that give the processes per node, in the order they are looked at.
 
 torchrun first: it is often started inside a SLURM or MPI allocation, and then its own
 count is the one that describes the Python processes sharing the CPUs."""
 
 # SLURM writes repeated counts compressed: "4(x2)" = 4 on each of 2 nodes, and
-# "4(x2),3" for uneven nodes.
-_SLURM_COUNT = re.compile(r"^(\d+)(?:\(x\d+\))?$")
+# "4(x2),3" for uneven nodes. Bounded: a count or a repeat of at most 9 digits, at most
+# 4,096 characters in all (SLURM writes one entry per run of equal nodes).
+_SLURM_COUNT = re.compile(r"([0-9]{1,9})(?:\(x([0-9]{1,9})\))?\Z")
+_SLURM_MAX = 4096
+_DIGITS = re.compile(r"[0-9]{1,9}\Z")
+_MASK = re.compile(r"(?:0x)?([0-9A-Fa-f]{1,1024})\Z")
 
 
 @dataclass(frozen=True)
@@ -49,32 +64,100 @@ class LauncherInfo:
     """The variable `procs` was read from, e.g. "LOCAL_WORLD_SIZE"."""
     per_task_cpus: int | None
     """SLURM_CPUS_PER_TASK when the count came from SLURM and it is set; else None."""
+    bound_cpus: int | None = None
+    """When SLURM bound each of the node's `procs` tasks to CPUs of its own
+    (SLURM_CPU_BIND_LIST holds `procs` disjoint masks; task/affinity does this by default,
+    also without --cpus-per-task, where each task gets SLURM's default of one CPU): the
+    CPUs of the largest mask. Else None."""
 
 
 def _positive_int(name: str, value: str) -> int:
     text = value.strip()
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"--procs auto: {name}={value!r} is not a positive integer")
+    # ASCII digits only, at most 9: str.isdigit takes "²" and int() refuses 5,000 digits.
+    if not _DIGITS.match(text) or int(text) < 1:
+        raise UsageError(f"--procs auto: {name}={value[:80]!r} is not a positive integer")
     return int(text)
 
 
-def _slurm_tasks(value: str) -> int:
-    """Tasks per node from SLURM's compressed form ("4", "4(x2)", "4(x2),4")."""
-    counts = set()
-    for part in value.strip().split(","):
+def _slurm_entries(name: str, value: str) -> list[tuple[int, int]]:
+    """(count, nodes) of each entry of SLURM's compressed form ("4", "4(x2)", "4(x2),3")."""
+    text = value.strip()
+    bad = UsageError(f"--procs auto: {name}={value[:80]!r} is not a task count")
+    if len(text) > _SLURM_MAX:
+        raise bad
+    entries = []
+    for part in text.split(","):
         match = _SLURM_COUNT.match(part.strip())
         if match is None:
-            raise UsageError(f"--procs auto: {SLURM_TASKS}={value!r} is not a task count")
-        counts.add(int(match.group(1)))
-    if len(counts) > 1:
+            raise bad
+        count_text, repeat = match.groups()
+        nodes = int(repeat) if repeat is not None else 1
+        if int(count_text) < 1 or nodes < 1:
+            raise UsageError(f"--procs auto: {name}={value[:80]!r} is not a positive integer")
+        entries.append((int(count_text), nodes))
+    return entries
+
+
+def _slurm_tasks(name: str, value: str, node_id: str) -> int:
+    """This node's tasks from SLURM's compressed form: the one count when every node has
+    the same, else the entry of node SLURM_NODEID (0-based, in the order of the list)."""
+    entries = _slurm_entries(name, value)
+    counts = {count for count, _ in entries}
+    if len(counts) == 1:
+        (only,) = counts
+        return only
+    text = node_id.strip()
+    if not _DIGITS.match(text):
         # This node's own count cannot be told from the list: refuse rather than guess.
+        why = "is unset" if not text else f"={node_id[:20]!r} is not a node index"
         raise UsageError(
-            f"--procs auto: {SLURM_TASKS}={value!r} differs between nodes; pass --procs"
+            f"--procs auto: {name}={value[:80]!r} differs between nodes and {SLURM_NODEID} "
+            f"{why}; pass --procs"
         )
-    (count,) = counts
-    if count < 1:
-        raise UsageError(f"--procs auto: {SLURM_TASKS}={value!r} is not a positive integer")
-    return count
+    index = int(text)
+    for count_on, nodes in entries:
+        if index < nodes:
+            return count_on
+        index -= nodes
+    raise UsageError(
+        f"--procs auto: {SLURM_NODEID}={text} is beyond the {sum(n for _, n in entries)} "
+        f"nodes of {name}={value[:80]!r}; pass --procs"
+    )
+
+
+def _disjoint_binding(env: Mapping[str, str], procs: int) -> int | None:
+    """Whether srun bound each of the node's `procs` tasks to CPUs no other task has.
+
+    SLURM_CPU_BIND_TYPE "mask_cpu:" with SLURM_CPU_BIND_LIST "0x1,0x2" (a hex mask per
+    local task) or "map_cpu:" with "0,1" (a CPU per task). Anything else, a list of another
+    length, overlapping masks or a value of another form: None (not known to be bound).
+    Else the CPUs of the largest mask."""
+    kind = env.get(SLURM_BIND_TYPE, "").strip()
+    items = env.get(SLURM_BIND_LIST, "").strip()
+    if not items or len(items) > _SLURM_MAX:
+        return None
+    parts = items.split(",")
+    if len(parts) != procs:
+        return None
+    masks: list[int] = []
+    for part in parts:
+        if kind.startswith("mask_cpu"):
+            found = _MASK.match(part.strip())
+            if found is None:
+                return None
+            masks.append(int(found.group(1), 16))
+        elif kind.startswith("map_cpu"):
+            if not _DIGITS.match(part.strip()) or int(part) > 65535:
+                return None
+            masks.append(1 << int(part))
+        else:
+            return None
+    seen = 0
+    for mask in masks:
+        if mask == 0 or mask & seen:
+            return None
+        seen |= mask
+    return max(bin(mask).count("1") for mask in masks)
 
 
 def procs_from_env(env: Mapping[str, str]) -> LauncherInfo:
@@ -87,11 +170,12 @@ def procs_from_env(env: Mapping[str, str]) -> LauncherInfo:
         value = env.get(name, "")
         if not value.strip():
             continue
-        if name == SLURM_TASKS:
-            procs = _slurm_tasks(value)
+        if name in SLURM_COUNTS:
+            procs = _slurm_tasks(name, value, env.get(SLURM_NODEID, ""))
             cpus_text = env.get(SLURM_CPUS, "")
             per_task = _positive_int(SLURM_CPUS, cpus_text) if cpus_text.strip() else None
-            return LauncherInfo(procs=procs, source=name, per_task_cpus=per_task)
+            bound = _disjoint_binding(env, procs)
+            return LauncherInfo(procs=procs, source=name, per_task_cpus=per_task, bound_cpus=bound)
         return LauncherInfo(procs=_positive_int(name, value), source=name, per_task_cpus=None)
     raise UsageError(
         "--procs auto: no launcher variable set (looked for " + ", ".join(LAUNCHER_VARS) + ")"
@@ -131,6 +215,15 @@ def plan_for_launcher(budget: Budget, info: LauncherInfo, workers: int = 0) -> P
     """
     per_task = task_vcpus(budget, info)
     cpus_per_task = info.per_task_cpus
+    if cpus_per_task is None and info.bound_cpus and budget.vcpus <= info.bound_cpus:
+        # Bound by srun without --cpus-per-task, and this task sees no more than its mask:
+        # the CPUs it sees are its own.
+        note = (
+            f"planned for one SLURM task of {info.procs} on this node: srun bound each task "
+            f"to CPUs of its own ({SLURM_BIND_LIST}), so its "
+            f"{count(budget.vcpus, 'vCPU')} {noun(budget.vcpus, 'is', 'are')} its own"
+        )
+        return _one_task(budget, info, workers, note, bind=True)
     if cpus_per_task is None or per_task is None:
         if cpus_per_task is None:
             return make_plan(budget, info.procs, workers, procs_source=info.source)

@@ -23,14 +23,14 @@ if TYPE_CHECKING:
 
 
 def watch_node(fmt: WatchFormat, options: SessionOptions) -> ExitStatus:
-    from oversub.probe.cgroup_target import find_hierarchy, ref_of
+    from oversub.probe.cgroup_target import find_hierarchy, job_root, ref_of
     from oversub.run import stopsignals
     from oversub.run.node import NodeSource, run_node
 
     hierarchy = find_hierarchy()
     top = ref_of(hierarchy.mount.root, hierarchy)
     with stopsignals.interrupt(), NodeView(fmt, options.thresholds) as view:
-        source = NodeSource(top)
+        source = NodeSource(top, jobs=job_root(hierarchy))
         try:
             result = run_node(
                 source,

@@ -150,10 +150,10 @@ def _exporter(
 
     source: Source
     if all_cgroups:
-        from oversub.probe.cgroup_target import find_hierarchy, ref_of
+        from oversub.probe.cgroup_target import find_hierarchy, job_root, ref_of
 
         hierarchy = find_hierarchy()
-        source = NodeSource(ref_of(hierarchy.mount.root, hierarchy))
+        source = NodeSource(ref_of(hierarchy.mount.root, hierarchy), jobs=job_root(hierarchy))
     elif cgroup is not None:
         from oversub.probe.cgroup_target import resolve_cgroup
 

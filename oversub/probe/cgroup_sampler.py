@@ -22,7 +22,7 @@ from oversub.probe.host import parse_cpu_stat
 from oversub.probe.proctree import ProcStat, read_all
 from oversub.probe.sampler import TreeSampler
 from oversub.samples import ProcessSample, ThrottleStat, TreeSample
-from oversub.workload import group_of
+from oversub.workload import group_of, job_group_of
 
 
 class CgroupSampler(TreeSampler):
@@ -62,17 +62,25 @@ class CgroupSampler(TreeSampler):
 
 class NodeSampler(TreeSampler):
     """Samples every process of the node and knows which cgroup target each belongs to
-    (`workload.group_of` of its cgroup in `top`, the hierarchy's root)."""
+    (`workload.group_of` of its cgroup in `top`, the hierarchy's root).
+
+    With `jobs` (the v1 cpuset hierarchy's root, `find_job_hierarchy`), a process whose
+    cpuset cgroup lies in a SLURM job or a pod and whose cpu cgroup does not belongs to that
+    job: SLURM's task/cgroup on v1 leaves the cpu controller alone."""
 
     def __init__(
         self,
         top: CgroupRef,
         *,
+        jobs: CgroupRef | None = None,
         root: str = "/",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(0, root=root, clock=clock)
         self.top = top
+        self.jobs = jobs
+        self.from_jobs: set[str] = set()
+        """The targets of the last sample found through `jobs` (paths in that hierarchy)."""
         self._still: dict[tuple[int, int], tuple[tuple[int, int, int], ProcessSample]] = {}
         """(pid, start) -> what moves when it runs, and its last reading."""
         self.group: dict[int, str] = {}
@@ -82,10 +90,17 @@ class NodeSampler(TreeSampler):
     def tree(self, stats: dict[int, bytes], *, first: bool) -> set[int]:
         members = read_members(self.top) or {}
         self.group = {}
+        self.from_jobs = set()
         for pid, path in members.items():
             key = group_of(path)
             if key is not None:
                 self.group[pid] = key
+        if self.jobs is not None:
+            for pid, path in (read_members(self.jobs) or {}).items():
+                key = job_group_of(path)
+                if key is not None and job_group_of(self.group.get(pid, "")) is None:
+                    self.group[pid] = key
+                    self.from_jobs.add(key)
         pids = set(stats)
         pids.discard(self._self_pid)
         return pids

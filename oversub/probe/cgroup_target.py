@@ -29,6 +29,7 @@ from oversub.probe.cgroup import (
 )
 from oversub.probe.proctree import read_small
 from oversub.probe.topology import describe_error, read_text, read_topology, rooted
+from oversub.workload import workload_of
 
 
 class Hierarchy(NamedTuple):
@@ -38,9 +39,11 @@ class Hierarchy(NamedTuple):
     mount: CgroupMount
     directory: str
     """Its mount point under `root`: the directory of `mount.root`."""
+    controller: str = "cpu"
+    """The v1 controller it is found by: "cpu", or "cpuset" for `find_job_hierarchy`."""
 
     def describe(self) -> str:
-        kind = "v1 cpu" if self.version == 1 else "v2"
+        kind = f"v1 {self.controller}" if self.version == 1 else "v2"
         return f"the cgroup {kind} hierarchy mounted at {self.mount.mount_point}"
 
 
@@ -74,6 +77,38 @@ def find_hierarchy(root: str = "/") -> Hierarchy:
     raise UnsupportedPlatform("no cgroup hierarchy with the cpu controller is mounted")
 
 
+def find_job_hierarchy(root: str = "/") -> Hierarchy | None:
+    """The v1 cpuset hierarchy where it is mounted apart from the cpu controller, else None.
+
+    SLURM's task/cgroup on cgroup v1 (ConstrainCores) puts a job's tasks in the cpuset (and
+    freezer) hierarchies and leaves the cpu controller alone: slurm-wlm 22.05 on a hybrid
+    host gives `cpuset:/slurm_vm/uid_0/job_3/step_0` beside `cpu:/`. A job is then found
+    through its cpuset cgroup. None on v2 (one tree) and where nothing can be read.
+    """
+    try:
+        entries = parse_proc_cgroup(read_text(rooted(root, "/proc/self/cgroup")))
+        mounts = parse_mountinfo(read_text(rooted(root, "/proc/self/mountinfo")))
+    except OSError:
+        return None
+    for entry in entries:
+        if entry.version != 1 or "cpuset" not in entry.controllers or "cpu" in entry.controllers:
+            continue
+        candidates = [
+            m for m in mounts if m.version == 1 and "cpuset" in m.options and "cpu" not in m.options
+        ]
+        mount = _choose_mount(entry.path, candidates)
+        if mount is not None:
+            return Hierarchy(1, mount, rooted(root, mount.mount_point), "cpuset")
+    return None
+
+
+def job_root(hierarchy: Hierarchy, root: str = "/") -> CgroupRef | None:
+    """The root of `find_job_hierarchy` beside the v1 `hierarchy` (`--all` looks there for
+    SLURM jobs), None on v2 or without a separate cpuset mount."""
+    jobs = find_job_hierarchy(root) if hierarchy.version == 1 else None
+    return ref_of(jobs.mount.root, jobs) if jobs is not None else None
+
+
 def ref_of(path: str, hierarchy: Hierarchy) -> CgroupRef:
     """The cgroup at `path` inside the hierarchy (no check that it exists)."""
     top = hierarchy.mount.root.rstrip("/")
@@ -95,6 +130,19 @@ def resolve_cgroup(argument: str, root: str = "/") -> CgroupRef:
             "(as /proc/PID/cgroup shows it, or a directory under the cgroup mount)"
         )
     hierarchy = find_hierarchy(root)
+    ref = _ref_in(argument, hierarchy)
+    if ref is not None:
+        return ref
+    # A SLURM job on a v1 host may exist only in the cpuset hierarchy (find_job_hierarchy).
+    jobs = find_job_hierarchy(root) if hierarchy.version == 1 else None
+    ref = _ref_in(argument, jobs) if jobs is not None else None
+    if ref is not None and workload_of(ref.path).slurm_job_id:
+        return ref
+    raise NoSuchCgroup(f"no cgroup {argument} in {hierarchy.describe()}")
+
+
+def _ref_in(argument: str, hierarchy: Hierarchy) -> CgroupRef | None:
+    """The cgroup `argument` names in `hierarchy`, None when it is not there."""
     top = hierarchy.mount.root.rstrip("/")
     normal = os.path.normpath(argument)
     mount_point = os.path.normpath(hierarchy.mount.mount_point)
@@ -106,7 +154,7 @@ def resolve_cgroup(argument: str, root: str = "/") -> CgroupRef:
     inside = top == "" or path == top or path.startswith(top + "/")
     ref = ref_of(path, hierarchy)
     if not inside or not os.path.isfile(os.path.join(ref.directory, "cgroup.procs")):
-        raise NoSuchCgroup(f"no cgroup {argument} in {hierarchy.describe()}")
+        return None
     return ref
 
 
@@ -160,10 +208,21 @@ def cgroup_budget(ref: CgroupRef, *, root: str = "/", member: int | None = None)
     topology = read_topology(root)
     notes = list(topology.notes)
     levels = _levels(ref.path, ref.hierarchy.mount, root)
-    quota = _tightest_quota(levels, ref.hierarchy.version, notes)
+    by_cpu = ref.hierarchy.controller == "cpu"
+    # A cgroup of the cpuset hierarchy (a SLURM job on v1) holds no quota files: its
+    # members' quota is their cpu cgroup's, read through a member below.
+    quota = _tightest_quota(levels, ref.hierarchy.version, notes) if by_cpu else None
     cpuset: CpusetLimit | None = None
     if ref.hierarchy.version == 2:
         cpuset = _effective_cpuset(levels, 2, notes)
+    elif not by_cpu:
+        cpuset = _effective_cpuset(levels, 1, notes)
+        if member is not None:
+            limits = read_cgroup_limits(member, root)
+            quota = limits.quota
+            notes.extend(n for n in limits.notes if "quota" in n)
+        else:
+            notes.append("CPU quota unknown: the cgroup has no process to read it through")
     elif member is not None:
         limits = read_cgroup_limits(member, root)
         cpuset = limits.cpuset

@@ -22,7 +22,7 @@ from oversub.render.serialize import (
 from oversub.results import Summary
 from oversub.targets import Round, TargetResult
 from oversub.thresholds import Thresholds
-from oversub.workload import bounded
+from oversub.workload import bounded, describe
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -40,13 +40,15 @@ def _worst(t: TargetResult) -> str:
 
 
 def target_record(t: TargetResult) -> dict[str, Any]:
-    """One target of an NDJSON round: `cgroup` (path in the hierarchy), `budget`
+    """One target of an NDJSON round: `cgroup` (path in the hierarchy), `workload` (what the
+    path says it is: "slurm job 12", "pod UID", "container ID", "unit NAME", or null), `budget`
     (`budget_dict`), `verdict` (a state: "oversubscribed", "starved", "at-risk", "ok" or
     "not-judged"), `findings` (`finding_dict` list, worst first), `totals`, `host` and
     `unavailable` as in an interval record."""
     iv = t.interval
     return {
         "cgroup": t.cgroup,
+        "workload": describe(t.cgroup),
         "budget": budget_dict(t.budget),
         "verdict": t.state,
         "findings": [finding_dict(f) for f in t.assessment.findings],
@@ -78,7 +80,8 @@ def node_summary_record(
 ) -> dict[str, Any]:
     """The end of `watch --all`: `type` "node-summary", `timestamp`, `node` (`vcpus`,
     `duration_s`, `samples`, `totals` over the run), `targets` (per cgroup that held load at
-    least once: `cgroup` and its whole-run `summary_dict`, worst verdict first)."""
+    least once: `cgroup`, `workload` as in `target_record`, and its whole-run `summary_dict`,
+    worst verdict first)."""
     ordered = sorted(summaries.items(), key=lambda kv: _summary_rank(kv[0], kv[1]))
     return {
         "type": "node-summary",
@@ -91,7 +94,9 @@ def node_summary_record(
             "samples": node.samples,
             "totals": _totals_dict(node.totals),
         },
-        "targets": [{"cgroup": key, **summary_dict(s)} for key, s in ordered],
+        "targets": [
+            {"cgroup": key, "workload": describe(key), **summary_dict(s)} for key, s in ordered
+        ],
     }
 
 

@@ -121,9 +121,17 @@ class NodeSource:
 
     kind = "cgroup"
 
-    def __init__(self, top: CgroupRef, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        top: CgroupRef,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        jobs: CgroupRef | None = None,
+    ) -> None:
         self.top = top
-        self.sampler = NodeSampler(top, clock=clock)
+        self.jobs = jobs
+        """The v1 cpuset hierarchy's root where SLURM jobs may be found only there."""
+        self.sampler = NodeSampler(top, jobs=jobs, clock=clock)
         self.node_budget = node_budget()
         self._budgets = _Budgets(clock)
 
@@ -133,15 +141,17 @@ class NodeSource:
         for pid, key in self.sampler.group.items():
             if pid in sample.processes and (key not in first or pid < first[key]):
                 first[key] = pid
-        budgets = {
-            key: self._budgets.get(ref_of(key, self.top.hierarchy), pid)
-            for key, pid in first.items()
-        }
+        budgets = {key: self._budgets.get(self._ref(key), pid) for key, pid in first.items()}
         self._budgets.forget(budgets)
         stat_paths = {k: b.quota.stat_path if b.quota else None for k, b in budgets.items()}
         split = self.sampler.split(sample, stat_paths)
         targets = {key: (s, budgets[key]) for key, s in split.items()}
         return Reading(sample.t, targets, sample, True)
+
+    def _ref(self, key: str) -> CgroupRef:
+        if self.jobs is not None and key in self.sampler.from_jobs:
+            return ref_of(key, self.jobs.hierarchy)
+        return ref_of(key, self.top.hierarchy)
 
     def cgroup_of(self, target: str) -> str:
         return target
