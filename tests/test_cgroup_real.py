@@ -38,16 +38,28 @@ def _start(spawn: Spawner, joins: list[str], procs: int, threads: int) -> subpro
     )
 
 
-def _oversub(args: list[str], cpu: int) -> Any:
-    out = subprocess.run(
+def _launch(args: list[str], cpu: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [*OVERSUB, *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=90,
         preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
     )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+
+
+def _result(run: subprocess.Popen[str]) -> Any:
+    try:
+        out, err = run.communicate(timeout=90)
+    finally:
+        run.kill()
+        run.wait()
+    assert run.returncode == 0, err
+    return json.loads(out)
+
+
+def _oversub(args: list[str], cpu: int) -> Any:
+    return _result(_launch(args, cpu))
 
 
 @pytest.mark.skipif(len(AFFINITY) < 2, reason="two cgroups on their own CPUs need two CPUs")
@@ -92,3 +104,49 @@ def test_each_cgroup_is_judged_against_its_own_budget(spawn: Spawner) -> None:
     assert targets[busy]["vcpus"] == targets[calm]["vcpus"] == 1
     assert node["node"]["vcpus"] >= len(AFFINITY)
     assert node["node"]["totals"]["demand"] >= targets[busy]["totals"]["demand"]
+
+
+@pytest.mark.skipif(len(AFFINITY) < 2, reason="oversub needs a CPU beside the loaded one")
+def test_cgroup_and_all_agree_on_one_cgroup_under_outside_load(spawn: Spawner) -> None:
+    """`watch --cgroup` and `watch --all` side by side on the same cgroup over the same
+    interval, 10 times: 2 processes x 2 busy threads on one CPU with a low CPU weight and a
+    busy loop outside the cgroup on that CPU, so each process runs about one clock tick per
+    interval while its threads wait. Node mode once reused such a process's reading (no
+    tick moved) and lost its waiting: starved or unseen, where --cgroup said oversubscribed
+    (2 runs in 3 at this weight, measured)."""
+    loaded, observer = AFFINITY[0], AFFINITY[-1]
+    judged = ["--duration", "3", "--interval", "0.5", "--format", "json"]
+    with pinned_cgroup(loaded, starved=True) as (busy, joins):
+        job = _start(spawn, joins, 2, 2)
+        outside = spawn(
+            [*OVERSUB, "stress", "--procs", "1", "--threads", "1", "--seconds", "120"],
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, {loaded}),
+        )
+        runs = []
+        try:
+            wait_until(lambda: busy_workers(job.pid, 2, 2), what="the oversubscribed tree")
+            wait_until(lambda: busy_workers(outside.pid, 1, 1), what="the busy loop outside")
+            for _ in range(10):
+                one = _launch(["watch", "--cgroup", busy, *judged], observer)
+                node = _launch(["watch", "--all", *judged], observer)
+                alone, everything = _result(one), _result(node)
+                seen = {t["cgroup"]: t for t in everything["targets"]}.get(busy)
+                runs.append(
+                    (
+                        alone["verdict"],
+                        alone["totals"]["demand"],
+                        None if seen is None else seen["verdict"],
+                        None if seen is None else seen["totals"]["demand"],
+                    )
+                )
+        finally:
+            for proc in (job, outside):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+    # (verdict, demand) of --cgroup, then of --all, per run.
+    assert [r for r in runs if r[0] != r[2]] == [], runs
+    assert all(r[0] == "oversubscribed" for r in runs), runs
