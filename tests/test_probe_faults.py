@@ -26,8 +26,10 @@ from oversub.analysis.recommend import synthetic_budget
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
 from oversub.probe.sampler import TreeSampler
-from oversub.run.session import SessionOptions, run_session
+from oversub.run.node import TreeSource
+from oversub.run.session import SessionOptions, follow
 from oversub.samples import TreeSample
+from oversub.targets import Target
 from oversub.thresholds import Thresholds
 from tests.fault_tree import KINDS, VanishingPid
 
@@ -215,9 +217,8 @@ def test_session_root_reaped_while_its_threads_are_read(
         return True
 
     with TreeSampler(root) as s:
-        result = run_session(
-            s, synthetic_budget(2), SessionOptions(interval=0.1), should_stop=should_stop
-        )
+        source = TreeSource(Target.tree(root), synthetic_budget(2), s, None)
+        result = follow(source, SessionOptions(interval=0.1), should_stop=should_stop)
     monkeypatch.undo()
     assert fault.fired
     assert result.summary.target_exited is True
