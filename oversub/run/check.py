@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from oversub.results import Assessment, CheckOutcome, Interval
 from oversub.run import stopsignals
-from oversub.run.session import RunResult, SessionOptions, each_interval, follow
+from oversub.run.session import RunResult, SessionOptions, each_interval
 from oversub.targets import Target
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ def _run_command(
 ) -> CheckOutcome:
     from oversub.run.node import attach
     from oversub.run.runner import TreeReaper, start_command
+    from oversub.run.session import follow
 
     proc: subprocess.Popen[bytes] | None = None
     reaper: TreeReaper | None = None
@@ -187,6 +188,7 @@ def _run_attached(
     target: Target, budget: Budget, session: SessionOptions, progress: Progress
 ) -> CheckOutcome:
     from oversub.run.node import attach
+    from oversub.run.session import follow
 
     with stopsignals.interrupt(), contextlib.closing(attach(target, budget)) as source:
         progress.attached(target.pid, session)

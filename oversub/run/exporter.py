@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from oversub.analysis import fleet
-from oversub.run.session import RunResult, SessionOptions, Source, follow
+from oversub.run.session import RunResult, SessionOptions, Source
 from oversub.targets import Counters, Exported, Round, TargetResult
 
 
@@ -81,6 +81,8 @@ class Exporter:
             return self._latest
 
     def run(self) -> RunResult:
+        from oversub.run.session import follow
+
         return follow(
             self.source,
             self.options,
