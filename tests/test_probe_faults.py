@@ -26,7 +26,7 @@ from oversub.analysis.recommend import synthetic_budget
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
 from oversub.probe.sampler import TreeSampler
-from oversub.run.node import TreeSource
+from oversub.run.node import OneSource
 from oversub.run.session import SessionOptions, follow
 from oversub.samples import TreeSample
 from oversub.targets import Target
@@ -217,7 +217,7 @@ def test_session_root_reaped_while_its_threads_are_read(
         return True
 
     with TreeSampler(root) as s:
-        source = TreeSource(Target.tree(root), synthetic_budget(2), s, None)
+        source = OneSource(Target.tree(root), s, synthetic_budget(2), "")
         result = follow(source, SessionOptions(interval=0.1), should_stop=should_stop)
     monkeypatch.undo()
     assert fault.fired

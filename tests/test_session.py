@@ -4,7 +4,7 @@ when the sampler cannot keep the interval asked for."""
 from __future__ import annotations
 
 from oversub.analysis.recommend import synthetic_budget
-from oversub.run.node import TreeSource
+from oversub.run.node import OneSource
 from oversub.run.session import SLOW_PACE, SessionOptions, follow
 from oversub.samples import HostSample, ProcessSample, TreeSample
 from oversub.targets import Target
@@ -58,7 +58,7 @@ class Sampler:
 def _run(options: SessionOptions, cost: float = 0.0) -> tuple[Sampler, Clock, list[str]]:
     clock = Clock()
     sampler = Sampler(clock, cost)
-    source = TreeSource(Target.tree(ROOT), synthetic_budget(2), sampler, None)  # type: ignore[arg-type]
+    source = OneSource(Target.tree(ROOT), sampler, synthetic_budget(2), "")  # type: ignore[arg-type]
     result = follow(source, options, sleep=clock.sleep, clock=clock)
     return sampler, clock, list(result.summary.notes)
 

@@ -2,9 +2,9 @@
 (`run.session.follow`) reads each interval, with its budget.
 
 A tree's source reads its process tree (`probe.sampler.TreeSampler`), a cgroup's every
-process of it and of the cgroups below it (`probe.cgroup_sampler.CgroupSampler`), the
-node's every process once, split by cgroup (`NodeSampler`), plus the node itself. Each
-reading says whether its target is up (`Target.gone`, the one test of an exit).
+process of it and of the cgroups below it (`CgroupSampler`), the node's every process once,
+split by cgroup (`NodeSampler`), and the node. Each reading says whether its target is up
+(`Target.gone`, the one test of an exit).
 """
 
 from __future__ import annotations
@@ -33,40 +33,54 @@ def attach(target: Target, budget: Budget | None = None) -> Source:
     """The source that reads `target`: against `budget` when given (a tree: read from its
     root when not; a cgroup: its own, read again every `BUDGET_REFRESH_S`). Raises
     NoSuchCgroup / UsageError for a cgroup path that names none."""
-    if target.kind is TargetKind.TREE:
-        from oversub.run.runner import ExitWatch
-
-        if budget is None:
-            from oversub.probe.budget import read_budget
-
-            budget = read_budget(target.pid)
-        sampler = TreeSampler.for_budget(target.pid, budget, adopter=target.adopter)
-        return TreeSource(target, budget, sampler, ExitWatch(target.pid))
     from oversub.probe.cgroup_target import find_hierarchy, resolve_cgroup
 
+    if target.kind is TargetKind.TREE:
+        from oversub.probe.budget import read_budget
+        from oversub.run.runner import ExitWatch
+
+        sampler = TreeSampler(target.pid, adopter=target.adopter)
+        budget = budget or read_budget(target.pid)
+        return OneSource(target, sampler, budget, _own_cgroup(target.pid), ExitWatch(target.pid))
     if target.kind is TargetKind.CGROUP:
-        return CgroupSource(target, resolve_cgroup(target.cgroup), budget)
+        ref = resolve_cgroup(target.cgroup)
+        return OneSource(Target.of_cgroup(ref.path), CgroupSampler(ref), budget, ref.path, ref=ref)
     hierarchy = find_hierarchy()
     return NodeSource(ref_of(hierarchy.mount.root, hierarchy))
 
 
-class TreeSource:
-    """One process tree (`watch PID`, `check`, `serve --pid`), under the target's name."""
+class OneSource:
+    """One target: a process tree (under the target's name), or a cgroup and the cgroups
+    below it (under its path)."""
 
-    kind = TargetKind.TREE
     node_budget: Budget | None = None
 
     def __init__(
-        self, target: Target, budget: Budget, sampler: TreeSampler, exit_watch: ExitWatch | None
+        self,
+        target: Target,
+        sampler: TreeSampler,
+        budget: Budget | None,
+        cgroup: str,
+        exit_watch: ExitWatch | None = None,
+        *,
+        ref: CgroupRef | None = None,
     ) -> None:
-        self.target = target
-        self.budget = budget
-        self.sampler = sampler
-        self._cgroup = _own_cgroup(target.pid)
-        self._exit = exit_watch
+        self.target, self.kind, self.sampler = target, target.kind, sampler
+        self._cgroup, self._exit, self._ref = cgroup, exit_watch, ref
+        self._budgets = _Budgets(time.monotonic) if budget is None else None
+        self.budget = self._budget(None) if budget is None else budget
+        sampler.throttle_stat_path = self.budget.quota.stat_path if self.budget.quota else None
+
+    def _budget(self, member: int | None) -> Budget:
+        assert self._budgets is not None and self._ref is not None
+        return self._budgets.get(self._ref, member)
 
     def read(self) -> Reading:
         sample = self.sampler.sample()
+        if self._budgets is not None:  # a cgroup's own budget, refreshed (`serve`)
+            self.budget = self._budget(min(sample.processes, default=None))
+            quota = self.budget.quota
+            self.sampler.throttle_stat_path = quota.stat_path if quota else None
         up = not self.target.gone(sample)
         return Reading(sample.t, {self.target.name: (sample, self.budget)}, None, up)
 
@@ -74,53 +88,13 @@ class TreeSource:
         return self._cgroup
 
     def exiting(self) -> bool:
-        # A pidfd turns readable when the whole thread group has exited: a run ends then,
-        # not at the end of the interval.
+        # A tree's pidfd turns readable when its whole thread group has exited: the run
+        # ends then, not at the end of the interval. A removed cgroup: the next reading.
         return self._exit is not None and self._exit.gone()
 
     def close(self) -> None:
         if self._exit is not None:
             self._exit.close()
-        self.sampler.close()
-
-
-class CgroupSource:
-    """One cgroup and the cgroups below it (`--cgroup`)."""
-
-    kind = TargetKind.CGROUP
-    node_budget: Budget | None = None
-
-    def __init__(
-        self,
-        target: Target,
-        ref: CgroupRef,
-        budget: Budget | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.target = target
-        self.ref = ref
-        self._fixed = budget
-        self._budgets = _Budgets(clock)
-        budget = budget or self._budgets.get(ref, None)
-        stat = budget.quota.stat_path if budget.quota else None
-        self.sampler = CgroupSampler(ref, throttle_stat_path=stat, clock=clock)
-
-    def read(self) -> Reading:
-        sample = self.sampler.sample()
-        budget = self._fixed
-        if budget is None:
-            budget = self._budgets.get(self.ref, min(sample.processes, default=None))
-            self.sampler.throttle_stat_path = budget.quota.stat_path if budget.quota else None
-        up = not self.target.gone(sample)
-        return Reading(sample.t, {self.ref.path: (sample, budget)}, None, up)
-
-    def cgroup_of(self, target: str) -> str:
-        return self.ref.path
-
-    def exiting(self) -> bool:
-        return False  # a removed cgroup is seen by the next reading
-
-    def close(self) -> None:
         self.sampler.close()
 
 
