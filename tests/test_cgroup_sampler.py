@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oversub.analysis.rates import interval
+from oversub.analysis.rates import counted, interval
 from oversub.errors import NoSuchCgroup
 from oversub.probe.cgroup import CgroupMount
 from oversub.probe.cgroup_sampler import CgroupSampler, NodeSampler
@@ -81,7 +81,7 @@ def test_node_mode_reuses_an_idle_process_and_rereads_one_that_ran(tmp_path: Pat
     s3 = sampler.sample()
     assert s3.processes[100] is not s2.processes[100]
     assert s3.processes[200] is s1.processes[200]
-    iv = interval(s2, s3, 2, Thresholds())
+    iv = counted(interval(s2, s3, 2), Thresholds())
     busy = next(p for p in iv.processes if p.pid == 100)
     assert busy.cpu_s == pytest.approx(0.4, abs=0.01)
     assert busy.delay_s == pytest.approx(0.1, abs=0.01)
@@ -108,6 +108,6 @@ def test_node_mode_rereads_a_process_whose_threads_wait_without_a_tick(tmp_path:
     s2 = sampler.sample()
     assert s2.processes[100] is not s1.processes[100]
     assert s2.processes[200] is s1.processes[200]  # asleep, nothing moved: still reused
-    waiting = next(p for p in interval(s1, s2, 1, Thresholds()).processes if p.pid == 100)
+    waiting = next(p for p in counted(interval(s1, s2, 1), Thresholds()).processes if p.pid == 100)
     assert waiting.delay_s == pytest.approx(0.9, abs=0.01)
     assert waiting.active_threads == 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from oversub.analysis.policy import gate
-from oversub.analysis.rates import interval
+from oversub.analysis.rates import counted, interval
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
 from oversub.errors import NoSuchProcess, PermissionDenied
@@ -66,7 +66,7 @@ def test_sampling_the_whole_machine_twice_is_sane_and_never_raises() -> None:
         time.sleep(0.2)  # the interval measured, not a wait for readiness
         second = sampler.sample()
     assert 1 in first.processes and len(first.processes) >= 1
-    iv = interval(first, second, budget.vcpus, Thresholds())
+    iv = counted(interval(first, second, budget.vcpus), Thresholds())
     _check_interval(iv)
     assessment = assess(iv, Thresholds())
     assert assessment.verdict in set(Verdict)

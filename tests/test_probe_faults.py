@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from oversub import errors
-from oversub.analysis.rates import interval
+from oversub.analysis.rates import counted, interval
 from oversub.analysis.recommend import synthetic_budget
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
@@ -96,7 +96,7 @@ def _analyse(samples: list[TreeSample], target_exited: bool) -> None:
     th = Thresholds()
     run = RunSummary()
     for prev, curr in itertools.pairwise(samples):
-        iv = interval(prev, curr, 2, th)
+        iv = counted(interval(prev, curr, 2), th)
         assess(iv, th)
         run.add(iv)
     run.result(synthetic_budget(2), th, target_exited=target_exited)

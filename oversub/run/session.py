@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from oversub.analysis import fleet
+from oversub.analysis.rates import counted
 from oversub.analysis.rates import interval as interval_between
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
@@ -175,7 +176,7 @@ def follow(
                 before = prev.targets.get(target)
                 if before is None:
                     continue
-                iv = interval_between(before[0], sample, budget.vcpus, th)
+                iv = counted(interval_between(before[0], sample, budget.vcpus), th)
                 a = assess(iv, th)
                 if keep_summaries:  # only then: a long `serve` must not keep every target seen
                     run, _ = runs[target]
@@ -191,7 +192,7 @@ def follow(
             if curr.node is not None and prev.node is not None:
                 nb = source.node_budget
                 assert nb is not None
-                iv = interval_between(prev.node, curr.node, nb.vcpus, th)
+                iv = counted(interval_between(prev.node, curr.node, nb.vcpus), th)
                 if node_run is not None:
                     node_run.add(iv)
                 node = TargetResult("/", TargetKind.NODE, "/", nb, iv, assess(iv, th), "")
