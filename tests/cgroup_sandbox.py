@@ -120,8 +120,8 @@ def pinned_cgroup(
     pinned to the same CPU waited 0.5 % of its time).
 
     `starved`: a CPU weight of 3 % of the default, so that a busy loop beside it on that CPU
-    leaves each of its processes about one clock tick of CPU per half second while its
-    threads stay runnable: the load of a busy node, made on purpose.
+    leaves each of its processes a few milliseconds of CPU per 0.1 s while its threads stay
+    runnable: the load of a busy node, made on purpose.
 
     Yields (its path as /proc/PID/cgroup shows it, the `cgroup.procs` files a task writes
     its pid to to join it). Every task must be gone before the block ends.

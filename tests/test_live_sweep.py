@@ -61,7 +61,8 @@ def _check_interval(iv: Interval) -> None:
 
 def test_sampling_the_whole_machine_twice_is_sane_and_never_raises() -> None:
     budget = read_budget(1) if Path("/proc/1/status").exists() else read_budget()
-    with TreeSampler.for_budget(1, budget) as sampler:
+    stat = budget.quota.stat_path if budget.quota else None
+    with TreeSampler(1, throttle_stat_path=stat) as sampler:
         first = sampler.sample()
         time.sleep(0.2)  # the interval measured, not a wait for readiness
         second = sampler.sample()

@@ -37,10 +37,9 @@ class CgroupSampler(TreeSampler):
         ref: CgroupRef,
         *,
         root: str = "/",
-        throttle_stat_path: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(0, root=root, throttle_stat_path=throttle_stat_path, clock=clock)
+        super().__init__(0, root=root, clock=clock)
         self.ref = ref
         self._gone = False
 
