@@ -108,9 +108,7 @@ def _mount_of(controller: str) -> CgroupMount | None:
 
 
 @contextmanager
-def pinned_cgroup(
-    cpu: int, *, favoured: bool = False, starved: bool = False
-) -> Iterator[tuple[str, list[str]]]:
+def pinned_cgroup(cpu: int, *, favoured: bool = False) -> Iterator[tuple[str, list[str]]]:
     """A new cgroup of the hierarchy that holds the cpu controller whose tasks run on CPU
     `cpu` only (a cpuset: v1's own hierarchy, or v2's controller in the same directory).
 
@@ -118,10 +116,6 @@ def pinned_cgroup(
     else the shared machine runs on that CPU cannot make its tasks wait: a healthy tree
     stays healthy whatever the outside load (measured: one busy thread beside a busy loop
     pinned to the same CPU waited 0.5 % of its time).
-
-    `starved`: a CPU weight of 3 % of the default, so that a busy loop beside it on that CPU
-    leaves each of its processes a few milliseconds of CPU per 0.1 s while its threads stay
-    runnable: the load of a busy node, made on purpose.
 
     Yields (its path as /proc/PID/cgroup shows it, the `cgroup.procs` files a task writes
     its pid to to join it). Every task must be gone before the block ends.
@@ -133,9 +127,8 @@ def pinned_cgroup(
         directory = os.path.join(parent, name)
         os.mkdir(directory)
         made.append(directory)
-        if favoured or starved:
-            v1, v2 = ("262144", "10000") if favoured else ("31", "3")
-            weight = ("cpu.shares", v1) if mount.version == 1 else ("cpu.weight", v2)
+        if favoured:
+            weight = ("cpu.shares", "262144") if mount.version == 1 else ("cpu.weight", "10000")
             if os.path.exists(os.path.join(directory, weight[0])):
                 write(os.path.join(directory, weight[0]), weight[1])
         if mount.version == 1:

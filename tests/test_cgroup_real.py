@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.cgroup_sandbox import pinned_cgroup
+from tests.cgroup_sandbox import pinned_cgroup, quota_cgroup
 from tests.harness import OVERSUB, Spawner, busy_workers, wait_until
 
 pytestmark = pytest.mark.integration
@@ -106,31 +106,29 @@ def test_each_cgroup_is_judged_against_its_own_budget(spawn: Spawner) -> None:
     assert node["node"]["totals"]["demand"] >= targets[busy]["totals"]["demand"]
 
 
-@pytest.mark.skipif(len(AFFINITY) < 2, reason="oversub needs a CPU beside the loaded one")
 def test_cgroup_and_all_agree_on_one_cgroup_under_outside_load(spawn: Spawner) -> None:
     """`watch --cgroup` and `watch --all` side by side on the same cgroup over the same
-    interval, 10 times: 2 processes x 2 busy threads on one CPU with a low CPU weight and a
-    busy loop outside the cgroup on that CPU, so each process runs less than one clock tick
-    (10 ms) in most intervals of 0.1 s while its threads wait. Node mode once reused such a
-    process's reading (no tick moved) and lost its waiting: starved or unseen, where
-    --cgroup said oversubscribed."""
-    loaded, observer = AFFINITY[0], AFFINITY[-1]
-    judged = ["--duration", "3", "--interval", "0.1", "--format", "json"]
-    with pinned_cgroup(loaded, starved=True) as (busy, joins):
-        job = _start(spawn, joins, 2, 2)
+    interval, 10 times, with a busy loop outside it: 2 processes x 2 busy threads under a
+    CPU quota of 1 % of a CPU, so each process runs a few milliseconds per interval, less
+    than one clock tick in most, while its threads wait all the time. Node mode once reused
+    such a process's reading (no tick moved) and lost its waiting: the cgroup --cgroup
+    judged oversubscribed was starved, or not seen, for --all."""
+    judged = ["--duration", "3", "--interval", "0.5", "--format", "json"]
+    with quota_cgroup(0.01) as (mount, directory, _):
+        busy = mount.root.rstrip("/") + directory[len(mount.mount_point) :]
+        job = _start(spawn, [os.path.join(directory, "cgroup.procs")], 2, 2)
         outside = spawn(
             [*OVERSUB, "stress", "--procs", "1", "--threads", "1", "--seconds", "120"],
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=lambda: os.sched_setaffinity(0, {loaded}),
         )
         runs = []
         try:
             wait_until(lambda: busy_workers(job.pid, 2, 2), what="the oversubscribed tree")
             wait_until(lambda: busy_workers(outside.pid, 1, 1), what="the busy loop outside")
             for _ in range(10):
-                one = _launch(["watch", "--cgroup", busy, *judged], observer)
-                node = _launch(["watch", "--all", *judged], observer)
+                one = _launch(["watch", "--cgroup", busy, *judged], AFFINITY[-1])
+                node = _launch(["watch", "--all", *judged], AFFINITY[-1])
                 alone, everything = _result(one), _result(node)
                 seen = {t["cgroup"]: t for t in everything["targets"]}.get(busy)
                 runs.append(
