@@ -149,3 +149,6 @@ def test_cgroup_and_all_agree_on_one_cgroup_under_outside_load(spawn: Spawner) -
     print(runs)
     assert [r for r in runs if r[0] != r[2]] == [], runs
     assert all(r[0] == "oversubscribed" for r in runs), runs
+    # The same demand too, within what two runs a few milliseconds apart differ by (20 % at
+    # most in 30 measured pairs; node mode's reuse lost 40-75 % of it).
+    assert all(abs(r[3] - r[1]) <= 0.35 * r[1] for r in runs), runs
