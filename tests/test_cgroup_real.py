@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.cgroup_sandbox import pinned_cgroup, quota_cgroup
+from tests.cgroup_sandbox import pinned_cgroup, quota_cgroup, write
 from tests.harness import OVERSUB, Spawner, busy_workers, wait_until
 
 pytestmark = pytest.mark.integration
@@ -56,6 +56,14 @@ def _result(run: subprocess.Popen[str]) -> Any:
         run.wait()
     assert run.returncode == 0, err
     return json.loads(out)
+
+
+def _set_quota(version: int, directory: str, cpus: float) -> None:
+    period = 100_000
+    if version == 1:
+        write(os.path.join(directory, "cpu.cfs_quota_us"), str(round(cpus * period)))
+    else:
+        write(os.path.join(directory, "cpu.max"), f"{round(cpus * period)} {period}")
 
 
 def _oversub(args: list[str], cpu: int) -> Any:
@@ -114,7 +122,9 @@ def test_cgroup_and_all_agree_on_one_cgroup_under_outside_load(spawn: Spawner) -
     such a process's reading (no tick moved) and lost its waiting: the cgroup --cgroup
     judged oversubscribed was starved, or not seen, for --all."""
     judged = ["--duration", "3", "--interval", "0.5", "--format", "json"]
-    with quota_cgroup(0.01) as (mount, directory, _):
+    # The tree starts under a whole CPU (Python's start-up at 1 % would take half a minute)
+    # and is stopped under it again (a killed process must run to exit).
+    with quota_cgroup(1.0) as (mount, directory, _):
         busy = mount.root.rstrip("/") + directory[len(mount.mount_point) :]
         job = _start(spawn, [os.path.join(directory, "cgroup.procs")], 2, 2)
         outside = spawn(
@@ -126,6 +136,7 @@ def test_cgroup_and_all_agree_on_one_cgroup_under_outside_load(spawn: Spawner) -
         try:
             wait_until(lambda: busy_workers(job.pid, 2, 2), what="the oversubscribed tree")
             wait_until(lambda: busy_workers(outside.pid, 1, 1), what="the busy loop outside")
+            _set_quota(mount.version, directory, 0.01)
             for _ in range(10):
                 one = _launch(["watch", "--cgroup", busy, *judged], AFFINITY[-1])
                 node = _launch(["watch", "--all", *judged], AFFINITY[-1])
@@ -140,6 +151,7 @@ def test_cgroup_and_all_agree_on_one_cgroup_under_outside_load(spawn: Spawner) -
                     )
                 )
         finally:
+            _set_quota(mount.version, directory, 1.0)
             for proc in (job, outside):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
