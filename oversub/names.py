@@ -103,6 +103,17 @@ class CheckMode(Name):
     """`check --procs M --threads T`: judge a plan, sample nothing."""
 
 
+class TargetKind(Name):
+    """What a command follows (`targets.Target`); the `kind` of a target in node mode."""
+
+    TREE = "tree"
+    """A process tree: a pid and its descendants (`watch PID`, `check`, `serve --pid`)."""
+    CGROUP = "cgroup"
+    """Every process of a cgroup and of the cgroups below it (`--cgroup`, `--all`'s rows)."""
+    NODE = "node"
+    """The whole node (`--all`): every cgroup that holds load, and the node's totals."""
+
+
 class Shell(Name):
     """Shells `oversub completion` writes a script for."""
 

@@ -98,4 +98,4 @@ class TreeSample:
     refused (`names.DENIED`, "live_pools")."""
     gone: bool = False
     """A target without a root process (`root_pid` 0: a cgroup) no longer exists: its
-    cgroup was removed. A process tree is gone when its root is (`run.session`)."""
+    cgroup was removed. A process tree is gone when its root is (`targets.Target.gone`)."""

@@ -1,7 +1,5 @@
-"""Many targets over one interval (`watch --all`, `serve`): what the node loop hands on.
-
-Kinds of target: "tree" (a process tree, `serve --pid`), "cgroup" (one cgroup and the
-cgroups below it) and "node" (the whole node, `/`, with `--all`).
+"""What a command follows (`Target`: a process tree, a cgroup or the node) and what the one
+sampling loop hands on each interval (`TargetResult`, `Round`) and `serve` exposes.
 """
 
 from __future__ import annotations
@@ -10,7 +8,48 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from oversub.model import Budget
+from oversub.names import TargetKind
 from oversub.results import Assessment, Interval
+from oversub.samples import TreeSample
+
+
+@dataclass(frozen=True)
+class Target:
+    """What `watch`, `check` and `serve` follow; `run.node.attach` makes its source."""
+
+    kind: TargetKind
+    pid: int = 0
+    """A tree's root process (0 otherwise)."""
+    cgroup: str = ""
+    """A cgroup's path as /proc/PID/cgroup shows it ("" otherwise)."""
+    name: str = "tree"
+    """A tree's name in `serve`'s labels (`--name`)."""
+    adopter: int | None = None
+    """A tree started by oversub as its child subreaper: oversub's pid (orphans count)."""
+
+    @classmethod
+    def tree(cls, pid: int, *, name: str = "tree", adopter: int | None = None) -> Target:
+        return cls(TargetKind.TREE, pid=pid, name=name, adopter=adopter)
+
+    @classmethod
+    def of_cgroup(cls, path: str) -> Target:
+        return cls(TargetKind.CGROUP, cgroup=path, name=path)
+
+    @classmethod
+    def node(cls) -> Target:
+        return cls(TargetKind.NODE, name="/")
+
+    def gone(self, sample: TreeSample) -> bool:
+        """The target has exited, from one sample of it: the one test of an exit.
+
+        A tree: its root is missing, a zombie waiting for its parent to reap it, or listed
+        but with no thread left to read (reaped between the /proc scan and the task reads).
+        A cgroup is gone when it was removed (while empty it is only idle); the node never.
+        """
+        if self.kind is not TargetKind.TREE:
+            return sample.gone
+        root = sample.processes.get(self.pid)
+        return root is None or all(t.state in "ZX" for t in root.threads)
 
 
 @dataclass(frozen=True)
@@ -19,8 +58,7 @@ class TargetResult:
 
     target: str
     """Its name: the cgroup path, the tree's `--name`, or "/" for the node."""
-    kind: str
-    """"tree", "cgroup" or "node"."""
+    kind: TargetKind
     cgroup: str
     """The cgroup path (a tree: its root process's; "" when unknown)."""
     budget: Budget

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from oversub.analysis.rates import interval
+from oversub.analysis.rates import counted, interval
 from oversub.model import Budget
 from oversub.results import Interval
 from oversub.samples import HostSample, ProcessSample, ThreadSample, ThrottleStat, TreeSample
@@ -211,7 +211,7 @@ def analyse(
 ) -> Interval:
     """`rates.interval` of a synthetic tree pair."""
     prev, curr = tree_pair(procs, dt=dt, host=host, t0=t0)
-    return interval(prev, curr, vcpus, thresholds or Thresholds())
+    return counted(interval(prev, curr, vcpus), thresholds or Thresholds())
 
 
 def budget(vcpus: int, pid: int = ROOT) -> Budget:
@@ -301,5 +301,5 @@ def oversubscribed_run(
             Proc(150, (Load(cpu=0.3), Load(cpu=0.1, delay=0.25), IDLE), ppid=ROOT),
         ]
         prev, curr = tree_pair(procs, dt=dt, t0=T0 + i * dt, host=Host(outside=0.1 * i))
-        out.append(interval(prev, curr, 2, Thresholds()))
+        out.append(counted(interval(prev, curr, 2), Thresholds()))
     return out

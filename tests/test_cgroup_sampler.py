@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oversub.analysis.rates import interval
+from oversub.analysis.rates import counted, interval
 from oversub.errors import NoSuchCgroup
 from oversub.probe.cgroup import CgroupMount
 from oversub.probe.cgroup_sampler import CgroupSampler, NodeSampler
@@ -81,7 +81,7 @@ def test_node_mode_reuses_an_idle_process_and_rereads_one_that_ran(tmp_path: Pat
     s3 = sampler.sample()
     assert s3.processes[100] is not s2.processes[100]
     assert s3.processes[200] is s1.processes[200]
-    iv = interval(s2, s3, 2, Thresholds())
+    iv = counted(interval(s2, s3, 2), Thresholds())
     busy = next(p for p in iv.processes if p.pid == 100)
     assert busy.cpu_s == pytest.approx(0.4, abs=0.01)
     assert busy.delay_s == pytest.approx(0.1, abs=0.01)
@@ -112,3 +112,27 @@ def test_node_mode_finds_a_slurm_job_through_the_cpuset_hierarchy(tmp_path: Path
     sampler.sample()
     assert sampler.group == {100: "/a", 200: "/b/inner", 300: "/slurm_vm/uid_0/job_7"}
     assert sampler.from_jobs == {"/slurm_vm/uid_0/job_7"}
+
+
+def test_node_mode_rereads_a_process_whose_threads_wait_without_a_tick(tmp_path: Path) -> None:
+    """A starved process: its busy threads are runnable all the time but ran less than one
+    clock tick, so nothing in its stat line moves. Reusing its reading would lose its run
+    delay (the oversubscribed cgroup judged starved by --all while --cgroup saw it)."""
+    fake, hierarchy, top = _world(tmp_path)
+    proc = fake.processes[100]
+    proc.threads[1].state = "R"
+    fake.write(proc)
+    ticks = iter(range(100))
+    sampler = NodeSampler(
+        CgroupRef("/", str(top), hierarchy), root=str(tmp_path), clock=lambda: float(next(ticks))
+    )
+    s1 = sampler.sample()
+    proc.threads[1].cpu_ns += 5_000_000  # 5 ms: no tick
+    proc.threads[1].run_delay_ns += 900_000_000
+    fake.write(proc)
+    s2 = sampler.sample()
+    assert s2.processes[100] is not s1.processes[100]
+    assert s2.processes[200] is s1.processes[200]  # asleep, nothing moved: still reused
+    waiting = next(p for p in counted(interval(s1, s2, 1), Thresholds()).processes if p.pid == 100)
+    assert waiting.delay_s == pytest.approx(0.9, abs=0.01)
+    assert waiting.active_threads == 1

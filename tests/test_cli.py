@@ -279,11 +279,11 @@ def test_watch_reads_pyproject_and_flags_win(
     monkeypatch.chdir(tmp_path)
     seen: list[SessionOptions] = []
 
-    def fake_run_session(*args: Any, **kwargs: Any) -> Any:
-        seen.append(args[2])
+    def fake_follow(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[1])
         raise KeyboardInterrupt  # enough: the options are what this test is about
 
-    monkeypatch.setattr(oversub.run.session, "run_session", fake_run_session)
+    monkeypatch.setattr(oversub.run.session, "follow", fake_follow)
     pid = str(os.getpid())
     code, _, _ = run(["watch", pid, "--format", "json"], capsys)
     assert code == ExitStatus.INTERRUPTED

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from oversub.names import TargetKind
 from oversub.render.metrics import exported_targets, families, label
 from oversub.run.exporter import Exporter
-from oversub.run.node import Reading
-from oversub.run.session import SessionOptions
+from oversub.run.session import Reading, SessionOptions
 from oversub.samples import TreeSample
 from tests.metrics_contract import documented_metrics
 from tests.samples import IDLE, Load, Proc, budget, tree_pair
@@ -38,7 +38,8 @@ class Clock:
 class Scripted:
     """Readings given in advance: target -> its three samples, present at some readings."""
 
-    kind = "cgroup"
+    kind = TargetKind.CGROUP
+    node_budget = None
 
     def __init__(self, targets: dict[str, tuple[list[TreeSample], set[int]]]) -> None:
         self.targets = targets
@@ -57,6 +58,9 @@ class Scripted:
     def cgroup_of(self, target: str) -> str:
         return target
 
+    def exiting(self) -> bool:
+        return False
+
     def close(self) -> None:
         pass
 
@@ -71,12 +75,14 @@ def _run(source: Scripted, *, top: int = 20) -> Exporter:
         version="test",
         wall=lambda: 1.7e9,
     )
-    from oversub.run.node import run_node
+    from oversub.run.session import follow
 
-    run_node(
+    follow(
         source,
         exporter.options,
         on_round=exporter._round,
+        stop_at_exit=False,
+        keep_summaries=False,
         sleep=clock.sleep,
         clock=clock,
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from oversub.analysis.policy import gate
-from oversub.analysis.rates import interval
+from oversub.analysis.rates import counted, interval
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
 from oversub.errors import NoSuchProcess, PermissionDenied
@@ -61,12 +61,13 @@ def _check_interval(iv: Interval) -> None:
 
 def test_sampling_the_whole_machine_twice_is_sane_and_never_raises() -> None:
     budget = read_budget(1) if Path("/proc/1/status").exists() else read_budget()
-    with TreeSampler.for_budget(1, budget) as sampler:
+    stat = budget.quota.stat_path if budget.quota else None
+    with TreeSampler(1, throttle_stat_path=stat) as sampler:
         first = sampler.sample()
         time.sleep(0.2)  # the interval measured, not a wait for readiness
         second = sampler.sample()
     assert 1 in first.processes and len(first.processes) >= 1
-    iv = interval(first, second, budget.vcpus, Thresholds())
+    iv = counted(interval(first, second, budget.vcpus), Thresholds())
     _check_interval(iv)
     assessment = assess(iv, Thresholds())
     assert assessment.verdict in set(Verdict)

@@ -21,13 +21,15 @@ from typing import Any
 import pytest
 
 from oversub import errors
-from oversub.analysis.rates import interval
+from oversub.analysis.rates import counted, interval
 from oversub.analysis.recommend import synthetic_budget
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
 from oversub.probe.sampler import TreeSampler
-from oversub.run.session import SessionOptions, run_session
+from oversub.run.node import OneSource
+from oversub.run.session import SessionOptions, follow
 from oversub.samples import TreeSample
+from oversub.targets import Target
 from oversub.thresholds import Thresholds
 from tests.fault_tree import KINDS, VanishingPid
 
@@ -94,7 +96,7 @@ def _analyse(samples: list[TreeSample], target_exited: bool) -> None:
     th = Thresholds()
     run = RunSummary()
     for prev, curr in itertools.pairwise(samples):
-        iv = interval(prev, curr, 2, th)
+        iv = counted(interval(prev, curr, 2), th)
         assess(iv, th)
         run.add(iv)
     run.result(synthetic_budget(2), th, target_exited=target_exited)
@@ -215,9 +217,8 @@ def test_session_root_reaped_while_its_threads_are_read(
         return True
 
     with TreeSampler(root) as s:
-        result = run_session(
-            s, synthetic_budget(2), SessionOptions(interval=0.1), should_stop=should_stop
-        )
+        source = OneSource(Target.tree(root), s, synthetic_budget(2), "")
+        result = follow(source, SessionOptions(interval=0.1), should_stop=should_stop)
     monkeypatch.undo()
     assert fault.fired
     assert result.summary.target_exited is True

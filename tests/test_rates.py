@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from oversub.analysis.rates import interval
+from oversub.analysis.rates import counted, interval
 from oversub.results import HostRates, ProcessRates
 from oversub.samples import ProcessSample, TreeSample
 from oversub.thresholds import Thresholds
@@ -68,7 +68,7 @@ def test_processes_sorted_by_cpu_highest_first() -> None:
 def test_interval_not_later_than_previous_is_a_caller_bug(dt: float) -> None:
     prev, curr = tree_pair(busy_workers(1, 1))
     with pytest.raises(ValueError):
-        interval(prev, replace(curr, t=prev.t + dt), 2, TH)
+        counted(interval(prev, replace(curr, t=prev.t + dt), 2), TH)
 
 
 @pytest.mark.parametrize(("cpu", "active"), [(0.19, 0), (0.20, 1), (0.21, 1)])
@@ -98,7 +98,7 @@ def _with(sample: TreeSample, *procs: ProcessSample) -> TreeSample:
 def test_process_new_in_interval_counts_its_full_counters() -> None:
     prev, curr = tree_pair([Proc(ROOT, (IDLE,), ppid=1)])
     curr = _with(curr, _fresh(300, cpu_s=0.3, delay_s=0.1))
-    iv = interval(prev, curr, 2, TH)
+    iv = counted(interval(prev, curr, 2), TH)
     new = _by_pid(iv.processes)[300]
     assert new.cpu_percent == pytest.approx(30.0)
     assert new.demand == pytest.approx(0.4)
@@ -111,7 +111,7 @@ def test_process_new_in_interval_counts_its_full_counters() -> None:
 def test_thread_first_seen_with_old_counters_is_capped_at_the_interval() -> None:
     """A thread older than the interval cannot have run more than Δt within it."""
     prev, curr = tree_pair([Proc(ROOT, (BUSY,), ppid=1), Proc(201, (BUSY,))])
-    iv = interval(without(prev, 201), curr, 2, TH)
+    iv = counted(interval(without(prev, 201), curr, 2), TH)
     worker = _by_pid(iv.processes)[201]
     assert worker.cpu_percent == pytest.approx(100.0)
     assert worker.demand == pytest.approx(1.0)
@@ -121,7 +121,7 @@ def test_process_gone_by_the_end_is_kept_as_exited_with_zero_deltas() -> None:
     prev, curr = tree_pair(
         [Proc(ROOT, (BUSY,), ppid=1), Proc(201, (BUSY, BUSY), pools=("libgomp",))]
     )
-    iv = interval(prev, without(curr, 201), 2, TH)
+    iv = counted(interval(prev, without(curr, 201), 2), TH)
     gone = _by_pid(iv.processes)[201]
     assert gone.exited
     assert gone.cpu_percent == 0.0
@@ -138,7 +138,7 @@ def test_reused_pid_is_a_new_process() -> None:
     prev, curr = tree_pair([Proc(ROOT, (IDLE,), ppid=1), Proc(201, (BUSY,))])
     # Same pid, later start time, small counters: subtracting the old ones would go negative.
     curr = _with(curr, _fresh(201, cpu_s=0.2, delay_s=0.0, ticks=5000))
-    iv = interval(prev, curr, 2, TH)
+    iv = counted(interval(prev, curr, 2), TH)
     old, new = sorted((p for p in iv.processes if p.pid == 201), key=lambda p: not p.exited)
     assert new.cpu_percent == pytest.approx(20.0)
     assert (new.exited, new.start_ticks) == (False, 5000)
@@ -150,7 +150,7 @@ def test_reused_pid_counts_full_counters_even_when_they_grew() -> None:
     prev, curr = tree_pair([Proc(ROOT, (IDLE,), ppid=1)])
     prev = _with(prev, _fresh(201, cpu_s=0.1, delay_s=0.0, ticks=1000))
     curr = _with(curr, _fresh(201, cpu_s=0.3, delay_s=0.0, ticks=5000))
-    iv = interval(prev, curr, 2, TH)
+    iv = counted(interval(prev, curr, 2), TH)
     (new,) = [p for p in iv.processes if p.pid == 201 and not p.exited]
     assert new.cpu_percent == pytest.approx(30.0)
 
@@ -162,7 +162,7 @@ def test_new_thread_counts_full_counters_and_reused_tid_restarts() -> None:
     # The main thread's tid now belongs to a new thread whose counters restarted.
     restarted = thread(ROOT, round(0.1 * NS), round(0.05 * NS), vol=1, invol=1)
     curr = _with(curr, replace(root, threads=(restarted, new_thread)))
-    iv = interval(prev, curr, 2, TH)
+    iv = counted(interval(prev, curr, 2), TH)
     p = iv.processes[0]
     assert p.cpu_percent == pytest.approx(35.0)
     assert p.demand == pytest.approx(0.4)
@@ -225,7 +225,7 @@ def test_no_elapsed_periods_give_no_throttle_ratio() -> None:
 
 def test_unavailable_signals_are_carried() -> None:
     prev, curr = tree_pair(busy_workers(1, 1), unavailable=("psi",))
-    iv = interval(prev, curr, 2, TH)
+    iv = counted(interval(prev, curr, 2), TH)
     assert iv.unavailable == ("psi",)
 
 
@@ -250,9 +250,11 @@ def test_oversubs_own_cpu_is_not_outside_load() -> None:
     base = 7 * NS
     prev = replace(prev, host=replace(prev.host, observer_cpu_ns=base))
     curr = replace(curr, host=replace(curr.host, observer_cpu_ns=base + round(0.2 * NS)))
-    iv = interval(prev, curr, 2, Thresholds())
+    iv = counted(interval(prev, curr, 2), Thresholds())
     assert iv.host.outside_cpus == pytest.approx(0.3, abs=1e-6)
-    unknown = interval(*tree_pair(busy_workers(1, 1), host=Host(outside=0.5)), 2, Thresholds())
+    unknown = counted(
+        interval(*tree_pair(busy_workers(1, 1), host=Host(outside=0.5)), 2), Thresholds()
+    )
     assert unknown.host.outside_cpus == pytest.approx(0.5, abs=1e-6)  # not read: nothing taken
 
 
@@ -278,7 +280,7 @@ def test_an_interval_carries_its_raw_deltas() -> None:
 def test_an_interval_assessed_again_under_other_thresholds_is_the_one_computed_so(
     active_cpu: float,
 ) -> None:
-    from oversub.analysis.rates import with_thresholds
+    from oversub.analysis.rates import counted
 
     procs = [
         *busy_workers(3, 2, delay=0.3),
@@ -286,8 +288,8 @@ def test_an_interval_assessed_again_under_other_thresholds_is_the_one_computed_s
     ]
     prev, curr = tree_pair(procs, dt=1.5)
     other = Thresholds(active_cpu=active_cpu)
-    recorded = interval(prev, curr, 2, TH)
-    again = with_thresholds(recorded, other)
-    assert again == interval(prev, curr, 2, other)
+    recorded = counted(interval(prev, curr, 2), TH)
+    again = counted(recorded, other)
+    assert again == counted(interval(prev, curr, 2), other)
     mixed = next(p for p in again.processes if p.pid == 150)
     assert mixed.active_threads == sum(r >= active_cpu * 1.5 for r in (0.45, 0.525, 0.0))

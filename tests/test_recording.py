@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from oversub.analysis.rates import with_thresholds
+from oversub.analysis.rates import counted
 from oversub.analysis.recordfields import loads
 from oversub.analysis.recording import Decoder, Encoder, dumps
 from oversub.analysis.replay import CUT_NOTE, merge, parse, reassess
@@ -40,7 +40,7 @@ def lines_of(intervals: list[Interval], th: Thresholds = TH, *, ending: bool = T
 def live_summary(intervals: list[Interval], th: Thresholds):  # type: ignore[no-untyped-def]
     run = RunSummary(root_pid=100)
     for iv in intervals:
-        run.add(with_thresholds(iv, th))
+        run.add(counted(iv, th))
     return run.result(BUDGET, th, target_exited=True)
 
 
@@ -48,13 +48,13 @@ def test_an_interval_comes_back_with_the_same_rates_bit_for_bit() -> None:
     for iv in run_of(4):
         back, stamp = Decoder().interval(loads(dumps(Encoder().interval(iv, "T"))))
         assert stamp == "T"
-        assert with_thresholds(back, TH) == replace(
-            with_thresholds(iv, TH),
-            processes=with_thresholds(back, TH).processes,
+        assert counted(back, TH) == replace(
+            counted(iv, TH),
+            processes=counted(back, TH).processes,
         )
         for a, b in zip(
-            sorted(with_thresholds(iv, TH).processes, key=lambda p: p.pid),
-            sorted(with_thresholds(back, TH).processes, key=lambda p: p.pid),
+            sorted(counted(iv, TH).processes, key=lambda p: p.pid),
+            sorted(counted(back, TH).processes, key=lambda p: p.pid),
             strict=True,
         ):
             # Idle threads are not stored (never active, whatever the threshold).
@@ -73,7 +73,7 @@ def test_the_replay_is_the_live_fold_under_any_thresholds(th: Thresholds) -> Non
     intervals = run_of(7)
     replay = reassess(parse(lines_of(intervals)), th)
     assert replay.summary == live_summary(intervals, th)
-    assert list(replay.assessments) == [assess(with_thresholds(iv, th), th) for iv in intervals]
+    assert list(replay.assessments) == [assess(counted(iv, th), th) for iv in intervals]
 
 
 def test_looser_thresholds_change_the_verdict_as_the_rules_say() -> None:
@@ -98,7 +98,7 @@ def test_merging_keeps_every_sum_and_counts_threads_over_the_merged_interval() -
     assert m.host.outside_cpus == pytest.approx(
         (a.host.outside_cpus * a.seconds + b.host.outside_cpus * b.seconds) / m.seconds  # type: ignore[operator]
     )
-    p = next(p for p in with_thresholds(m, Thresholds(active_cpu=0.33)).processes if p.pid == 150)
+    p = next(p for p in counted(m, Thresholds(active_cpu=0.33)).processes if p.pid == 150)
     # Over the merged second thread 1 was runnable 0.15 + 0.15 s, thread 2 0.175 + 0.175 s:
     # at 33 % only thread 2 is active.
     assert p.active_threads == 1

@@ -563,15 +563,20 @@ def test_oversub_does_not_sample_itself() -> None:
     assert os.getpid() in TreeSampler(os.getpid()).sample().processes  # unless it is the target
 
 
-def test_sampler_for_a_budget_reads_the_quota_cgroup_throttling() -> None:
+def test_attach_reads_the_throttling_of_the_budgets_quota_cgroup() -> None:
     from oversub.analysis.recommend import synthetic_budget
     from oversub.model import CpuQuota
+    from oversub.run.node import attach
+    from oversub.targets import Target
 
     budget = synthetic_budget(2)
-    assert TreeSampler.for_budget(1, budget).throttle_stat_path is None
+    source = attach(Target.tree(os.getpid()), budget)
+    assert source.sampler.throttle_stat_path is None  # type: ignore[attr-defined]
+    source.close()
     quota = CpuQuota(0.5, 50_000, 100_000, "/job", 2, "/sys/fs/cgroup/job/cpu.stat")
-    limited = dataclasses.replace(budget, quota=quota)
-    assert TreeSampler.for_budget(1, limited).throttle_stat_path == quota.stat_path
+    source = attach(Target.tree(os.getpid()), dataclasses.replace(budget, quota=quota))
+    assert source.sampler.throttle_stat_path == quota.stat_path  # type: ignore[attr-defined]
+    source.close()
 
 
 def test_a_thread_that_did_not_run_keeps_its_switch_counts_and_reads_only_its_state(

@@ -4,8 +4,10 @@ when the sampler cannot keep the interval asked for."""
 from __future__ import annotations
 
 from oversub.analysis.recommend import synthetic_budget
-from oversub.run.session import SLOW_PACE, SessionOptions, run_session
+from oversub.run.node import OneSource
+from oversub.run.session import SLOW_PACE, SessionOptions, follow
 from oversub.samples import HostSample, ProcessSample, TreeSample
+from oversub.targets import Target
 from tests.samples import thread
 
 ROOT = 4242
@@ -56,13 +58,8 @@ class Sampler:
 def _run(options: SessionOptions, cost: float = 0.0) -> tuple[Sampler, Clock, list[str]]:
     clock = Clock()
     sampler = Sampler(clock, cost)
-    result = run_session(
-        sampler,  # type: ignore[arg-type]
-        synthetic_budget(2),
-        options,
-        sleep=clock.sleep,
-        clock=clock,
-    )
+    source = OneSource(Target.tree(ROOT), sampler, synthetic_budget(2), "")  # type: ignore[arg-type]
+    result = follow(source, options, sleep=clock.sleep, clock=clock)
     return sampler, clock, list(result.summary.notes)
 
 

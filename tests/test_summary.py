@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from oversub.analysis.rates import interval
+from oversub.analysis.rates import counted, interval
 from oversub.analysis.summary import NO_INTERVAL_NOTE, RunSummary
 from oversub.names import Verdict
 from oversub.results import Interval, ProcessSummary, Summary
@@ -45,7 +45,7 @@ class Timeline:
     def add_exit(self, procs: Sequence[Proc], gone: int, dt: float = 1.0) -> None:
         """An interval at the end of which process `gone` no longer exists."""
         prev, curr = tree_pair(procs, dt=dt, t0=self.t)
-        self.run.add(interval(prev, without(curr, gone), 2, TH))
+        self.run.add(counted(interval(prev, without(curr, gone), 2), TH))
         self.t += dt
 
     def result(self, *, vcpus: int = 2, target_exited: bool = False) -> Summary:
@@ -158,7 +158,7 @@ def test_pid_reused_within_one_interval_is_a_second_process() -> None:
     line.add(a)
     prev, _ = tree_pair(a, t0=line.t)
     _, curr = tree_pair(b, t0=line.t)
-    line.run.add(interval(prev, curr, 2, TH))
+    line.run.add(counted(interval(prev, curr, 2), TH))
     line.t += 1.0
     line.add(b)
     s = line.result()
@@ -203,7 +203,7 @@ def test_target_exit_at_the_end_keeps_the_run_verdict() -> None:
     procs = busy_workers(2, 2, delay=0.5, pools=("libgomp",))
     line.add(procs)
     prev, curr = tree_pair(procs, t0=line.t)
-    line.run.add(interval(prev, without(curr, *(p.pid for p in procs)), 2, TH))
+    line.run.add(counted(interval(prev, without(curr, *(p.pid for p in procs)), 2), TH))
     s = line.result(target_exited=True)
     assert s.target_exited
     assert all(p.exited for p in s.processes)
@@ -230,7 +230,7 @@ def test_busy_orphan_counts_in_the_run_after_everything_exited() -> None:
     line.add(procs)
     line.add_exit(procs, gone=401)
     prev, curr = tree_pair([root()], t0=line.t)
-    line.run.add(interval(prev, without(curr, ROOT), 2, TH))
+    line.run.add(counted(interval(prev, without(curr, ROOT), 2), TH))
     s = line.result(target_exited=True)
     assert [f.rule for f in s.findings] == ["orphan"]
     assert s.verdict is Verdict.AT_RISK

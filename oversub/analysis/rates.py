@@ -35,7 +35,6 @@ class _Delta:
     run_delay_ns: int | None
     voluntary: int | None
     involuntary: int | None
-    active_threads: int
     runnable_ns: tuple[int, ...] = ()
     """Per thread: CPU time plus run delay (what decides whether it was active)."""
 
@@ -94,9 +93,7 @@ def _sum_or_none(values: Iterable[int | None]) -> int | None:
     return total
 
 
-def _process_delta(
-    prev: ProcessSample | None, curr: ProcessSample, dt_ns: int, active_ns: float
-) -> _Delta:
+def _process_delta(prev: ProcessSample | None, curr: ProcessSample, dt_ns: int) -> _Delta:
     """Counter changes of a process; `prev` is None when the process is new in the interval."""
     if prev is curr:
         # The very same reading twice (node mode keeps an idle process's last reading):
@@ -110,7 +107,6 @@ def _process_delta(
         run_delay_ns=_sum_or_none(d[1] for d in per_thread),
         voluntary=_sum_or_none(d[2] for d in per_thread),
         involuntary=_sum_or_none(d[3] for d in per_thread),
-        active_threads=sum(1 for r in runnable if r >= active_ns),
         runnable_ns=runnable,
     )
 
@@ -122,7 +118,6 @@ def _unchanged(p: ProcessSample) -> _Delta:
         run_delay_ns=0 if all(t.run_delay_ns is not None for t in p.threads) else None,
         voluntary=0 if all(t.voluntary_ctx is not None for t in p.threads) else None,
         involuntary=0 if all(t.involuntary_ctx is not None for t in p.threads) else None,
-        active_threads=0,
         runnable_ns=(0,) * len(p.threads),
     )
 
@@ -199,7 +194,7 @@ CARRIED = (
 def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> ProcessRates:
     return ProcessRates(
         threads=len(p.threads),
-        active_threads=d.active_threads,
+        active_threads=0,
         thread_runnable_s=tuple(r / _NS for r in d.runnable_ns),
         thread_ids=tuple(t.tid for t in p.threads) if d.runnable_ns else (),
         exited=exited,
@@ -261,7 +256,6 @@ def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float, vcpus: int) ->
         run_delay_ns=_sum_or_none(d.run_delay_ns for d in deltas),
         involuntary=_sum_or_none(d.involuntary for d in deltas),
         voluntary=_sum_or_none(d.voluntary for d in deltas),
-        active_threads=sum(d.active_threads for d in deltas),
     )
     return tree_totals(
         _delta_measures(total, dt_s),
@@ -269,7 +263,7 @@ def _totals(live: list[tuple[ProcessRates, _Delta]], dt_s: float, vcpus: int) ->
         vcpus,
         processes=len(live),
         threads=sum(r.threads for r, _ in live),
-        active=total.active_threads,
+        active=0,
     )
 
 
@@ -311,8 +305,9 @@ def _reaped_cpu_ns(prev: TreeSample, curr: TreeSample) -> int:
     return total
 
 
-def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresholds) -> Interval:
-    """Rates of the tree between two samples of it.
+def interval(prev: TreeSample, curr: TreeSample, vcpus: int) -> Interval:
+    """Rates of the tree between two samples of it: measured, no threshold applied (its
+    active threads are 0 until `counted` counts them under the thresholds of a verdict).
 
     Processes in `curr` are matched to `prev` by pid and start time (a pid whose start time
     changed is a new process: the old one is gone and the pid was reused). A process new in
@@ -327,14 +322,13 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresho
     if dt_s <= 0:
         raise ValueError(f"samples out of order: t0={prev.t} t1={curr.t}")
     dt_ns = round(dt_s * _NS)
-    active_ns = thresholds.active_cpu * dt_s * _NS
 
     live: list[tuple[ProcessRates, _Delta]] = []
     for pid, p in curr.processes.items():
         before = prev.processes.get(pid)
         if before is not None and before.start_ticks != p.start_ticks:
             before = None
-        d = _process_delta(before, p, dt_ns, active_ns)
+        d = _process_delta(before, p, dt_ns)
         live.append((_process_rates(p, d, dt_s, exited=False), d))
 
     gone_rates = [
@@ -370,14 +364,14 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresho
     )
 
 
-def with_thresholds(iv: Interval, thresholds: Thresholds) -> Interval:
-    """The interval as `interval()` computes it under `thresholds`, from its raw deltas alone
-    (a recorded interval, assessed again under other thresholds).
+def counted(iv: Interval, thresholds: Thresholds) -> Interval:
+    """A measured interval (live from `interval`, or recorded) with its active threads
+    counted under `thresholds`: what a verdict judges and every format shows.
 
     Only the active threads depend on thresholds (a thread is active when it was runnable at
     least `active_cpu` of the interval: `ProcessRates.thread_runnable_s`), and through them
     the pool threads of the totals; every other number is a raw delta or a rate of it."""
-    # The comparison of `interval()`, which counts whole nanoseconds.
+    # Whole nanoseconds, as the kernel counts them.
     floor_ns = thresholds.active_cpu * iv.seconds * _NS
 
     def active(p: ProcessRates) -> ProcessRates:

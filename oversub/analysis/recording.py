@@ -204,7 +204,7 @@ def header_of(d: Mapping[str, Any]) -> Header:
 
 class Decoder:
     """Interval records back into `Interval`s (rates recomputed from the raw deltas; active
-    threads left at 0: `rates.with_thresholds` counts them under the thresholds asked for)."""
+    threads left at 0, as `rates.interval` leaves them: `rates.counted` counts them)."""
 
     def __init__(self) -> None:
         self._described: dict[tuple[int, int | None], dict[str, Any]] = {}

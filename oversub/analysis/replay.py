@@ -1,10 +1,10 @@
 """A recording read back and judged again: the same pure functions as a live run.
 
 `parse` turns the records of a recording (already split into lines) into a `Recording`;
-`reassess` judges it under any thresholds: each interval is re-counted
-(`rates.with_thresholds`) and assessed (`verdict.assess`), the run is folded by
-`summary.RunSummary` and, for `check`, judged by `policy.judge`, exactly as the live run
-did. With the recording's own thresholds the verdict and findings are the recorded ones.
+`reassess` judges it under any thresholds: each interval is counted (`rates.counted`, as a
+live interval is) and assessed (`verdict.assess`), the run is folded by `summary.RunSummary`
+and, for `check`, judged by `policy.judge`, exactly as the live run did. With the
+recording's own thresholds the verdict and findings are the recorded ones.
 
 `merge` joins two consecutive intervals into one (the recorder's way to stay under its size
 bound): the raw deltas are sums, so every mean over the run is unchanged; peaks and the
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from oversub.analysis.policy import judge
-from oversub.analysis.rates import Measures, measures, tree_totals, with_thresholds
+from oversub.analysis.rates import Measures, counted, measures, tree_totals
 from oversub.analysis.recordfields import BadRecord, loads
 from oversub.analysis.recording import Decoder, bad, ending_of, header_of
 from oversub.analysis.summary import RunSummary
@@ -77,7 +77,7 @@ def reassess(recording: Recording, thresholds: Thresholds | None = None) -> Repl
     intervals = []
     assessments = []
     for raw in recording.intervals:
-        iv = with_thresholds(raw, th)
+        iv = counted(raw, th)
         intervals.append(iv)
         assessments.append(assess(iv, th))
         run.add(iv)

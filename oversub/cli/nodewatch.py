@@ -8,6 +8,7 @@ closing object with json (`render.node`).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -23,24 +24,18 @@ if TYPE_CHECKING:
 
 
 def watch_node(fmt: WatchFormat, options: SessionOptions) -> ExitStatus:
-    from oversub.probe.cgroup_target import find_hierarchy, job_root, ref_of
     from oversub.run import stopsignals
-    from oversub.run.node import NodeSource, run_node
+    from oversub.run.node import attach
+    from oversub.run.session import follow
+    from oversub.targets import Target
 
-    hierarchy = find_hierarchy()
-    top = ref_of(hierarchy.mount.root, hierarchy)
-    with stopsignals.interrupt(), NodeView(fmt, options.thresholds) as view:
-        source = NodeSource(top, jobs=job_root(hierarchy))
-        try:
-            result = run_node(
-                source,
-                options,
-                on_round=view.round,
-                keep_summaries=True,
-                only_loaded=True,
-            )
-        finally:
-            source.close()
+    source = attach(Target.node())
+    with (
+        stopsignals.interrupt(),
+        contextlib.closing(source),
+        NodeView(fmt, options.thresholds) as view,
+    ):
+        result = follow(source, options, on_round=view.round, only_loaded=True)
     # Only the cgroups that held load at some point are summed up, like the rows shown.
     shown = {k: s for k, s in result.summaries.items() if k in view.shown}
     view.summary(shown, result.node)

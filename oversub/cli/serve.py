@@ -146,24 +146,17 @@ def _exporter(
 ) -> Exporter:
     from oversub import __version__
     from oversub.run.exporter import Exporter
-    from oversub.run.node import CgroupSource, NodeSource, Source, TreeSource
+    from oversub.run.node import attach
+    from oversub.targets import Target
 
-    source: Source
     if all_cgroups:
-        from oversub.probe.cgroup_target import find_hierarchy, job_root, ref_of
-
-        hierarchy = find_hierarchy()
-        source = NodeSource(ref_of(hierarchy.mount.root, hierarchy), jobs=job_root(hierarchy))
+        target = Target.node()
     elif cgroup is not None:
-        from oversub.probe.cgroup_target import resolve_cgroup
-
-        source = CgroupSource(resolve_cgroup(cgroup))
+        target = Target.of_cgroup(cgroup)
     else:
-        from oversub.cli.target import budget_of
-
         assert pid is not None
-        source = TreeSource(pid, budget_of(pid), name)
-    return Exporter(source, options, top=top, only_loaded=all_cgroups, version=__version__)
+        target = Target.tree(pid, name=name)
+    return Exporter(attach(target), options, top=top, only_loaded=all_cgroups, version=__version__)
 
 
 def _client_families(state: Exported) -> Iterator[Any]:

@@ -1,9 +1,5 @@
-"""What a command looks at: the budget N of a process, measured or given.
-
-`watch` and `check` sample a process tree rooted at a pid (`probe.sampler.TreeSampler`,
-whose `tree` decides which processes belong to it); this module reads the budget N that
-tree is judged against. A new kind of target (a cgroup, the whole node) adds its budget
-reader here and its membership rule to the sampler.
+"""What a command looks at: the budget N of a process or of a cgroup, measured or given
+(what it follows is a `targets.Target`, read by `run.node.attach`).
 """
 
 from __future__ import annotations

@@ -93,10 +93,10 @@ def command(
     from oversub.cli.identity import read_identity
     from oversub.cli.options import pop_thresholds
     from oversub.cli.target import budget_of, cgroup_target
-    from oversub.probe.sampler import TreeSampler
     from oversub.run import stopsignals
-    from oversub.run.runner import ExitWatch
-    from oversub.run.session import SessionOptions, run_session
+    from oversub.run.node import attach
+    from oversub.run.session import SessionOptions, each_interval, follow
+    from oversub.targets import Target
 
     if sum([pid is not None, cgroup is not None, all_cgroups]) != 1:
         raise UsageError("watch needs exactly one of: PID, --cgroup PATH, --all")
@@ -117,20 +117,13 @@ def command(
         from oversub.cli.nodewatch import watch_node
 
         return watch_node(chosen, options)
-    sampler: TreeSampler
     if cgroup is not None:
-        from oversub.probe.cgroup_sampler import CgroupSampler
-
         ref, budget = cgroup_target(cgroup)
-        stat_path = budget.quota.stat_path if budget.quota is not None else None
-        sampler = CgroupSampler(ref, throttle_stat_path=stat_path)
-        # A cgroup's run ends when it is removed (each sample says so), not on a pid.
-        exit_watch: contextlib.AbstractContextManager[ExitWatch | None] = contextlib.nullcontext()
+        target = Target.of_cgroup(ref.path)
     else:
         assert pid is not None
         budget = budget_of(pid)
-        sampler = TreeSampler.for_budget(pid, budget)
-        exit_watch = ExitWatch(pid)
+        target = Target.tree(pid)
     recorder = None
     if record_path is not None:
         from oversub.cli.recorder import open_recorder
@@ -147,20 +140,12 @@ def command(
         )
     with (
         stopsignals.interrupt(),
-        sampler,
-        exit_watch as target,
+        contextlib.closing(attach(target, budget)) as source,
         WatchView(
             chosen, budget, thresholds=thresholds, identity=identity, recorder=recorder
         ) as view,
     ):
-        # A target that exits mid-interval ends the run now, not at the end of the interval.
-        result = run_session(
-            sampler,
-            budget,
-            options,
-            on_interval=view.interval,
-            should_stop=None if target is None else target.gone,
-        )
+        result = follow(source, options, on_round=each_interval(view.interval))
     if recorder is not None:
         from oversub.cli.recorder import finish_quietly, summary_record
 

@@ -37,10 +37,9 @@ class CgroupSampler(TreeSampler):
         ref: CgroupRef,
         *,
         root: str = "/",
-        throttle_stat_path: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(0, root=root, throttle_stat_path=throttle_stat_path, clock=clock)
+        super().__init__(0, root=root, clock=clock)
         self.ref = ref
         self._gone = False
 
@@ -123,13 +122,15 @@ class NodeSampler(TreeSampler):
         strict: bool,
         unavailable: list[Signal],
     ) -> ProcessSample | None:
-        """The process's last reading again when nothing about it moved: the same CPU time
-        (all its threads, in clock ticks), reaped children's time, thread count and state.
+        """The process's last reading again when it was asleep then and nothing about it
+        moved since: the same CPU time (all its threads, in clock ticks), reaped children's
+        time, thread count and state.
 
         On a node most threads sleep; reading each one's files every second is what node
-        mode would spend its time on. A process that ran less than one tick (10 ms) since
-        its last reading counts as idle this interval; the time is not lost, the next
-        reading that sees its ticks move counts it (schedstat is cumulative).
+        mode would spend its time on. A process with a runnable thread is never reused: on a
+        loaded CPU it may run less than one tick (10 ms) per interval while its threads
+        wait all the time, and waiting moves no tick (its run delay would be lost: an
+        oversubscribed cgroup judged starved, or not seen at all).
         """
         key = (pid, stat.start_ticks)
         moved = (stat.utime_ticks + stat.stime_ticks, stat.children_ticks, stat.threads)
@@ -137,8 +138,10 @@ class NodeSampler(TreeSampler):
         if last is not None and last[0] == moved and stat.state == last[1].threads[0].state:
             return last[1]
         sample = super()._read_process(pid, stat, raw_stat, now, strict, unavailable)
-        if sample is not None and sample.threads:
+        if sample is not None and sample.threads and all(t.state != "R" for t in sample.threads):
             self._still[key] = (moved, sample)
+        else:
+            self._still.pop(key, None)
         return sample
 
     def split(

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from oversub import errors, pools
 from oversub.names import DENIED, Signal
@@ -40,10 +39,6 @@ from oversub.probe.psutil_sampler import PsutilTreeSampler
 from oversub.probe.threads import ThreadReader
 from oversub.probe.waits import read_wait
 from oversub.samples import ProcessSample, TreeSample
-
-if TYPE_CHECKING:
-    from oversub.model import Budget
-
 
 MAPS_REFRESH_S = 5.0
 """Re-read a process's maps at least this often even when its thread count is stable."""
@@ -114,15 +109,6 @@ class TreeSampler:
         self._sampled = False
         self._threads = ThreadReader()
         self._live = LiveReader(root)
-
-    @classmethod
-    def for_budget(
-        cls, root_pid: int, budget: Budget, *, adopter: int | None = None
-    ) -> TreeSampler:
-        """A sampler of `root_pid` that also reads throttling of the cgroup holding the
-        budget's quota (the cgroup that throttles; none without a quota)."""
-        stat_path = budget.quota.stat_path if budget.quota is not None else None
-        return cls(root_pid, throttle_stat_path=stat_path, adopter=adopter)
 
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""

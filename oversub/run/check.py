@@ -8,6 +8,7 @@ stdout and stderr pass through. What `check` says while it runs goes to a `Progr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from oversub.results import Assessment, CheckOutcome, Interval
 from oversub.run import stopsignals
-from oversub.run.session import SessionOptions, SessionResult, run_session
+from oversub.run.session import RunResult, SessionOptions, each_interval
+from oversub.targets import Target
 
 if TYPE_CHECKING:
     import subprocess
@@ -84,12 +86,13 @@ def _run_command(
     grace: float,
     adopter: int | None,
 ) -> CheckOutcome:
-    from oversub.probe.sampler import TreeSampler
+    from oversub.run.node import attach
     from oversub.run.runner import TreeReaper, start_command
+    from oversub.run.session import follow
 
     proc: subprocess.Popen[bytes] | None = None
     reaper: TreeReaper | None = None
-    result: SessionResult | None = None
+    result: RunResult | None = None
     timed_out = False
     late_interrupt = False
     with stopsignals.interrupt():
@@ -119,9 +122,10 @@ def _run_command(
                 reaper.reap_adopted()
                 progress.interval(iv, a, intervals, elapsed)
 
-            with TreeSampler.for_budget(proc.pid, budget, adopter=adopter) as sampler:
-                result = run_session(
-                    sampler, budget, session, on_interval=observe, should_stop=should_stop
+            target = Target.tree(proc.pid, adopter=adopter)
+            with contextlib.closing(attach(target, budget)) as source:
+                result = follow(
+                    source, session, on_round=each_interval(observe), should_stop=should_stop
                 )
         except KeyboardInterrupt:
             result = None
@@ -169,15 +173,7 @@ def _stop_tree(proc: subprocess.Popen[bytes], reaper: TreeReaper | None, grace: 
 
 def run_pid(pid: int, budget: Budget, session: SessionOptions, progress: Progress) -> CheckOutcome:
     """Attach to a running tree for `session.duration` seconds (or until it exits)."""
-    from oversub.probe.sampler import TreeSampler
-
-    with stopsignals.interrupt(), TreeSampler.for_budget(pid, budget) as sampler:
-        progress.attached(pid, session)
-        try:
-            result = run_session(sampler, budget, session, on_interval=progress.interval)
-        finally:
-            progress.close()
-    return CheckOutcome(summary=result.summary, interrupted=result.interrupted)
+    return _run_attached(Target.tree(pid), budget, session, progress)
 
 
 def run_cgroup(
@@ -185,13 +181,19 @@ def run_cgroup(
 ) -> CheckOutcome:
     """Attach to a cgroup's processes for `session.duration` seconds (or until the cgroup is
     removed); processes that join or leave meanwhile are normal."""
-    from oversub.probe.cgroup_sampler import CgroupSampler
+    return _run_attached(Target.of_cgroup(ref.path), budget, session, progress)
 
-    stat_path = budget.quota.stat_path if budget.quota is not None else None
-    with stopsignals.interrupt(), CgroupSampler(ref, throttle_stat_path=stat_path) as sampler:
-        progress.attached(0, session)
+
+def _run_attached(
+    target: Target, budget: Budget, session: SessionOptions, progress: Progress
+) -> CheckOutcome:
+    from oversub.run.node import attach
+    from oversub.run.session import follow
+
+    with stopsignals.interrupt(), contextlib.closing(attach(target, budget)) as source:
+        progress.attached(target.pid, session)
         try:
-            result = run_session(sampler, budget, session, on_interval=progress.interval)
+            result = follow(source, session, on_round=each_interval(progress.interval))
         finally:
             progress.close()
     return CheckOutcome(summary=result.summary, interrupted=result.interrupted)

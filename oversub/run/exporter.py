@@ -17,8 +17,7 @@ import time
 from collections.abc import Callable
 
 from oversub.analysis import fleet
-from oversub.run.node import NodeResult, Source, run_node
-from oversub.run.session import SessionOptions
+from oversub.run.session import RunResult, SessionOptions, Source
 from oversub.targets import Counters, Exported, Round, TargetResult
 
 
@@ -81,12 +80,16 @@ class Exporter:
         with self._lock:
             return self._latest
 
-    def run(self) -> NodeResult:
-        return run_node(
+    def run(self) -> RunResult:
+        from oversub.run.session import follow
+
+        return follow(
             self.source,
             self.options,
             on_round=self._round,
             should_stop=self.stop.is_set,
+            stop_at_exit=False,
+            keep_summaries=False,
         )
 
     def _round(self, r: Round) -> None:

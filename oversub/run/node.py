@@ -1,125 +1,107 @@
-"""The loop of `watch --all` and `serve`: many targets, one read of /proc per interval.
+"""Attach to a target: `attach` turns a `targets.Target` into the source the one loop
+(`run.session.follow`) reads each interval, with its budget.
 
-A source reads every target at once (a process tree, one cgroup, or every cgroup of the
-node plus the node itself) and this loop owns the clock: it paces the reads, turns each pair
-of readings into one interval and one assessment per target (`analysis`), ranks the targets
-and hands the round to a callback. Targets come and go between readings; a target is
-measured once two consecutive readings hold it.
+A tree's source reads its process tree (`probe.sampler.TreeSampler`), a cgroup's every
+process of it and of the cgroups below it (`CgroupSampler`), the node's every process once,
+split by cgroup (`NodeSampler`), and the node. Each reading says whether its target is up
+(`Target.gone`, the one test of an exit).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING
 
-from oversub.analysis import fleet
-from oversub.analysis.rates import interval as interval_between
-from oversub.analysis.summary import RunSummary
-from oversub.analysis.verdict import assess
 from oversub.model import Budget
+from oversub.names import TargetKind
 from oversub.probe.cgroup_sampler import CgroupSampler, NodeSampler
 from oversub.probe.cgroup_target import CgroupRef, cgroup_budget, node_budget, ref_of
 from oversub.probe.sampler import TreeSampler
-from oversub.results import Summary
-from oversub.run.session import SessionOptions, _sleep_until
-from oversub.samples import TreeSample
-from oversub.targets import Round, TargetResult
+from oversub.run.session import Reading, Source
+from oversub.targets import Target
+
+if TYPE_CHECKING:
+    from oversub.run.runner import ExitWatch
 
 BUDGET_REFRESH_S = 30.0
 """A cgroup's budget is read when it first appears and again this often (a quota or a
 cpuset rarely changes; reading every level each second would cost more than the rest)."""
 
 
-class Reading(NamedTuple):
-    """Every target at one instant."""
+def attach(target: Target, budget: Budget | None = None) -> Source:
+    """The source that reads `target`: against `budget` when given (a tree: read from its
+    root when not; a cgroup: its own, read again every `BUDGET_REFRESH_S`). Raises
+    NoSuchCgroup / UsageError for a cgroup path that names none."""
+    from oversub.probe.cgroup_target import find_hierarchy, job_root, resolve_cgroup
 
-    t: float
-    targets: dict[str, tuple[TreeSample, Budget]]
-    """target -> its sample and budget."""
-    node: TreeSample | None
-    """The whole node (`--all` only)."""
-    up: bool
-    """The target could be read: the pid exists, the cgroup exists, /proc was scanned."""
+    if target.kind is TargetKind.TREE:
+        from oversub.probe.budget import read_budget
+        from oversub.run.runner import ExitWatch
 
-
-class Source(Protocol):
-    kind: str
-    """"tree", "cgroup" or "node": what the targets are (the node's `/` is always "node")."""
-
-    def read(self) -> Reading: ...
-
-    def cgroup_of(self, target: str) -> str: ...
-
-    def close(self) -> None: ...
+        sampler = TreeSampler(target.pid, adopter=target.adopter)
+        budget = budget or read_budget(target.pid)
+        return OneSource(target, sampler, budget, _own_cgroup(target.pid), ExitWatch(target.pid))
+    if target.kind is TargetKind.CGROUP:
+        ref = resolve_cgroup(target.cgroup)
+        return OneSource(Target.of_cgroup(ref.path), CgroupSampler(ref), budget, ref.path, ref=ref)
+    hierarchy = find_hierarchy()
+    return NodeSource(ref_of(hierarchy.mount.root, hierarchy), jobs=job_root(hierarchy))
 
 
-@dataclass
-class NodeResult:
-    summaries: dict[str, Summary] = field(default_factory=dict)
-    """Per target: the whole run (`keep_summaries` only)."""
-    node: Summary | None = None
-    interrupted: bool = False
-    intervals: int = 0
+class OneSource:
+    """One target: a process tree (under the target's name), or a cgroup and the cgroups
+    below it (under its path)."""
 
+    node_budget: Budget | None = None
 
-class TreeSource:
-    """`serve --pid`: one process tree, under the name `name`."""
+    def __init__(
+        self,
+        target: Target,
+        sampler: TreeSampler,
+        budget: Budget | None,
+        cgroup: str,
+        exit_watch: ExitWatch | None = None,
+        *,
+        ref: CgroupRef | None = None,
+    ) -> None:
+        self.target, self.kind, self.sampler = target, target.kind, sampler
+        self._cgroup, self._exit, self._ref = cgroup, exit_watch, ref
+        self._budgets = _Budgets(time.monotonic) if budget is None else None
+        self.budget = self._budget(None) if budget is None else budget
+        sampler.throttle_stat_path = self.budget.quota.stat_path if self.budget.quota else None
 
-    kind = "tree"
-
-    def __init__(self, pid: int, budget: Budget, name: str) -> None:
-        self.name = name
-        self.budget = budget
-        self.sampler = TreeSampler.for_budget(pid, budget)
-        self._cgroup = _own_cgroup(pid)
+    def _budget(self, member: int | None) -> Budget:
+        assert self._budgets is not None and self._ref is not None
+        return self._budgets.get(self._ref, member)
 
     def read(self) -> Reading:
         sample = self.sampler.sample()
-        root = sample.processes.get(sample.root_pid)
-        up = root is not None and not all(t.state in "ZX" for t in root.threads)
-        targets = {self.name: (sample, self.budget)} if up else {}
-        return Reading(sample.t, targets, None, up)
+        if self._budgets is not None:  # a cgroup's own budget, refreshed (`serve`)
+            self.budget = self._budget(min(sample.processes, default=None))
+            quota = self.budget.quota
+            self.sampler.throttle_stat_path = quota.stat_path if quota else None
+        up = not self.target.gone(sample)
+        return Reading(sample.t, {self.target.name: (sample, self.budget)}, None, up)
 
     def cgroup_of(self, target: str) -> str:
         return self._cgroup
 
-    def close(self) -> None:
-        self.sampler.close()
-
-
-class CgroupSource:
-    """`serve --cgroup`: one cgroup and the cgroups below it."""
-
-    kind = "cgroup"
-
-    def __init__(self, ref: CgroupRef, clock: Callable[[], float] = time.monotonic) -> None:
-        self.ref = ref
-        self._budgets = _Budgets(clock)
-        budget = self._budgets.get(ref, None)
-        stat = budget.quota.stat_path if budget.quota else None
-        self.sampler = CgroupSampler(ref, throttle_stat_path=stat, clock=clock)
-
-    def read(self) -> Reading:
-        sample = self.sampler.sample()
-        if sample.gone:
-            return Reading(sample.t, {}, None, False)
-        budget = self._budgets.get(self.ref, min(sample.processes, default=None))
-        self.sampler.throttle_stat_path = budget.quota.stat_path if budget.quota else None
-        return Reading(sample.t, {self.ref.path: (sample, budget)}, None, True)
-
-    def cgroup_of(self, target: str) -> str:
-        return self.ref.path
+    def exiting(self) -> bool:
+        # A tree's pidfd turns readable when its whole thread group has exited: the run
+        # ends then, not at the end of the interval. A removed cgroup: the next reading.
+        return self._exit is not None and self._exit.gone()
 
     def close(self) -> None:
+        if self._exit is not None:
+            self._exit.close()
         self.sampler.close()
 
 
 class NodeSource:
     """`--all`: every cgroup target of the node (`workload.group_of`) and the node."""
 
-    kind = "cgroup"
+    kind = TargetKind.CGROUP
 
     def __init__(
         self,
@@ -155,6 +137,9 @@ class NodeSource:
 
     def cgroup_of(self, target: str) -> str:
         return target
+
+    def exiting(self) -> bool:
+        return False  # the node is always there
 
     def close(self) -> None:
         self.sampler.close()
@@ -197,104 +182,3 @@ def _own_cgroup(pid: int) -> str:
     v1 = [e.path for e in entries if e.version == 1 and "cpu" in e.controllers]
     v2 = [e.path for e in entries if e.version == 2]
     return (v1 or v2 or [""])[0]
-
-
-def run_node(
-    source: Source,
-    options: SessionOptions,
-    *,
-    on_round: Callable[[Round], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    keep_summaries: bool = False,
-    only_loaded: bool = False,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> NodeResult:
-    """Read every target each `options.interval` until the duration ends, `should_stop()`
-    or a stop signal (KeyboardInterrupt); `only_loaded` keeps the targets that hold load
-    (`analysis.fleet.holds_load`). The first reading raises when the target cannot be
-    observed at all (no such pid, no such cgroup)."""
-    th = options.thresholds
-    result = NodeResult()
-    runs: dict[str, RunSummary] = {}
-    node_run = RunSummary(root_pid=0) if keep_summaries else None
-    budgets: dict[str, Budget] = {}
-    prev = source.read()
-    started = clock()
-    end = None if options.duration is None else started + options.duration
-    next_at = started
-    try:
-        while True:
-            if should_stop is not None and should_stop():
-                break
-            next_at += options.interval
-            if end is not None:
-                next_at = min(next_at, end)
-            _sleep_until(next_at, clock, sleep, should_stop)
-            began = time.perf_counter()
-            curr = source.read()
-            if curr.t <= prev.t:
-                continue
-            results = []
-            for target, (sample, budget) in curr.targets.items():
-                before = prev.targets.get(target)
-                if before is None:
-                    continue
-                iv = interval_between(before[0], sample, budget.vcpus, th)
-                a = assess(iv, th)
-                if keep_summaries:  # only then: a long `serve` must not keep every target seen
-                    budgets[target] = budget
-                    runs.setdefault(target, RunSummary(root_pid=sample.root_pid)).add(iv)
-                if only_loaded and not fleet.holds_load(iv, a):
-                    continue
-                results.append(
-                    TargetResult(
-                        target,
-                        source.kind,
-                        source.cgroup_of(target),
-                        budget,
-                        iv,
-                        a,
-                        fleet.state(a),
-                    )
-                )
-            node = None
-            if curr.node is not None and prev.node is not None:
-                nb = getattr(source, "node_budget", None)
-                assert nb is not None
-                iv = interval_between(prev.node, curr.node, nb.vcpus, th)
-                if node_run is not None:
-                    node_run.add(iv)
-                node = TargetResult("/", "node", "/", nb, iv, assess(iv, th), "")
-            results.sort(key=lambda r: fleet.rank(r.target, r.interval, r.assessment))
-            result.intervals += 1
-            prev = curr
-            if on_round is not None:
-                on_round(
-                    Round(
-                        targets=tuple(results),
-                        node=node,
-                        found=len(results),
-                        up=curr.up,
-                        elapsed=clock() - started,
-                        intervals=result.intervals,
-                        sample_s=time.perf_counter() - began,
-                    )
-                )
-            if options.max_intervals is not None and result.intervals >= options.max_intervals:
-                break
-            if end is not None and clock() >= end:
-                break
-            if next_at < clock():
-                next_at = clock()
-    except KeyboardInterrupt:
-        result.interrupted = True
-    for target, run in runs.items():
-        result.summaries[target] = run.result(
-            budgets[target], th, target_exited=target not in prev.targets
-        )
-    if node_run is not None:
-        nb = getattr(source, "node_budget", None)
-        if nb is not None:
-            result.node = node_run.result(nb, th, target_exited=False)
-    return result

@@ -1,7 +1,12 @@
-"""The sampling loop shared by `watch` and `check`: it owns the clock, nothing else does.
+"""The one sampling loop of `watch`, `check` and `serve`: it owns the clock, nothing else does.
 
-Probes read, analysis computes, the caller renders: this module only paces samples, feeds
-each pair to the pure analysis and hands the result to a callback.
+A source (`run.node.attach`) reads every target it follows at once: one process tree, one
+cgroup, or every cgroup of the node plus the node itself. This loop paces the readings,
+turns each pair into one interval and one assessment per target (`analysis`), ranks the
+targets and hands the round to a callback. Targets come and go between readings; a target
+is measured once two consecutive readings hold it. A run ends at its duration, when
+`should_stop()`, at a stop signal (KeyboardInterrupt) or, with `stop_at_exit`, when the
+target exits (`Reading.up`, from `targets.Target.gone`).
 """
 
 from __future__ import annotations
@@ -9,18 +14,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
+from oversub.analysis import fleet
+from oversub.analysis.rates import counted
 from oversub.analysis.rates import interval as interval_between
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
 from oversub.model import Budget
-from oversub.probe.sampler import TreeSampler
+from oversub.names import TargetKind
 from oversub.results import Assessment, Interval, Summary
 from oversub.samples import TreeSample
+from oversub.targets import Round, TargetResult
 from oversub.thresholds import Thresholds
 
 OnInterval = Callable[[Interval, Assessment, int, float], None]
-"""Called after each interval with (interval, assessment, intervals so far, elapsed seconds)."""
+"""Called after each interval of a one-target run with (interval, assessment, intervals so
+far, elapsed seconds)."""
 
 
 @dataclass(frozen=True)
@@ -38,91 +48,186 @@ class SessionOptions:
     """Stop after this many intervals (`--once` is 1)."""
 
 
-@dataclass(frozen=True)
-class SessionResult:
-    summary: Summary
-    interrupted: bool
+class Reading(NamedTuple):
+    """Every target of a source at one instant."""
+
+    t: float
+    targets: dict[str, tuple[TreeSample, Budget]]
+    """target -> its sample and budget."""
+    node: TreeSample | None
+    """The whole node (`--all` only)."""
+    up: bool
+    """The target is there: the tree's root lives, the cgroup exists, /proc was scanned."""
+
+
+class Source(Protocol):
+    @property
+    def kind(self) -> TargetKind:
+        """What the targets are (the node's own `/` is always "node")."""
+        ...
+
+    @property
+    def node_budget(self) -> Budget | None:
+        """The node's budget (`--all` only)."""
+        ...
+
+    def read(self) -> Reading: ...
+
+    def cgroup_of(self, target: str) -> str: ...
+
+    def exiting(self) -> bool:
+        """A cheap early sign that the target exited (the next reading says for sure)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class RunResult:
+    summaries: dict[str, Summary] = field(default_factory=dict)
+    """Per target: the whole run (`keep_summaries` only)."""
+    node: Summary | None = None
+    interrupted: bool = False
     """Ctrl-C (or SIGTERM) ended the run."""
+    intervals: int = 0
+
+    @property
+    def summary(self) -> Summary:
+        """The summary of a one-target run."""
+        (only,) = self.summaries.values()
+        return only
 
 
-def _root_gone(sample: TreeSample) -> bool:
-    """The target has exited: missing, a zombie waiting for its parent to reap it, or listed
-    but with no thread left to read (reaped between the /proc scan and the task reads).
-    A cgroup (no root process) is gone when it was removed; while empty it is only idle."""
-    if sample.root_pid == 0:
-        return sample.gone
-    root = sample.processes.get(sample.root_pid)
-    if root is None:
-        return True
-    return all(t.state in "ZX" for t in root.threads)
+def each_interval(on_interval: OnInterval) -> Callable[[Round], None]:
+    """A round callback for a one-target run that hands on its one interval."""
+
+    def on_round(r: Round) -> None:
+        for t in r.targets:
+            on_interval(t.interval, t.assessment, r.intervals, r.elapsed)
+
+    return on_round
 
 
-def run_session(
-    sampler: TreeSampler,
-    budget: Budget,
+def follow(
+    source: Source,
     options: SessionOptions,
     *,
-    on_interval: OnInterval | None = None,
+    on_round: Callable[[Round], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    stop_at_exit: bool = True,
+    keep_summaries: bool = True,
+    only_loaded: bool = False,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> SessionResult:
-    """Sample until the duration ends, the target exits, `should_stop()` or Ctrl-C.
-
-    The first sample raises (NoSuchProcess, PermissionDenied) when the target cannot be
-    observed at all; after that, vanishing processes are normal and end the run quietly.
-    """
-    run = RunSummary(root_pid=sampler.root_pid)
+) -> RunResult:
+    """Read every target each `options.interval` until the duration ends, `should_stop()`,
+    a stop signal or (`stop_at_exit`) the target's exit; `only_loaded` hands on the targets
+    that hold load (`analysis.fleet.holds_load`). Without `stop_at_exit` (`serve`) a target
+    that is not up is absent from its rounds. The first reading raises when the target
+    cannot be observed at all (NoSuchProcess, PermissionDenied, NoSuchCgroup); after that,
+    vanishing processes are normal."""
     th = options.thresholds
-    target_exited = False
-    interrupted = False
-    intervals = 0
+    result = RunResult()
+    runs: dict[str, tuple[RunSummary, Budget]] = {}
+    node_run = RunSummary(root_pid=0) if keep_summaries else None
     pace = _Pace(options.interval)
-    prev = sampler.sample()
+
+    def stop() -> bool:
+        return (should_stop is not None and should_stop()) or (stop_at_exit and source.exiting())
+
+    def read() -> Reading:
+        reading = source.read()
+        if keep_summaries:
+            for target, (sample, budget) in reading.targets.items():
+                if target not in runs:
+                    runs[target] = (RunSummary(root_pid=sample.root_pid), budget)
+        if stop_at_exit or reading.up:
+            return reading
+        return reading._replace(targets={})
+
+    prev = last = read()
     started = clock()
     try:
-        if options.warmup > 0 and not _root_gone(prev):
-            _sleep_until(started + options.warmup, clock, sleep, should_stop)
-            prev = sampler.sample()
+        if options.warmup > 0 and prev.up:
+            _sleep_until(started + options.warmup, clock, sleep, stop)
+            prev = last = read()
         measure_start = clock()
         # The run ends at the duration even in the middle of an interval: the last one is
         # shorter, never longer than asked.
         end = None if options.duration is None else measure_start + options.duration
         next_at = measure_start
-        while True:
-            if _root_gone(prev):
-                target_exited = True
-                break
-            if should_stop is not None and should_stop():
-                # The caller's reason (command exited, timeout): only a sample that finds the
-                # root gone says the target exited, so take one last look.
-                target_exited = _root_gone(sampler.sample())
+        while not (stop_at_exit and not prev.up):
+            if stop():
+                # The caller's reason (command exited, timeout): only a reading that finds
+                # the target gone says it exited, so take one last look.
+                if stop_at_exit:
+                    last = source.read()
                 break
             next_at += options.interval
             if end is not None:
                 next_at = min(next_at, end)
-            _sleep_until(next_at, clock, sleep, should_stop)
-            curr = sampler.sample()
+            _sleep_until(next_at, clock, sleep, stop)
+            began = time.perf_counter()
+            curr = read()
             if curr.t <= prev.t:  # a clock that did not move gives no rate
                 continue
-            iv = interval_between(prev, curr, budget.vcpus, th)
-            run.add(iv)
-            intervals += 1
-            pace.add(iv.seconds, capped=end is not None and next_at >= end)
-            if on_interval is not None:
-                on_interval(iv, assess(iv, th), intervals, clock() - measure_start)
-            prev = curr
-            if options.max_intervals is not None and intervals >= options.max_intervals:
+            results = []
+            for target, (sample, budget) in curr.targets.items():
+                before = prev.targets.get(target)
+                if before is None:
+                    continue
+                iv = counted(interval_between(before[0], sample, budget.vcpus), th)
+                a = assess(iv, th)
+                if keep_summaries:  # only then: a long `serve` must not keep every target seen
+                    run, _ = runs[target]
+                    run.add(iv)
+                    runs[target] = (run, budget)
+                if only_loaded and not fleet.holds_load(iv, a):
+                    continue
+                cgroup = source.cgroup_of(target)
+                results.append(
+                    TargetResult(target, source.kind, cgroup, budget, iv, a, fleet.state(a))
+                )
+            node = None
+            if curr.node is not None and prev.node is not None:
+                nb = source.node_budget
+                assert nb is not None
+                iv = counted(interval_between(prev.node, curr.node, nb.vcpus), th)
+                if node_run is not None:
+                    node_run.add(iv)
+                node = TargetResult("/", TargetKind.NODE, "/", nb, iv, assess(iv, th), "")
+            results.sort(key=lambda r: fleet.rank(r.target, r.interval, r.assessment))
+            result.intervals += 1
+            pace.add(curr.t - prev.t, capped=end is not None and next_at >= end)
+            prev = last = curr
+            if on_round is not None:
+                on_round(
+                    Round(
+                        targets=tuple(results),
+                        node=node,
+                        found=len(results),
+                        up=curr.up,
+                        elapsed=clock() - measure_start,
+                        intervals=result.intervals,
+                        sample_s=time.perf_counter() - began,
+                    )
+                )
+            if options.max_intervals is not None and result.intervals >= options.max_intervals:
                 break
             if end is not None and clock() >= end:
                 break
             if next_at < clock():  # we fell behind (overloaded host): do not burst
                 next_at = clock()
     except KeyboardInterrupt:
-        interrupted = True
+        result.interrupted = True
     # The summary itself notes a run in which nothing was measured.
-    summary = run.result(budget, th, target_exited=target_exited, notes=pace.notes())
-    return SessionResult(summary=summary, interrupted=interrupted)
+    notes = pace.notes()
+    for target, (run, budget) in runs.items():
+        exited = not last.up or target not in last.targets
+        result.summaries[target] = run.result(budget, th, target_exited=exited, notes=notes)
+    if node_run is not None and source.node_budget is not None:
+        result.node = node_run.result(source.node_budget, th, target_exited=False, notes=notes)
+    return result
 
 
 SLOW_PACE = 1.25
@@ -158,13 +263,13 @@ def _sleep_until(
     deadline: float,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
-    should_stop: Callable[[], bool] | None,
+    should_stop: Callable[[], bool],
 ) -> None:
     """Sleep in short slices so a finished command is noticed quickly."""
     while True:
         left = deadline - clock()
         if left <= 0:
             return
-        if should_stop is not None and should_stop():
+        if should_stop():
             return
         sleep(min(left, 0.1))
