@@ -117,7 +117,7 @@ def command(
 
     chosen = Verdict(str(resolve("fail_on", fail_on, load_config(Path.cwd()))))
     if output is not None:
-        check_report_path("--output", output)
+        output = check_report_path("--output", output)
     seen: dict[tuple[int, int], str] = {}
     notes: list[str] = []
     reports = []
