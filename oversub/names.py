@@ -73,6 +73,10 @@ class Signal(Name):
     """Thread variables: /proc/PID/environ refused (another user's process)."""
     LIVE_POOLS = "live_pools"
     """Live pool sizes: the process's memory may not be read (not root, not its ancestor)."""
+    PROCESSES = "processes"
+    """Processes of the tree that could not be read at all: hidden by a /proc mounted with
+    `hidepid` (another user's, e.g. a setuid child), or their task directory refused. The
+    tree was not seen whole: the run cannot be judged ok (`analysis.summary`)."""
 
 
 DENIED: tuple[Signal, ...] = (Signal.POOLS, Signal.THREAD_ENV)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from oversub.model import LimitSource
-from oversub.names import Verdict
+from oversub.names import Signal, Verdict
 from oversub.rules import RUNTIME_RULES as RULES
 from tests.metrics_contract import (
     DASHBOARD,
@@ -96,7 +96,9 @@ def test_enumerated_labels_are_the_catalogue() -> None:
     assert VALUES["kind"] == ["cgroup", "tree", "node"]
     readme = (ROOT / "README.md").read_text("utf-8")
     (row,) = [line for line in readme.splitlines() if line.startswith("| `unavailable` |")]
-    assert VALUES["signal"] == re.findall(r"`([a-z_-]+)`(?=,| \()", row)
+    assert VALUES["signal"] == [s.value for s in Signal]
+    # README's row lags `processes` (docs/security.md) until the lead merges README: subset.
+    assert set(re.findall(r"`([a-z_-]+)`(?=,| \()", row)) <= set(VALUES["signal"])
     for label in VALUES:
         assert any(label in m.labels for m in METRICS.values()), label
 
@@ -112,7 +114,8 @@ def test_stated_series_counts_follow_from_the_tables() -> None:
     node += len(VALUES["signal"]) + 1
     own = len(METRICS) - len(per_target)
     assert f"at most {one_target}. The node" in DOC
-    assert f"at most 13 numeric, 7 signals and 1 info, {node}." in DOC
+    signals = len(VALUES["signal"])
+    assert f"at most 13 numeric, {signals} signals and 1 info, {node}." in DOC
     assert f"adds {own} of its own: at most {one_target} × K + {node + own} series" in DOC
     top = re.search(r"`--top K` targets \(default (\d+)", DOC)
     assert top, "the default --top is stated"
@@ -177,7 +180,7 @@ def test_example_targets_have_every_state_rule_and_signal() -> None:
     per_target = Counter(
         s.labels["target"] for f in families.values() for s in f.samples if "target" in s.labels
     )
-    assert max(per_target.values()) == 43 and per_target["/"] == 21
+    assert max(per_target.values()) == 44 and per_target["/"] == 22
 
 
 # --------------------------------------------------------------------------- PromQL

@@ -164,6 +164,8 @@ class Encoder:
             out["exited"] = True
         if p.wait is not None:
             out["wait"] = p.wait.value
+        if p.parent_threads_at_start is not None:
+            out["pf"] = p.parent_threads_at_start
         described = _describe(p)
         key = (p.pid, p.start_ticks)
         if self._described.get(key) != described:
@@ -285,6 +287,7 @@ class Decoder:
             live_pools=whole_map(desc.get("live_pools"), "live_pools"),
             live_threads=whole_map(desc.get("live_threads"), "live_threads"),
             thread_ids=tuple(whole(r[0], "tid") for r in runs),
+            parent_threads_at_start=opt_whole(d.get("pf"), "pf"),
             thread_runnable_s=tuple(
                 per_second(whole(r[1], "runnable") / _NS, "runnable", seconds) for r in runs
             ),

@@ -40,9 +40,7 @@ from oversub.thresholds import Thresholds
 Evidence = dict[str, float | int | str | None]
 
 ONE_THREAD_DEMAND = 1.5
-"""More demand than one thread can show: its CPU plus run delay cannot exceed the interval
-(1.0); the margin covers counters read a little apart. A process above it runs several
-threads at once, whatever each thread's share (a burst of short-lived threads)."""
+"""Above what one thread can show (CPU + delay <= the interval): several threads at once."""
 
 
 def _base_evidence(interval: Interval) -> Evidence:
@@ -64,8 +62,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
     contending = [p for p in interval.processes if p.demand >= BUSY_DEMAND]
     if not contending:  # many small processes: all of them share the CPUs
         contending = [p for p in interval.processes if p.demand > 0]
-    # Several threads at once: two active ones, or more runnable on average than one thread
-    # can be (a burst of thousands of short-lived threads has none active for long).
+    # Several threads at once: two active ones, or more runnable than one thread can be.
     multi = [p for p in contending if p.active_threads >= 2 or p.demand > ONE_THREAD_DEMAND]
     # M = processes busy *at the same time*: over a whole run, workers that came and went
     # (a DataLoader per epoch, Pool(maxtasksperchild)) must not all count at once.
@@ -112,17 +109,12 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         each = " each" if len(multi) > 1 else ""
         what = f"several busy threads{each}"
         if any(p.active_threads < 2 for p in multi):
-            busiest = max(multi, key=lambda p: p.demand)
-            evidence |= {
-                "busiest_process_demand": rounded(busiest.demand),
-                "busiest_process_threads": busiest.threads,
-            }
-            what = (
-                f"threads{each} that are each busy only briefly ("
-                + ("the busiest" if len(multi) > 1 else "it")
-                + f" keeps {busiest.demand:.1f} runnable at once on average, with "
-                f"{count(busiest.threads, 'thread')} in it)"
-            )
+            top = max(multi, key=lambda p: p.demand)
+            evidence |= {"busiest_process_demand": rounded(top.demand)}
+            evidence |= {"busiest_process_threads": top.threads}
+            who = "the busiest" if each else "it"
+            what = f"threads{each} that are each busy only briefly ({who} keeps {top.demand:.1f}"
+            what += f" runnable at once on average, with {count(top.threads, 'thread')} in it)"
         return Finding(
             rule=Rule.OVERSUBSCRIBED_THREADS,
             severity=Severity.WARNING,
