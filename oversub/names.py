@@ -74,6 +74,10 @@ class Signal(Name):
     LIVE_POOLS = "live_pools"
     """Live pool sizes: the process's memory may not be read (not root, not its ancestor), or
     a pool library it maps could not be read safely (docs/security.md)."""
+    PROCESSES = "processes"
+    """Processes of the tree that could not be read at all: hidden by a /proc mounted with
+    `hidepid` (another user's, e.g. a setuid child), or their task directory refused. The
+    tree was not seen whole: the run cannot be judged ok (`analysis.summary`)."""
 
 
 DENIED: tuple[Signal, ...] = (Signal.POOLS, Signal.THREAD_ENV)

@@ -61,6 +61,10 @@ class ProcessRates:
     thread_ids: tuple[int, ...] = ()
     """The thread id of each entry of `thread_runnable_s` (a recording merges two intervals
     thread by thread); empty over a whole run."""
+    parent_threads_at_start: int | None = None
+    """Threads of its parent that had started before this process did (and were still
+    there when sampled; the most seen): the parent's threads when it forked this one. None
+    when unknown (no parent in the tree, a start time unreadable)."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ class ThreadSample:
     """Voluntary context switches (task status); None when unreadable."""
     involuntary_ctx: int | None
     """Involuntary context switches (task status); None when unreadable."""
+    start_ticks: int | None = None
+    """When the thread started (task stat field 22, clock ticks after boot): whether it
+    existed when a child was forked; None when unknown."""
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,8 @@ class Proc:
     """Live pool sizes read from its memory (probe.livepools); None = unknown."""
     live_threads: Mapping[str, int] | None = None
     """Threads those pools run beside the caller; by default each pool's size - 1 (started)."""
+    thread_starts: Sequence[int] | None = None
+    """Start time (clock ticks) of each thread of `loads`; None: unknown (as psutil)."""
 
 
 def thread(
@@ -75,6 +77,7 @@ def thread(
     delay_ns: int | None,
     vol: int | None = BASE_CTX,
     invol: int | None = BASE_CTX,
+    start_ticks: int | None = None,
 ) -> ThreadSample:
     """One thread's cumulative counters."""
     return ThreadSample(
@@ -84,6 +87,7 @@ def thread(
         run_delay_ns=delay_ns,
         voluntary_ctx=vol,
         involuntary_ctx=invol,
+        start_ticks=start_ticks,
     )
 
 
@@ -98,6 +102,7 @@ def _sample(p: Proc, dt: float, after: bool) -> ProcessSample:
                 delay_ns=BASE_DELAY_NS + round(load.delay * k * NS) if p.schedstat else None,
                 vol=BASE_CTX + round(load.voluntary * k) if p.ctx else None,
                 invol=BASE_CTX + round(load.involuntary * k) if p.ctx else None,
+                start_ticks=None if p.thread_starts is None else p.thread_starts[i],
             )
         )
     return ProcessSample(

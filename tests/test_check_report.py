@@ -15,8 +15,8 @@ from oversub.analysis.recommend import synthetic_budget
 from oversub.analysis.summary import unmeasured_summary
 from oversub.cli.checking import CheckOptions
 from oversub.cli.reportfiles import STEP_SUMMARY_MAX
-from oversub.cli.reports import report
-from oversub.errors import ExitStatus, ReportError
+from oversub.cli.reports import prepare_reports, report
+from oversub.errors import ExitStatus
 from oversub.names import Verdict
 from oversub.results import Assessment, CheckOutcome
 from oversub.rules import RUNTIME_RULES as RULES
@@ -31,14 +31,43 @@ def outcome(**kwargs: object) -> CheckOutcome:
     return CheckOutcome(summary=summary, **kwargs)  # type: ignore[arg-type]
 
 
-def test_unwritable_report_is_exit_3_after_the_verdict_was_printed(tmp_path: Path) -> None:
+def test_unwritable_report_is_exit_3_and_the_closing_line_says_so(tmp_path: Path) -> None:
+    # The closing line said "pass: ..., exit 0", then an error line, and the exit was 3:
+    # it now comes after every file was written and states the status returned.
     err = io.StringIO()
     opts = CheckOptions(json_path=tmp_path / "gone" / "r.json")
-    with pytest.raises(ReportError) as caught:
-        report(outcome(static=True), opts, err=err, environ={})
-    assert caught.value.status is ExitStatus.UNOBSERVABLE
-    assert "--json" in str(caught.value) and "r.json" in str(caught.value)
-    assert "oversub check: pass" in err.getvalue()  # printed before the file was tried
+    status = report(outcome(static=True), opts, err=err, environ={})
+    assert status is ExitStatus.UNOBSERVABLE
+    *_, error, last = err.getvalue().splitlines()
+    assert error.startswith("oversub check: error: cannot write the --json report"), error
+    assert "r.json" in error
+    assert last == (
+        "oversub check: error: verdict ok (--fail-on oversubscribed), "
+        "but a file could not be written (above), exit 3"
+    )
+    assert "oversub check: pass" not in err.getvalue()
+
+
+def test_a_failed_report_file_rewrites_the_others_with_exit_3(tmp_path: Path) -> None:
+    # --json written with "exit_status": 0, then --markdown failed and the process exited 3:
+    # every file is staged first, and the others are written again with the status returned.
+    err = io.StringIO()
+    opts = CheckOptions(json_path=tmp_path / "r.json", markdown_path=tmp_path / "gone" / "r.md")
+    status = report(outcome(static=True), opts, err=err, environ={})
+    assert status is ExitStatus.UNOBSERVABLE
+    assert json.loads((tmp_path / "r.json").read_text())["exit_status"] == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary left
+    assert err.getvalue().splitlines()[-1].endswith("exit 3")
+
+
+def test_recording_failure_decides_exit_3_in_the_closing_line(tmp_path: Path) -> None:
+    err = io.StringIO()
+    failure = "cannot write --record run.ndjson: No space left on device"
+    status = report(outcome(static=True), CheckOptions(), err=err, environ={}, failure=failure)
+    assert status is ExitStatus.UNOBSERVABLE
+    *_, error, last = err.getvalue().splitlines()
+    assert error == f"oversub check: error: {failure}"
+    assert last.startswith("oversub check: error: verdict ok") and last.endswith("exit 3")
 
 
 def test_failing_step_summary_is_a_warning(tmp_path: Path) -> None:
@@ -159,15 +188,15 @@ def test_stop_signal_while_reports_are_written_finishes_them_then_exits_130(
     from oversub.cli import reportfiles
 
     written: list[str] = []
-    real = reportfiles.write_atomic
+    real = reportfiles.commit
 
-    def write_then_signal(flag: str, path: Path, text: str) -> None:
-        real(flag, path, text)
+    def write_then_signal(flag: str, staged: reportfiles.Replacement) -> None:
+        real(flag, staged)
         written.append(flag)
         if flag == "--json":
             os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(reportfiles, "write_atomic", write_then_signal)
+    monkeypatch.setattr(reportfiles, "commit", write_then_signal)
     opts = CheckOptions(
         json_path=tmp_path / "r.json",
         junit_path=tmp_path / "r.xml",
@@ -196,11 +225,11 @@ def test_a_failed_write_keeps_the_previous_report(
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", full_disk)
-    with pytest.raises(ReportError) as caught:
-        report(outcome(static=True), CheckOptions(json_path=report_path), err=io.StringIO())
+    err = io.StringIO()
+    status = report(outcome(static=True), CheckOptions(json_path=report_path), err=err)
     monkeypatch.undo()
-    assert caught.value.status is ExitStatus.UNOBSERVABLE
-    assert "No space left on device" in str(caught.value)
+    assert status is ExitStatus.UNOBSERVABLE
+    assert "No space left on device" in err.getvalue()
     assert report_path.read_text() == "previous report\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temporary file left
 
@@ -212,7 +241,8 @@ def test_report_through_a_symlink_replaces_the_file_it_names(tmp_path: Path) -> 
     target.chmod(0o640)
     link = tmp_path / "latest.json"
     link.symlink_to(target)
-    report(outcome(static=True), CheckOptions(json_path=link), err=io.StringIO(), environ={})
+    opts, _ = prepare_reports(CheckOptions(json_path=link), io.StringIO())
+    report(outcome(static=True), opts, err=io.StringIO(), environ={})
     assert link.is_symlink()
     assert json.loads(target.read_text())["exit_status"] == 0
     assert target.stat().st_mode & 0o777 == 0o640

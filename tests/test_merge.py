@@ -338,7 +338,7 @@ def _bad_files(tmp_path: Path) -> list[tuple[str, str]]:
         "latin1.json": b'{"node": "\xe9"}',
         "broken.json": b'{"node": ',
         "nan.json": b'{"node": "a", "vcpus": NaN}',
-        "deep.json": b"[" * 100_000 + b"]" * 100_000,
+        "deep.json": b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
         "bigint.json": b'{"vcpus": ' + b"9" * 5000 + b"}",
         "stream.json": b'{"type": "interval"}\n{"type": "summary"}\n',
         "empty.json": b"",

@@ -155,6 +155,10 @@ def scenarios() -> Iterator[tuple[str, Sequence[Proc], int, Host, float]]:
         yield f"quota-n{n}", [Proc(ROOT, (Load(cpu=0.5),), ppid=1)], n, quota, 1.0
         busy = n + 1
         yield f"busy-threads-n{n}", [root(), Proc(201, (Load(cpu=0.25),) * busy)], n, Host(), 1.0
+        # One process of 5,001 threads started in a burst: none is active for long, together
+        # they keep several runnable (was "1 single-thread process ... will not help").
+        burst = (Load(cpu=0.0005 * n, delay=0.0004 * n),) * 5001
+        yield f"burst-threads-n{n}", [root(), Proc(201, burst)], n, Host(), 1.0
         yield (
             f"busy-threads-2procs-n{n}",
             [root(), *(Proc(201 + i, (Load(cpu=0.21),) * busy) for i in range(2))],
@@ -209,10 +213,26 @@ def test_the_scenarios_reach_every_rule() -> None:
 ASSIGNMENT = re.compile(r"\bset ((?:[A-Z_]+=\d+)(?: and [A-Z_]+=\d+)*)")
 
 
-def contradictions(f: Finding, n: int) -> list[str]:
-    """Statements in the message or fix that disagree with the finding's evidence."""
+def contradictions(f: Finding, n: int, iv: Interval | None = None) -> list[str]:
+    """Statements in the message or fix that disagree with the finding's evidence (and,
+    given the interval, with the processes it names)."""
     out: list[str] = []
     text = f"{f.message} {f.fix}"
+    for value in re.findall(r"they are (\d+) single-thread process", text):
+        if int(value) != f.evidence.get("processes"):
+            out.append(f"{value} single-thread processes, evidence {f.evidence['processes']}")
+        if f.evidence.get("multi_thread_processes"):
+            out.append("single-thread processes, but multi_thread_processes in the evidence")
+        named = [] if iv is None else [p for p in iv.processes if p.pid in f.pids]
+        for p in named:
+            if p.demand > 1.5:  # one thread cannot keep more than one runnable (and a margin)
+                out.append(f"pid {p.pid} single-thread, but it keeps {p.demand:.1f} runnable")
+    for value in re.findall(r"keeps (\d+\.\d) runnable at once", text):
+        if value != f"{f.evidence.get('busiest_process_demand'):.1f}":
+            out.append(f"{value} runnable at once, evidence {f.evidence}")
+    for value in re.findall(r"with ([\d,]+) threads? in it", text):
+        if int(value.replace(",", "")) != f.evidence.get("busiest_process_threads"):
+            out.append(f"{value} threads in it, evidence {f.evidence}")
     for value in re.findall(r"\bon (\d+) v?CPUs?\b", text):
         if int(value) != n:
             out.append(f"on {value} CPUs, but N = {n}")
@@ -241,12 +261,12 @@ def contradictions(f: Finding, n: int) -> list[str]:
     [pytest.param(procs, n, host, dt, id=name) for name, procs, n, host, dt in SCENARIOS],
 )
 def test_every_finding_reads_true(procs: Sequence[Proc], n: int, host: Host, dt: float) -> None:
-    _, assessment = judged(procs, n, host, dt)
+    iv, assessment = judged(procs, n, host, dt)
     assert assessment.findings
     for f in assessment.findings:
         text = f"{f.message} || {f.fix}"
         assert problems(text) == [], text
-        assert contradictions(f, n) == [], text
+        assert contradictions(f, n, iv) == [], text
 
 
 def already_set(pools: tuple[str, ...], env: Mapping[str, str]) -> list[Proc]:

@@ -61,6 +61,11 @@ class Work:
         return measures(self.seconds, self.cpu_s, self.delay_s, self.involuntary, self.voluntary)
 
 
+def most(a: int | None, b: int | None) -> int | None:
+    """The larger of two counts, either unknown (None)."""
+    return b if a is None else a if b is None else max(a, b)
+
+
 @dataclass
 class ProcessAccumulator:
     """Sums and peaks of one process over the intervals it was seen in."""
@@ -80,9 +85,12 @@ class ProcessAccumulator:
     thread_env: Mapping[str, str] | None = None
     live_pools: Mapping[str, int] | None = None
     live_threads: Mapping[str, int] | None = None
+    parent_threads_at_start: int | None = None
+    """The most threads its parent was seen to have had when it forked this process."""
 
     def add(self, p: ProcessRates, seconds: float) -> None:
         self.latest = p
+        self.parent_threads_at_start = most(self.parent_threads_at_start, p.parent_threads_at_start)
         self.threads_peak = max(self.threads_peak, p.threads)
         if p.pools is not None:
             self.pools = p.pools
@@ -114,6 +122,7 @@ class ProcessAccumulator:
             thread_env=self.thread_env,
             live_pools=self.live_pools,
             live_threads=self.live_threads,
+            parent_threads_at_start=self.parent_threads_at_start,
             seconds=s,
             thread_runnable_s=(),
             thread_ids=(),

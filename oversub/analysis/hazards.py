@@ -150,7 +150,7 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
     for child in interval.processes:
         parent = by_pid.get(child.ppid)
         # Plain fork keeps the parent's command line; spawn and forkserver children do not.
-        if parent is None or parent.pid == child.pid or parent.threads < 2:
+        if parent is None or parent.pid == child.pid or _threads_at_fork(child, parent) < 2:
             continue
         if child.cmdline != parent.cmdline:
             continue
@@ -197,7 +197,7 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
                     "children": len(group),
                     "seconds": rounded(idle, 1),
                     "cpu_percent_max": rounded(max(p.cpu_percent for p in group), 2),
-                    "parent_threads": max(by_pid[p.ppid].threads for p in group),
+                    "parent_threads": max(_threads_at_fork(p, by_pid[p.ppid]) for p in group),
                     "wait": group[0].wait,
                 },
                 fix="Start workers with spawn or forkserver (torch.multiprocessing."
@@ -222,6 +222,14 @@ def fork_findings(interval: Interval, th: Thresholds) -> list[Finding]:
             )
         )
     return found
+
+
+def _threads_at_fork(child: ProcessRates, parent: ProcessRates) -> int:
+    """The threads `parent` ran when it forked `child`: those started before the child (the
+    sampler compares thread start times), else, unknown, the threads it runs now."""
+    if child.parent_threads_at_start is not None:
+        return child.parent_threads_at_start
+    return parent.threads
 
 
 def orphan_finding(interval: Interval, th: Thresholds) -> Finding | None:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from oversub.analysis.forktime import with_parent_threads
 from oversub.analysis.poolsize import pool_threads
 from oversub.names import Signal
 from oversub.results import HostRates, Interval, ProcessRates, Totals
@@ -329,10 +330,10 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int) -> Interval:
         if before is not None and before.start_ticks != p.start_ticks:
             before = None
         d = _process_delta(before, p, dt_ns)
-        live.append((_process_rates(p, d, dt_s, exited=False), d))
+        live.append((with_parent_threads(_process_rates(p, d, dt_s, exited=False), curr), d))
 
     gone_rates = [
-        _process_rates(p, _exited_delta(p), dt_s, exited=True)
+        with_parent_threads(_process_rates(p, _exited_delta(p), dt_s, exited=True), prev)
         for pid, p in prev.processes.items()
         # Gone, or its pid already reused by a new process: either way this one exited.
         if pid not in curr.processes or curr.processes[pid].start_ticks != p.start_ticks

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
@@ -17,6 +18,18 @@ MAX_TEXT = 4096
 """Longest string a recording may hold (oversub writes at most 200-character command lines)."""
 MAX_ITEMS = 100_000
 """Most entries in one list or object (threads of a process, processes of an interval)."""
+MAX_NUMBER = 1e15
+"""Largest number a record holds (seconds, rates, thresholds): sums over any number of
+intervals and their ratios stay finite, so no chart or mean becomes inf or NaN."""
+MAX_RATE = float(MAX_ITEMS)
+"""Largest raw delta per second of an interval (CPU or run delay seconds, runnable time of
+a thread): one CPU-second per second for each of at most MAX_ITEMS threads."""
+MAX_KEY_DIGITS = 6
+"""Longest decimal key (a NUMA node's number)."""
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+"""A JSON escape of a UTF-16 surrogate; a pair is one character once decoded, a lone one
+stays a surrogate, which is not a Unicode scalar value and cannot be written as UTF-8."""
 
 
 class BadRecord(Exception):
@@ -35,7 +48,31 @@ def loads(line: str) -> dict[str, Any]:
         raise BadRecord(f"not JSON ({exc})") from None
     if not isinstance(value, dict):
         raise BadRecord("not a JSON object")
+    if has_lone_surrogate(line, value):
+        raise BadRecord(LONE_SURROGATE)
     return value
+
+
+LONE_SURROGATE = "a string holds a lone surrogate escape (\\ud800-\\udfff): not Unicode text"
+
+
+def has_lone_surrogate(raw: str, value: Any) -> bool:
+    """Whether `value`, decoded from the JSON text `raw`, holds a lone surrogate in a key or
+    a string (only walked when `raw` has a surrogate escape at all: cheap for every line)."""
+    if _SURROGATE_ESCAPE.search(raw) is None:
+        return False
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if any("\ud800" <= c <= "\udfff" for c in item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def field(d: Mapping[str, Any], key: str) -> Any:
@@ -54,10 +91,40 @@ def opt_whole(v: Any, what: str) -> int | None:
     return None if v is None else whole(v, what)
 
 
-def number(v: Any, what: str, low: float = 0.0) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < low:
-        raise BadRecord(f"{what} is not a number >= {low:g}")
-    return float(v)
+def number(v: Any, what: str, low: float = 0.0, high: float = MAX_NUMBER) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise BadRecord(f"{what} is not a number in [{low:g}, {high:g}]")
+    try:
+        x = float(v)  # an int of hundreds of digits overflows a float
+    except OverflowError:
+        raise BadRecord(f"{what} is not a number in [{low:g}, {high:g}]") from None
+    if not math.isfinite(x) or not low <= x <= high:
+        raise BadRecord(f"{what} is not a number in [{low:g}, {high:g}]")
+    return x
+
+
+def per_second(v: Any, what: str, seconds: float) -> float:
+    """A raw delta of an interval of `seconds`: at most MAX_RATE per second of it."""
+    return number(v, what, 0.0, seconds * MAX_RATE)
+
+
+def opt_per_second(v: Any, what: str, seconds: float) -> float | None:
+    return None if v is None else per_second(v, what, seconds)
+
+
+def decimal_key(k: Any, what: str) -> int:
+    """An object key that is a small whole number in ASCII digits ("²" and "٣" are digits
+    to str.isdigit, not to int(); thousands of digits are refused before int() is tried)."""
+    if (
+        not isinstance(k, str)
+        or not 0 < len(k) <= MAX_KEY_DIGITS
+        or not k.isascii()
+        or not k.isdigit()
+    ):
+        raise BadRecord(
+            f"{what} {str(k)[:20]!r} is not a number of at most {MAX_KEY_DIGITS} digits"
+        )
+    return int(k)
 
 
 def opt_number(v: Any, what: str) -> float | None:
@@ -134,9 +201,7 @@ def budget_of(d: Any) -> Budget:
             version=2 if field(c, "version") == 2 else 1,
         ),
         numa={
-            whole(int(k) if isinstance(k, str) and k.isdigit() else -1, "numa node"): wholes(
-                v, "numa"
-            )
+            decimal_key(k, "numa node"): wholes(v, "numa")
             for k, v in obj(field(d, "numa"), "numa").items()
         },
         cores=tuple(wholes(c, "cores") for c in array(field(d, "cores"), "cores")),

@@ -37,7 +37,9 @@ from oversub.analysis.recordfields import (
     number,
     obj,
     opt_number,
+    opt_per_second,
     opt_whole,
+    per_second,
     text,
     text_map,
     thresholds_of,
@@ -162,6 +164,8 @@ class Encoder:
             out["exited"] = True
         if p.wait is not None:
             out["wait"] = p.wait.value
+        if p.parent_threads_at_start is not None:
+            out["pf"] = p.parent_threads_at_start
         described = _describe(p)
         key = (p.pid, p.start_ticks)
         if self._described.get(key) != described:
@@ -212,7 +216,7 @@ class Decoder:
     def interval(self, d: Mapping[str, Any]) -> tuple[Interval, str]:
         """(the interval, its UTC timestamp)."""
         t0 = number(field(d, "t0"), "t0")
-        t1 = number(field(d, "t1"), "t1")
+        t1 = number(field(d, "t1"), "t1")  # at most MAX_NUMBER: t1 - t0 is finite
         if t1 <= t0:
             raise BadRecord("t1 is not after t0")
         seconds = t1 - t0
@@ -283,7 +287,10 @@ class Decoder:
             live_pools=whole_map(desc.get("live_pools"), "live_pools"),
             live_threads=whole_map(desc.get("live_threads"), "live_threads"),
             thread_ids=tuple(whole(r[0], "tid") for r in runs),
-            thread_runnable_s=tuple(whole(r[1], "runnable") / _NS for r in runs),
+            parent_threads_at_start=opt_whole(d.get("pf"), "pf"),
+            thread_runnable_s=tuple(
+                per_second(whole(r[1], "runnable") / _NS, "runnable", seconds) for r in runs
+            ),
             **m._asdict(),
         )
 
@@ -292,8 +299,8 @@ def _raw_measures(d: Mapping[str, Any], seconds: float) -> Measures:
     """The rates of a process's or the tree's recorded raw deltas, by the live run's formula."""
     return measures(
         seconds,
-        number(field(d, "cpu_s"), "cpu_s"),
-        opt_number(field(d, "delay_s"), "delay_s"),
+        per_second(field(d, "cpu_s"), "cpu_s", seconds),
+        opt_per_second(field(d, "delay_s"), "delay_s", seconds),
         opt_whole(field(d, "ictx"), "ictx"),
         opt_whole(field(d, "vctx"), "vctx"),
     )
@@ -318,7 +325,8 @@ def ending_of(d: Mapping[str, Any]) -> Ending:
         timed_out=d.get("timed_out") is True,
         interrupted=d.get("interrupted") is True,
         metrics=tuple(
-            (text(k, "metric"), number(v, "metric", -math.inf)) for k, v in metrics.items()
+            (text(k, "metric"), number(v, "metric", -math.inf, math.inf))
+            for k, v in metrics.items()
         ),
     )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from oversub.analysis.accumulators import most
 from oversub.analysis.policy import judge
 from oversub.analysis.rates import Measures, counted, measures, tree_totals
 from oversub.analysis.recordfields import BadRecord, loads
@@ -136,6 +137,7 @@ def _merge_process(a: ProcessRates | None, b: ProcessRates | None, seconds: floa
         b,
         thread_ids=tuple(runnable),
         thread_runnable_s=tuple(runnable.values()),
+        parent_threads_at_start=most(a.parent_threads_at_start, b.parent_threads_at_start),
         **m._asdict(),
     )
 

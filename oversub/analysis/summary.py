@@ -23,7 +23,7 @@ from oversub.analysis.accumulators import ProcessAccumulator, TreeAccumulator
 from oversub.analysis.poolsize import pool_threads
 from oversub.analysis.verdict import assess
 from oversub.model import Budget
-from oversub.names import Signal
+from oversub.names import Signal, Verdict
 from oversub.results import (
     Assessment,
     HostRates,
@@ -34,6 +34,10 @@ from oversub.results import (
 from oversub.thresholds import Thresholds
 
 NO_INTERVAL_NOTE = "no complete interval was sampled"
+UNSEEN_NOTE = (
+    "processes of the tree could not be read (hidden by /proc's hidepid, or refused): "
+    "an ok would vouch for what was not seen (run as root or as their user)"
+)
 """Why a run that ended before a second sample is not judged (nothing could be measured)."""
 
 
@@ -154,10 +158,17 @@ class RunSummary:
             processes = [
                 replace(p, exited=True) if p.pid == whole_run.root_pid else p for p in processes
             ]
+        verdict: Verdict | None = assessment.verdict
+        not_judged = None
+        if verdict is Verdict.OK and Signal.PROCESSES in self._unavailable:
+            # Nothing judged that was not seen: an oversubscribed verdict on what was seen
+            # stands (the gap is named in `unavailable`), an ok would vouch for the rest.
+            verdict, not_judged = None, UNSEEN_NOTE
         return Summary(
             root_pid=whole_run.root_pid,
             budget=budget,
-            verdict=assessment.verdict,
+            verdict=verdict,
+            not_judged=not_judged,
             findings=assessment.findings,
             processes=tuple(processes),
             totals=totals,

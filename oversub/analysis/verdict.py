@@ -39,6 +39,9 @@ from oversub.thresholds import Thresholds
 
 Evidence = dict[str, float | int | str | None]
 
+ONE_THREAD_DEMAND = 1.5
+"""Above what one thread can show (CPU + delay <= the interval): several threads at once."""
+
 
 def _base_evidence(interval: Interval) -> Evidence:
     t = interval.totals
@@ -59,7 +62,8 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
     contending = [p for p in interval.processes if p.demand >= BUSY_DEMAND]
     if not contending:  # many small processes: all of them share the CPUs
         contending = [p for p in interval.processes if p.demand > 0]
-    multi = [p for p in contending if p.active_threads >= 2]
+    # Several threads at once: two active ones, or more runnable than one thread can be.
+    multi = [p for p in contending if p.active_threads >= 2 or p.demand > ONE_THREAD_DEMAND]
     # M = processes busy *at the same time*: over a whole run, workers that came and went
     # (a DataLoader per epoch, Pool(maxtasksperchild)) must not all count at once.
     m = max(1, min(len(contending), t.busy_processes or len(contending)))
@@ -102,15 +106,23 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         )
     if multi:
         evidence |= {"threads_per_process": threads, "pools": None}
+        each = " each" if len(multi) > 1 else ""
+        what = f"several busy threads{each}"
+        if any(p.active_threads < 2 for p in multi):
+            top = max(multi, key=lambda p: p.demand)
+            evidence |= {"busiest_process_demand": rounded(top.demand)}
+            evidence |= {"busiest_process_threads": top.threads}
+            who = "the busiest" if each else "it"
+            what = f"threads{each} that are each busy only briefly ({who} keeps {top.demand:.1f}"
+            what += f" runnable at once on average, with {count(top.threads, 'thread')} in it)"
         return Finding(
             rule=Rule.OVERSUBSCRIBED_THREADS,
             severity=Severity.WARNING,
             verdict=Verdict.OVERSUBSCRIBED,
             message=head
-            + f"{count_processes(len(multi))} {verb(len(multi), 'runs', 'run')} several busy "
-            f"threads{' each' if len(multi) > 1 else ''} and {_pools_state(multi, n, threads)}: "
-            "these are the application's own threads (task threads, executors), not a native "
-            "pool's.",
+            + f"{count_processes(len(multi))} {verb(len(multi), 'runs', 'run')} {what} and "
+            f"{_pools_state(multi, n, threads)}: these are the application's own threads (task "
+            "threads, executors), not a native pool's.",
             pids=pids_of(contending),
             evidence=evidence,
             fix=sentence(app_thread_fix(n, len(multi), m)) + ".",

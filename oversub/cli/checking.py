@@ -7,7 +7,7 @@ only `oversub check` pays for these imports and `CheckOptions`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -68,10 +68,10 @@ def check_command(
     """Start `argv`, sample its tree until it exits or times out, stop what is left, report.
 
     SIGINT, SIGTERM and SIGHUP end the run like Ctrl-C (exit 130); see `run.check`."""
-    from oversub.cli.reports import prepare_reports, report
+    from oversub.cli.reports import prepare_reports
     from oversub.run.check import report_command, run_command
 
-    environ = prepare_reports(opts, err)
+    opts, environ = prepare_reports(opts, err)
     recorder = _recorder(opts, budget, err, "check-command", None, report_command(argv))
     with contextlib.ExitStack() as stack:
         captured = None
@@ -88,35 +88,33 @@ def check_command(
             grace=opts.grace,
         )
     metrics = None if captured is None else captured.values
-    return _recorded(
-        recorder, lambda: report(outcome, opts, err=err, environ=environ), outcome, metrics
-    )
+    return _recorded(recorder, outcome, opts, environ, metrics, err=err)
 
 
 def check_pid(
     pid: int, budget: Budget, opts: CheckOptions, *, err: TextIO | None = None
 ) -> ExitStatus:
     """Attach to a running tree for `opts.session.duration` seconds (or until it exits)."""
-    from oversub.cli.reports import prepare_reports, report
+    from oversub.cli.reports import prepare_reports
     from oversub.run.check import run_pid
 
-    environ = prepare_reports(opts, err)
+    opts, environ = prepare_reports(opts, err)
     recorder = _recorder(opts, budget, err, "check-pid", pid, None)
     outcome = run_pid(pid, budget, opts.session, _progress(budget, opts, err, recorder))
-    return _recorded(recorder, lambda: report(outcome, opts, err=err, environ=environ), outcome)
+    return _recorded(recorder, outcome, opts, environ, err=err)
 
 
 def check_cgroup(
     ref: CgroupRef, budget: Budget, opts: CheckOptions, *, err: TextIO | None = None
 ) -> ExitStatus:
     """Attach to a cgroup for `opts.session.duration` seconds (or until it is removed)."""
-    from oversub.cli.reports import prepare_reports, report
+    from oversub.cli.reports import prepare_reports
     from oversub.run.check import run_cgroup
 
-    environ = prepare_reports(opts, err)
+    opts, environ = prepare_reports(opts, err)
     recorder = _recorder(opts, budget, err, "check-cgroup", None, None)
     outcome = run_cgroup(ref, budget, opts.session, _progress(budget, opts, err, recorder))
-    return _recorded(recorder, lambda: report(outcome, opts, err=err, environ=environ), outcome)
+    return _recorded(recorder, outcome, opts, environ, err=err)
 
 
 def _recorder(
@@ -146,38 +144,46 @@ def _recorder(
 
 def _recorded(
     recorder: Recorder | None,
-    reports: Callable[[], ExitStatus],
     outcome: CheckOutcome,
+    opts: CheckOptions,
+    environ: Mapping[str, str] | None,
     metrics: Mapping[str, float] | None = None,
+    *,
+    err: TextIO | None = None,
 ) -> ExitStatus:
-    """The reports, then the recording finished (its summary is the judged run's), also when
-    a report file failed; a recording that could not be written whole makes the exit 3, as
-    a report file would."""
+    """The recording finished first (its summary is the judged run's), then the reports,
+    told whether the recording could be written whole: when it could not, the exit is 3,
+    as for a report file, and the closing line says so."""
+    from oversub.cli.reports import report
+
     if recorder is None:
-        return reports()
+        return report(outcome, opts, err=err, environ=environ)
     from oversub.analysis.policy import judge
     from oversub.cli.recorder import finish_quietly, summary_record
-    from oversub.errors import ReportError
     from oversub.run import stopsignals
 
-    try:
-        status = reports()
-    finally:
-        with stopsignals.deferred() as during:
-            failure = finish_quietly(
-                recorder,
-                summary_record(
-                    judge(outcome).summary,
-                    command_status=outcome.command_status,
-                    timed_out=outcome.timed_out,
-                    interrupted=outcome.interrupted,
-                    metrics=metrics,
-                ),
-            )
-    if during.received or status is ExitStatus.INTERRUPTED:
+    with stopsignals.deferred() as during:
+        failure = finish_quietly(
+            recorder,
+            summary_record(
+                judge(outcome).summary,
+                command_status=outcome.command_status,
+                timed_out=outcome.timed_out,
+                interrupted=outcome.interrupted,
+                metrics=metrics,
+            ),
+        )
+    status = report(outcome, opts, err=err, environ=environ, failure=failure)
+    if during.received and status is not ExitStatus.INTERRUPTED:
+        # A stop signal while the recording was finished: the same last line as one while
+        # the report files are written (`reports.report`).
+        import sys
+
+        out = err if err is not None else sys.stderr
+        with contextlib.suppress(OSError, ValueError):
+            out.write("oversub check: interrupted, exit 130\n")
+            out.flush()
         return ExitStatus.INTERRUPTED
-    if failure is not None:
-        raise ReportError(failure)
     return status
 
 
@@ -194,5 +200,5 @@ def check_static(
     from oversub.cli.reports import prepare_reports, report
     from oversub.run.check import run_static
 
-    environ = prepare_reports(opts, err)
+    opts, environ = prepare_reports(opts, err)
     return report(run_static(budget, procs, threads, workers), opts, err=err, environ=environ)

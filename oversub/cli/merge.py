@@ -24,6 +24,10 @@ MAX_REPORT_BYTES = 32 << 20
 processes is a few MiB; a larger file is not a node report, and is not loaded whole."""
 
 
+FIRST_READ = 64 * 1024
+"""Bytes read first: a file that does not start like a JSON object is refused after these."""
+
+
 def _not_a_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -37,8 +41,10 @@ def _decode(source: str, data: bytes) -> object:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadReport(f"{source}: not UTF-8 (byte {exc.start})") from None
+    from oversub.analysis.recordfields import LONE_SURROGATE, has_lone_surrogate
+
     try:
-        return json.loads(text, parse_constant=_not_a_constant)
+        value = json.loads(text, parse_constant=_not_a_constant)
     except json.JSONDecodeError as exc:
         hint = ""
         if exc.msg == "Extra data":
@@ -49,6 +55,9 @@ def _decode(source: str, data: bytes) -> object:
         raise BadReport(f"{source}: not a report: JSON nested too deeply") from None
     except ValueError as exc:  # NaN/Infinity, an integer of thousands of digits
         raise BadReport(f"{source}: not a report: {str(exc)[:80]}") from None
+    if has_lone_surrogate(text, value):
+        raise BadReport(f"{source}: not a report: {LONE_SURROGATE}")
+    return value
 
 
 def read_report(source: str) -> tuple[tuple[int, int], object]:
@@ -69,9 +78,16 @@ def read_report(source: str) -> tuple[tuple[int, int], object]:
         os.close(fd)
         what = "is a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
         raise BadReport(f"{source}: {what} (a report is a regular file)")
+    if info.st_size > MAX_REPORT_BYTES:
+        os.close(fd)
+        raise BadReport(f"{source}: larger than {MAX_REPORT_BYTES >> 20} MiB: not a node report")
     with os.fdopen(fd, "rb") as file:
         try:
-            data = file.read(MAX_REPORT_BYTES + 1)
+            data = file.read(FIRST_READ)
+            start = data.lstrip()[:1]
+            if start and start != b"{":  # not a JSON object: refused before the rest is read
+                raise BadReport(f"{source}: not JSON (a report is an object, {{...}})")
+            data += file.read(MAX_REPORT_BYTES + 1 - len(data))
         except OSError as exc:
             raise BadReport(f"{source}: {exc.strerror or exc}") from None
     if len(data) > MAX_REPORT_BYTES:
@@ -117,7 +133,7 @@ def command(
 
     chosen = Verdict(str(resolve("fail_on", fail_on, load_config(Path.cwd()))))
     if output is not None:
-        check_report_path("--output", output)
+        output = check_report_path("--output", output)
     seen: dict[tuple[int, int], str] = {}
     notes: list[str] = []
     reports = []

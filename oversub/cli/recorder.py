@@ -19,7 +19,6 @@ import contextlib
 import os
 import socket
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -82,9 +81,10 @@ class Recorder:
             thresholds=thresholds,
         )
         try:
-            self._fd = os.open(
-                self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOCTTY, 0o666
-            )
+            # The path is the resolved target (`reportfiles`' link policy): a link planted
+            # there since is not followed (ELOOP), nor a FIFO opened blocking.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOCTTY
+            self._fd = os.open(self.path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
         except OSError as exc:
             raise ReportError(f"cannot write --record {self.path}: {exc.strerror or exc}") from exc
         self._write(dumps(header_record(header)))
@@ -161,7 +161,8 @@ class Recorder:
             self.close()
             try:
                 self._size, self._written, self._encoder = _rewrite_merged(self.path)
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NOCTTY
+                self._fd = os.open(self.path, flags | os.O_NONBLOCK)
             except OSError as exc:
                 self._fail(f"cannot coarsen --record {self.path}: {exc.strerror or exc}")
                 return
@@ -174,38 +175,40 @@ def _records(path: Path) -> Iterator[str]:
 
 
 def _rewrite_merged(path: Path) -> tuple[int, int, Encoder]:
-    """Replace the recording at `path` by one with each pair of intervals merged; (its size,
+    """Replace the recording at `path` (the resolved target: a link there stays a link) by
+    one with each pair of intervals merged, through `reportfiles.Replacement`; (its size,
     its interval records, the encoder that continues it)."""
+    from oversub.cli.reportfiles import Replacement
+
     lines = _records(path)
     header = next(lines)
     decoder, encoder = Decoder(), Encoder()
-    fd, temporary = tempfile.mkstemp(prefix=".oversub-", suffix=".tmp", dir=path.parent)
+    out = Replacement(path)
     size = written = 0
+
+    def put(text: str) -> None:
+        nonlocal size
+        data = text.encode("utf-8")
+        out.write(data)
+        size += len(data)
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(header)
-            size += len(header.encode("utf-8"))
-            first: tuple[Interval, str] | None = None
-            for line in lines:
-                iv, stamp = decoder.interval(loads(line))
-                if first is None:
-                    first = (iv, stamp)
-                    continue
-                text = dumps(encoder.interval(merge(first[0], iv), stamp)) + "\n"
-                out.write(text)
-                size += len(text.encode("utf-8"))
-                written += 1
-                first = None
-            if first is not None:
-                text = dumps(encoder.interval(*first)) + "\n"
-                out.write(text)
-                size += len(text.encode("utf-8"))
-                written += 1
-        os.chmod(temporary, os.stat(path).st_mode & 0o7777)
-        os.replace(temporary, path)
+        put(header)
+        first: tuple[Interval, str] | None = None
+        for line in lines:
+            iv, stamp = decoder.interval(loads(line))
+            if first is None:
+                first = (iv, stamp)
+                continue
+            put(dumps(encoder.interval(merge(first[0], iv), stamp)) + "\n")
+            written += 1
+            first = None
+        if first is not None:
+            put(dumps(encoder.interval(*first)) + "\n")
+            written += 1
+        out.commit()
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        out.discard()
         raise
     return size, written, encoder
 
@@ -285,8 +288,7 @@ def open_recorder(
     path cannot take a file (as for report files), ReportError when it cannot be created."""
     from oversub.cli.reportfiles import check_report_path
 
-    check_report_path("--record", path)
-    recorder = Recorder(path, round(max_mb * MB), err=err)
+    recorder = Recorder(check_report_path("--record", path), round(max_mb * MB), err=err)
     return recorder.open(
         mode=mode,
         pid=pid,

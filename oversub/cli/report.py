@@ -46,7 +46,7 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
     if out is not None:
         from oversub.cli.reportfiles import check_report_path
 
-        check_report_path("-o", out)
+        out = check_report_path("-o", out)
     recording = read_recording(file)
     given = {k: v for k, v in pop_thresholds(kwargs).items() if v is not None}
     thresholds = dataclasses.replace(recording.header.thresholds, **given)

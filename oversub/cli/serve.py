@@ -10,9 +10,8 @@ no other command pays for it.
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
@@ -117,11 +116,13 @@ def command(
         port = DEFAULT_PORT
     with stopsignals.interrupt():
         exporter = _exporter(pid, cgroup, all_cgroups, name or "tree", options, top)
-        path = (
-            None if textfile is None else textfile / (f"oversub-{name}.prom" if name else TEXTFILE)
-        )
-        if path is not None:
-            exporter.on_update = lambda state: write_textfile(path, state)
+        path = None
+        if textfile is not None:
+            from oversub.cli.reportfiles import check_report_path
+
+            named = textfile / (f"oversub-{name}.prom" if name else TEXTFILE)
+            path = check_report_path("--textfile", named)
+            exporter.on_update = Textfile(path)
         server = None if port is None else _listen(exporter, bind, port)
         _say_where(server, path)
         try:
@@ -232,13 +233,50 @@ def exposition(state: Exported) -> bytes:
 
 
 def write_textfile(path: Path, state: Exported) -> None:
-    """Write `path` atomically: a temporary file in the same directory whose name does not
-    end in .prom (node_exporter ignores it), renamed over the old one."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_bytes(exposition(state))
-        os.replace(temporary, path)
-    except OSError as error:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        raise ServeError(f"cannot write {path}: {error.strerror or error}") from None
+    """Replace `path` (a target from `reportfiles.check_report_path`) atomically: a
+    temporary file created exclusively in the same directory, whose name does not end in
+    .prom (node_exporter ignores it), fsync'ed and renamed over the old one; OSError when
+    it cannot be done (the old file is then untouched, no temporary file left)."""
+    from oversub.cli.reportfiles import Replacement
+
+    replacement = Replacement(path)
+    replacement.write(exposition(state))
+    replacement.commit()
+
+
+class Textfile:
+    """The exporter's `on_update` for --textfile: each sample written to the file. A write
+    that fails (a full disk, a directory made read-only) is skipped: the warning names the
+    directory once, /metrics goes on serving, the next sample tries again (and a line says
+    when it succeeds again)."""
+
+    def __init__(self, path: Path, err: TextIO | None = None) -> None:
+        self.path = path
+        self.err = err
+        self.failing = False
+
+    def __call__(self, state: Exported) -> None:
+        try:
+            write_textfile(self.path, state)
+        except OSError as error:
+            if not self.failing:
+                self._say(
+                    f"warning: cannot write {self.path} in {self.path.parent}: "
+                    f"{error.strerror or error}; skipped, /metrics goes on, "
+                    "each later sample tries again"
+                )
+            self.failing = True
+            return
+        if self.failing:
+            self._say(f"{self.path} is written again")
+            self.failing = False
+
+    def _say(self, message: str) -> None:
+        import sys
+
+        from oversub.render.escape import terminal
+
+        out = self.err if self.err is not None else sys.stderr
+        with contextlib.suppress(OSError, ValueError):
+            out.write(f"oversub serve: {terminal(message)}\n")
+            out.flush()

@@ -109,6 +109,8 @@ class TreeSampler:
         self._sampled = False
         self._threads = ThreadReader()
         self._live = LiveReader(root)
+        self._hides: bool | None = None
+        """Whether this /proc may hide processes from us (`probe.hidden`), read once."""
 
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""
@@ -151,6 +153,16 @@ class TreeSampler:
             sample = self._read_process(pid, stat, stats[pid], t, strict, unavailable)
             if sample is not None:
                 processes[pid] = sample
+
+        if self._hides is None:
+            from oversub.probe.hidden import hides_processes
+
+            self._hides = hides_processes(self._proc)
+        if self._hides and Signal.PROCESSES not in unavailable:
+            from oversub.probe.hidden import hidden_children
+
+            if hidden_children(self._proc, processes, stats):
+                unavailable.append(Signal.PROCESSES)
 
         self._sampled = True
         self._threads.end_sample()
@@ -216,6 +228,8 @@ class TreeSampler:
         except PermissionError as exc:
             if strict:
                 raise errors.PermissionDenied(f"cannot read {base}/task: {exc.strerror}") from exc
+            if Signal.PROCESSES not in unavailable:
+                unavailable.append(Signal.PROCESSES)  # in the tree, but not seen
             return None
         except OSError:
             return None  # gone between the scan and now

@@ -53,10 +53,14 @@ class ThreadReader:
         self._last_run: dict[_ThreadKey, _Ran] = {}
         """What each thread had run by the previous sample."""
         self._next_run: dict[_ThreadKey, _Ran] = {}
+        self._starts: dict[_ThreadKey, int] = {}
+        """Each thread's start time, read once (task stat field 22: it never changes)."""
+        self._next_starts: dict[_ThreadKey, int] = {}
 
     def end_sample(self) -> None:
         self.held.end_sample()
         self._last_run, self._next_run = self._next_run, {}
+        self._starts, self._next_starts = self._next_starts, {}
 
     def close(self) -> None:
         self.held.close()
@@ -70,6 +74,8 @@ class ThreadReader:
         held = self.held
         last_run = self._last_run
         next_run = self._next_run
+        starts = self._starts
+        next_starts = self._next_starts
         for name in os.listdir(task_fd):
             key = (pid, start_ticks, name)
             # Any failure below means the thread exited since the listing: skip it.
@@ -112,6 +118,10 @@ class ThreadReader:
                     involuntary = _status_int(status, _INVOLUNTARY)
                 if runs is not None:
                     next_run[key] = (cpu_ns, runs, voluntary, involuntary)
+                started = starts.get(key)
+                if started is None:
+                    started = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd)).start_ticks
+                next_starts[key] = started
                 threads.append(
                     ThreadSample(
                         tid=int(name),
@@ -120,6 +130,7 @@ class ThreadReader:
                         run_delay_ns=run_delay,
                         voluntary_ctx=voluntary,
                         involuntary_ctx=involuntary,
+                        start_ticks=started,
                     )
                 )
             except (OSError, ValueError, IndexError):

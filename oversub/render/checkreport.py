@@ -13,18 +13,24 @@ if TYPE_CHECKING:
     from oversub.nodes import NodeIdentity
 
 
-def closing_lines(outcome: CheckOutcome, status: ExitStatus, gate: Gate) -> list[str]:
+def closing_lines(
+    outcome: CheckOutcome, status: ExitStatus, gate: Gate, *, unwritten: bool = False
+) -> list[str]:
     """The lines after the summary: how the command ended, then pass/FAIL and the exit code
-    ("oversub check: FAIL: verdict oversubscribed (--fail-on oversubscribed), exit 1")."""
+    ("oversub check: FAIL: verdict oversubscribed (--fail-on oversubscribed), exit 1").
+    `unwritten`: a report file or the recording could not be written, which decides the
+    exit 3 ("oversub check: error: verdict ok (--fail-on oversubscribed), but a file could
+    not be written, exit 3")."""
     tail = []
     if outcome.command is not None:
         how = "ended by --timeout" if outcome.timed_out else f"exit status {outcome.command_status}"
         tail.append(f"oversub check: command {how}")
-    tail.append(f"oversub check: {_verdict_line(outcome, status, gate)}, exit {int(status)}")
+    line = _verdict_line(outcome, status, gate, unwritten)
+    tail.append(f"oversub check: {line}, exit {int(status)}")
     return tail
 
 
-def _verdict_line(outcome: CheckOutcome, status: ExitStatus, gate: Gate) -> str:
+def _verdict_line(outcome: CheckOutcome, status: ExitStatus, gate: Gate, unwritten: bool) -> str:
     """The last line of the report: pass/FAIL and the verdict, or why there is none."""
     s = outcome.summary
     if s.verdict is None:
@@ -35,6 +41,8 @@ def _verdict_line(outcome: CheckOutcome, status: ExitStatus, gate: Gate) -> str:
     judged = f"verdict {s.verdict.value} (--fail-on {gate.fail_on.value})"
     if status is ExitStatus.INTERRUPTED:
         return f"interrupted: {judged}"
+    if unwritten and status is ExitStatus.UNOBSERVABLE:
+        return f"error: {judged}, but a file could not be written (above)"
     word = "FAIL" if status is ExitStatus.FOUND else "pass"
     return f"{word}: {judged}"
 

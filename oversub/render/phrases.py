@@ -212,6 +212,7 @@ _UNAVAILABLE_WHY: Mapping[str, str] = {
     Signal.CONTEXT_SWITCHES: "context switches",
     Signal.POOLS: "pools",
     Signal.THREAD_ENV: "thread variables",
+    Signal.PROCESSES: "processes of the tree (hidden by /proc's hidepid, or refused)",
     Signal.LIVE_POOLS: "live pool sizes (reading a process's memory needs root or being its "
     "ancestor, as `oversub check -- CMD` is, and a library file it maps that was replaced, is "
     "not a regular file or not a well-formed ELF file is not read; thread variables stand in)",
