@@ -95,6 +95,7 @@ RATES_KEYS = [
     "thread_env",
     "exited",
     "live_pools",
+    "owners",
 ]
 TOTALS_KEYS = [
     "processes",
@@ -151,6 +152,7 @@ PROCESS_SUMMARY_KEYS = [
     "exited",
     "seconds",
     "live_pools",
+    "owners",
 ]
 
 

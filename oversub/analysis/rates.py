@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from oversub.analysis.owners import with_floor
 from oversub.analysis.poolsize import pool_threads
 from oversub.names import Signal
 from oversub.results import HostRates, Interval, ProcessRates, Totals
@@ -192,6 +193,7 @@ CARRIED = (
     "live_threads",
     "wait",
     "start_ticks",
+    "owners",
 )
 """What a process's rates carry over from its sample as read: what it is, not what it did."""
 
@@ -335,7 +337,7 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int, thresholds: Thresho
         if before is not None and before.start_ticks != p.start_ticks:
             before = None
         d = _process_delta(before, p, dt_ns, active_ns)
-        live.append((_process_rates(p, d, dt_s, exited=False), d))
+        live.append((with_floor(_process_rates(p, d, dt_s, exited=False), active_ns), d))
 
     gone_rates = [
         _process_rates(p, _exited_delta(p), dt_s, exited=True)
@@ -379,14 +381,7 @@ def with_thresholds(iv: Interval, thresholds: Thresholds) -> Interval:
     the pool threads of the totals; every other number is a raw delta or a rate of it."""
     # The comparison of `interval()`, which counts whole nanoseconds.
     floor_ns = thresholds.active_cpu * iv.seconds * _NS
-
-    def active(p: ProcessRates) -> ProcessRates:
-        if not p.thread_runnable_s:  # exited, or no thread: nothing was active
-            return p
-        count = sum(1 for r in p.thread_runnable_s if round(r * _NS) >= floor_ns)
-        return replace(p, active_threads=count)
-
-    processes = tuple(active(p) for p in iv.processes)
+    processes = tuple(with_floor(p, floor_ns) for p in iv.processes)
     live = [p for p in processes if not p.exited]
     in_pools, with_pools = pool_threads(live, iv.vcpus)
     totals = replace(
