@@ -44,6 +44,10 @@ class Runtime(NamedTuple):
     fallback); None when oversub had no row for it before threads were attributed."""
     measured: str = ""
     """What oversubscribing it cost, measured (2 processes on 2 vCPUs), for the wording."""
+    caller: bool = True
+    """Its size counts the calling thread (an OpenMP team, OpenBLAS, ORT's intra-op pool:
+    size n runs n - 1 threads of its own); False when it runs n threads of its own (polars,
+    Arrow, numexpr) while the caller waits."""
 
 
 _TPC = "threadpoolctl.threadpool_limits({t})"
@@ -122,6 +126,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         "torch.set_num_interop_threads({t})",
         names=("pt_",),
         objects=("libtorch_cpu", "libc10.", "libtorch_python"),
+        caller=False,
     ),
     Runtime(
         "onnxruntime",
@@ -142,6 +147,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         names=("polars-",),
         objects=("_polars_runtime", "polars.abi3"),
         measured="2 %",
+        caller=False,
     ),
     Runtime(
         "pyarrow",
@@ -151,6 +157,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         "pyarrow.set_cpu_count({t})",
         objects=("libarrow", "libparquet"),
         measured="2 %",
+        caller=False,
     ),
     Runtime(
         "numexpr",
@@ -160,6 +167,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         "numexpr.set_num_threads({t})",
         dirs=("numexpr",),
         measured="2 %",
+        caller=False,
     ),
     Runtime(
         "numba",

@@ -40,21 +40,27 @@ def limits_text(procs: Sequence[ProcessRates], n: int) -> str:
 
 def app_thread_fix(n: int, workers: int, busy: int) -> str:
     """Size the application's own threads: workers x threads per worker <= N, for `workers`
-    processes that run several threads among `busy` busy ones."""
-    per = max(1, n // max(1, workers))
-    fix = (
-        f"run at most {n} busy {verb(n, 'thread', 'threads')} in all, workers x threads per "
-        f"worker <= {n}"
-    )
-    if workers > 1:
-        fix += f" (e.g. {workers} workers x {per} {verb(per, 'thread', 'threads')})"
-    fix += (
+    processes that run several threads among `busy` busy ones. With more busy processes than
+    CPUs, fewer processes come first: no thread count fixes that. The example is computed
+    from the numbers, so it keeps its own rule."""
+    if busy > n or workers > n:
+        fix = (
+            f"run at most {n} busy {verb(n, 'process', 'processes')} at a time, with 1 busy "
+            f"thread each (workers x threads per worker <= {n}, e.g. {n} "
+            f"{verb(n, 'worker', 'workers')} x 1 thread)"
+        )
+    else:
+        per = n // max(1, workers)
+        fix = (
+            f"run at most {n} busy {verb(n, 'thread', 'threads')} in all, workers x threads "
+            f"per worker <= {n}"
+        )
+        if workers > 1:
+            fix += f" (e.g. {workers} workers x {per} {verb(per, 'thread', 'threads')})"
+    return fix + (
         ": dask LocalCluster(threads_per_worker=...), ThreadPoolExecutor(max_workers=...), "
         "joblib's n_jobs with the threading backend, or the application's own thread count"
     )
-    if busy > n:
-        fix += f"; and run at most {n} busy process{'es' if n > 1 else ''} at a time"
-    return fix
 
 
 def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:

@@ -100,9 +100,19 @@ def _started(p: ProcessRates, size: PoolSize) -> bool:
     return readable and p.live_pools is None and p.threads >= size.threads
 
 
+def _never_ran(p: ProcessRates, key: str) -> bool:
+    """The threads' owners show that `p` worked (kept half a thread runnable) while none of
+    this pool's threads ran: the work does not use the pool, so it is no risk for it (the
+    pool of an idle process stays one: it may run when the work starts)."""
+    if p.owner_counts is None or p.demand < 0.5:
+        return False
+    return not any(c.owner == key and c.ran > 0 for c in p.owner_counts)
+
+
 def latent_pools(p: ProcessRates, n: int) -> list[PoolSize]:
-    """Multi-thread pools of `p` that exist (by the evidence above), largest first."""
-    found = [s for s in blamed(p, n, 1) if _started(p, s)]
+    """Multi-thread pools of `p` that exist (by the evidence above) and may run, largest
+    first."""
+    found = [s for s in blamed(p, n, 1) if _started(p, s) and not _never_ran(p, s.key)]
     return sorted(found, key=lambda s: -s.threads)
 
 
