@@ -61,7 +61,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         _TPC,
         objects=("libgomp.", "libgomp-"),
         pool="libgomp",
-        measured="10.6x for torch's team",
+        measured="10.6x slower for torch's team",
     ),
     Runtime(
         "libomp",
@@ -89,7 +89,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         _TPC,
         objects=("libopenblas", "libscipy_openblas"),
         pool="openblas",
-        measured="3-80x for scikit-learn fits",
+        measured="3-80x slower scikit-learn fits",
     ),
     Runtime(
         "mkl",
@@ -136,7 +136,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         "SessionOptions.intra_op_num_threads = {t}",
         objects=("onnxruntime_pybind11_state", "libonnxruntime"),
         pool="onnxruntime",
-        measured="1.21-1.57x",
+        measured="1.21-1.57x slower",
     ),
     Runtime(
         "polars",
@@ -146,7 +146,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         None,
         names=("polars-",),
         objects=("_polars_runtime", "polars.abi3"),
-        measured="2 %",
+        measured="2 % slower",
         caller=False,
     ),
     Runtime(
@@ -156,7 +156,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         ("OMP_NUM_THREADS",),
         "pyarrow.set_cpu_count({t})",
         objects=("libarrow", "libparquet"),
-        measured="2 %",
+        measured="2 % slower",
         caller=False,
     ),
     Runtime(
@@ -166,7 +166,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         ("NUMEXPR_NUM_THREADS",),
         "numexpr.set_num_threads({t})",
         dirs=("numexpr",),
-        measured="2 %",
+        measured="2 % slower",
         caller=False,
     ),
     Runtime(
@@ -176,7 +176,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         ("NUMBA_NUM_THREADS",),
         "numba.set_num_threads({t})",
         dirs=("numba",),
-        measured="8 %",
+        measured="8 % slower",
     ),
     Runtime("gloo", "gloo communication (torch.distributed)", "none", names=("gloo_", "pt_gloo")),
     Runtime("jemalloc", "jemalloc background", "none", names=("jemalloc_bg_thd",)),

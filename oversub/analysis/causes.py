@@ -18,7 +18,7 @@ from oversub.analysis.owners import busy_owners, describe
 from oversub.results import OwnerCount, ProcessRates
 from oversub.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED
 
-Kind = Literal["spin", "sleep", "gil", "comm", "app"]
+Kind = Literal["spin", "sleep", "fitted", "gil", "comm", "app"]
 
 GIL_CPU_PERCENT = 130.0
 """A process whose busy threads are all the interpreter's and that uses at most this much
@@ -43,9 +43,12 @@ class Cause:
     kind: Kind
     """spin: a blamed pool's waiting threads spin (costs multiples); sleep: every blamed
     pool's threads sleep (costs a few percent); gil: the interpreter's threads take turns;
-    comm: communication threads; app: the application's own Python threads (executors)."""
+    fitted: the busy pools already run at most T (their knob is applied) and the rest is
+    their callers; comm: communication threads; app: the application's own Python threads
+    (executors)."""
     blamed: tuple[Blame, ...]
-    """The pools to size, spinning ones first; empty for gil, comm and app."""
+    """The pools to size, spinning ones first (for fitted: the busy pools already at T, with
+    no pids); empty for gil, comm and app."""
     owners: str
     """Threads by owner of each busy process: "pid 11: ONNX Runtime intra-op pool: 1 busy,
     OpenBLAS: 1 idle, Python interpreter: 1 busy"."""
@@ -87,11 +90,14 @@ def cause(procs: Sequence[ProcessRates], threads: int) -> Cause | None:
     busy = {k for p in procs for k in busy_owners(p)}
     if UNATTRIBUTED in busy or not busy:
         return None  # what runs them is unknown: the mapped pools are all there is
-    if "gloo" in busy and busy <= _NOT_POOLS | {"gloo"}:
+    pools = {k for k in busy if k not in _NOT_POOLS and k != "gloo"}
+    if pools:
+        return Cause("fitted", tuple(Blame(k, (), 0) for k in sorted(pools)), owners)
+    if "gloo" in busy:
         return Cause("comm", (), owners)
-    if busy <= _NOT_POOLS:
-        gil = all(
-            p.cpu_percent <= GIL_CPU_PERCENT and busy_owners(p).get("python", 0) >= 2 for p in procs
-        )
-        return Cause("gil" if gil else "app", (), owners)
-    return None
+    # Left: the interpreter's threads (and idle helpers). One CPU at most per process while
+    # several are busy: they take turns on the GIL.
+    gil = all(
+        p.cpu_percent <= GIL_CPU_PERCENT and busy_owners(p).get("python", 0) >= 2 for p in procs
+    )
+    return Cause("gil" if gil else "app", (), owners)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from oversub.analysis.causes import GIL_CPU_PERCENT, Blame, Cause
+from oversub.analysis.causes import Blame, Cause
 from oversub.analysis.fixes import app_thread_fix
 from oversub.analysis.wording import join_and, sentence, verb, who
 from oversub.names import Severity, Verdict
-from oversub.plural import count
+from oversub.plural import count, noun
 from oversub.results import Finding, ProcessRates
 from oversub.rules import Rule
 from oversub.runtimes import RUNTIMES_BY_KEY
@@ -80,40 +80,45 @@ def owned_finding(
         }
         fix = f"Give {many} {count(threads, 'thread')} ({count(n, 'CPU')} / {m}): "
         fix += "; ".join(knob_fix(b, threads, procs) for b in cause.blamed) + tail + "."
-        sizes = ", ".join(f"{RUNTIMES_BY_KEY[b.owner].label} {b.size}" for b in cause.blamed)
-        said = f"{head}the busy threads are {labels}'s, sized above {threads} ({sizes}): "
-        said += f"{cause.owners}. "
+        sizes = join_and(f"{RUNTIMES_BY_KEY[b.owner].label} {b.size}" for b in cause.blamed)
+        said = (
+            f"{head}the busy threads belong to {labels}, which "
+            f"{verb(len(cause.blamed), 'runs', 'run')} more than {threads} per process "
+            f"({sizes}): {cause.owners}. "
+        )
         if cause.kind == "spin":
             spin = [b for b in cause.blamed if RUNTIMES_BY_KEY[b.owner].waits == "spin"]
             costs = [
-                f"{RUNTIMES_BY_KEY[b.owner].label} {RUNTIMES_BY_KEY[b.owner].measured}"
+                f"{RUNTIMES_BY_KEY[b.owner].label}: {RUNTIMES_BY_KEY[b.owner].measured}"
                 for b in spin
                 if RUNTIMES_BY_KEY[b.owner].measured
             ]
             said += (
                 f"The waiting threads of {join_and(RUNTIMES_BY_KEY[b.owner].label for b in spin)} "
-                "spin, so sharing the CPUs costs multiples"
-                + (f" ({'; '.join(costs)} measured)" if costs else "")
+                "spin instead of sleeping, so sharing the CPUs is costly"
+                + (f" ({'; '.join(costs)}, measured)" if costs else "")
                 + "."
             )
             rule, severity = Rule.OVERSUBSCRIBED_POOLS, Severity.CRITICAL
         else:
             costs = [
-                f"{RUNTIMES_BY_KEY[b.owner].label} {RUNTIMES_BY_KEY[b.owner].measured}"
+                f"{RUNTIMES_BY_KEY[b.owner].label}: {RUNTIMES_BY_KEY[b.owner].measured}"
                 for b in cause.blamed
             ]
             said += (
                 f"{verb(len(cause.blamed), 'Its', 'Their')} waiting threads sleep, so this costs "
-                f"little ({'; '.join(costs)} measured with 2 processes on 2 CPUs)."
+                f"little ({'; '.join(costs)} , measured with 2 processes on 2 CPUs)."
             )
             fix = "The gain is small; to take it: " + fix[0].lower() + fix[1:]
             rule, severity = Rule.OVERSUBSCRIBED_THREADS, Severity.WARNING
         return Finding(rule, severity, Verdict.OVERSUBSCRIBED, said, pids, evidence, fix)
     evidence |= {"threads_per_process": None, "pools": None}
     if cause.kind == "gil":
+        most = max(p.cpu_percent for p in procs) / 100
         said = (
-            f"{head}the busy threads are the Python interpreter's, and each process uses at "
-            f"most {GIL_CPU_PERCENT / 100:.1f} CPUs while several of them are busy: they take "
+            f"{head}the busy threads are the Python interpreter's, and no process uses more "
+            f"than {most:.1f} {noun(round(most, 1), 'CPU')} while several of "
+            "its threads are busy: they take "
             f"turns on the GIL ({cause.owners}). That is not CPU oversubscription, and a "
             "thread cap does not help (1 thread per process measured 0.93x)."
         )
@@ -122,6 +127,18 @@ def owned_finding(
             f"(ProcessPoolExecutor or multiprocessing, at most {count(n, 'process')} busy at "
             "a time), or a free-threaded Python (3.13t or later); capping the threads does "
             "not help."
+        )
+    elif cause.kind == "fitted":
+        labels = join_and(RUNTIMES_BY_KEY[b.owner].label for b in cause.blamed)
+        said = (
+            f"{head}the busy pools ({labels}) already run at most {threads} "
+            f"{verb(threads, 'thread', 'threads')} per process ({cause.owners}): the other "
+            "busy thread is each process's caller, working beside its pool."
+        )
+        fix = (
+            f"Nothing left to cap: {labels} already {verb(len(cause.blamed), 'runs', 'run')} "
+            f"{threads} per process. What still waits is each process's calling thread beside "
+            "its pool, which costs little; only fewer busy processes at a time remove it."
         )
     elif cause.kind == "comm":
         said = (
