@@ -107,7 +107,7 @@ def owned_finding(
             ]
             said += (
                 f"{verb(len(cause.blamed), 'Its', 'Their')} waiting threads sleep, so this costs "
-                f"little ({'; '.join(costs)} , measured with 2 processes on 2 CPUs)."
+                f"little ({'; '.join(costs)}, measured with 2 processes on 2 CPUs)."
             )
             fix = "The gain is small; to take it: " + fix[0].lower() + fix[1:]
             rule, severity = Rule.OVERSUBSCRIBED_THREADS, Severity.WARNING
