@@ -8,8 +8,11 @@ sizes it: only that knob is ever offered as its fix. Pure data, standard library
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    from oversub.results import OwnerCount
 
 UNATTRIBUTED = "unattributed"
 """The owner of a thread no evidence names (never guessed from the mapped libraries)."""
@@ -262,3 +265,19 @@ def waits(key: str) -> Waits | None:
     """What the owner's threads do when oversubscribed; None for unknown owners."""
     runtime = RUNTIMES_BY_KEY.get(key)
     return runtime.waits if runtime is not None else None
+
+
+def describe(counts: Sequence[OwnerCount]) -> str:
+    """ "ONNX Runtime intra-op pool: 2 busy, OpenBLAS: 1 idle, Python interpreter: 1"."""
+    parts = []
+    for c in counts:
+        if c.busy and c.busy == c.threads:
+            n = f"{c.busy} busy"
+        elif c.busy:
+            n = f"{c.threads} ({c.busy} busy)"
+        elif not c.ran:
+            n = f"{c.threads} idle"
+        else:
+            n = str(c.threads)
+        parts.append(f"{label(c.owner)}: {n}")
+    return ", ".join(parts)

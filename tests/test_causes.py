@@ -15,10 +15,11 @@ import pytest
 
 from oversub.analysis.causes import cause
 from oversub.analysis.fixes import app_thread_fix
-from oversub.analysis.owners import describe, owner_counts
+from oversub.analysis.owners import owner_counts
 from oversub.analysis.verdict import assess
 from oversub.names import Severity, Verdict
 from oversub.results import Interval, OwnerCount, ProcessRates
+from oversub.runtimes import describe
 from oversub.thresholds import Thresholds
 from tests.model_fixtures import make_interval, make_process_rates, make_totals
 

@@ -6,10 +6,9 @@ words them. Pure: functions of `ProcessRates` and the `runtimes` catalogue.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from oversub import runtimes
 from oversub.results import OwnerCount, ProcessRates
 
 _NS = 1_000_000_000
@@ -60,22 +59,6 @@ def merged(
             )
         )
     return tuple(sorted(acc.values(), key=lambda c: (-c.runnable_s, -c.threads, c.owner)))
-
-
-def describe(counts: Sequence[OwnerCount]) -> str:
-    """ "ONNX Runtime intra-op pool: 2 busy, OpenBLAS: 1 idle, Python interpreter: 1"."""
-    parts = []
-    for c in counts:
-        if c.busy and c.busy == c.threads:
-            n = f"{c.busy} busy"
-        elif c.busy:
-            n = f"{c.threads} ({c.busy} busy)"
-        elif not c.ran:
-            n = f"{c.threads} idle"
-        else:
-            n = str(c.threads)
-        parts.append(f"{runtimes.label(c.owner)}: {n}")
-    return ", ".join(parts)
 
 
 def busy_owners(p: ProcessRates) -> dict[str, int]:
