@@ -20,6 +20,8 @@ THREAD_ENV_PREFIXES: tuple[str, ...] = (
     "GOMP_",
     "KMP_",
     "TBB_",
+    "POLARS_MAX_THREADS",
+    "RAYON_NUM_THREADS",
 )
 """Only environment variables with these prefixes are ever read from another process:
 environments hold secrets, and nothing else is needed to explain a thread pool."""
@@ -31,9 +33,14 @@ RECOMMENDED_VARS: tuple[str, ...] = (
     "BLIS_NUM_THREADS",
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
+    "NUMEXPR_MAX_THREADS",
     "NUMBA_NUM_THREADS",
+    "POLARS_MAX_THREADS",
 )
-"""The variables `oversub recommend --format env` exports, in this order."""
+"""The variables `oversub recommend --format env` exports, in this order (docs/pools.md:
+each reaches the pool it names; NUMEXPR_MAX_THREADS goes with NUMEXPR_NUM_THREADS at the same
+value, because numexpr prints an error and ignores a NUMEXPR_NUM_THREADS above an inherited
+NUMEXPR_MAX_THREADS; Arrow's pool reads OMP_NUM_THREADS; ONNX Runtime reads none)."""
 
 
 def is_thread_var(name: str) -> bool:
