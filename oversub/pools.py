@@ -140,7 +140,7 @@ POOL_KINDS: tuple[PoolKind, ...] = (
         "onnxruntime",
         "ONNX Runtime",
         ("libonnxruntime", "onnxruntime_pybind"),
-        ("OMP_NUM_THREADS",),
+        (),  # measured: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS do not reach its pool
         False,
         code_fix="SessionOptions.intra_op_num_threads = {t}",
     ),

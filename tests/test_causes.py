@@ -229,3 +229,17 @@ def test_app_thread_fix_examples_keep_their_own_rule(n: int) -> None:
                 # The decisive advice first: fewer busy processes.
                 assert fix.startswith(f"run at most {n} busy process"), fix
             assert not re.search(r"\b1 (threads|workers)", fix), fix
+
+
+def test_spinning_threads_that_never_block_fall_back_without_the_idle_pool() -> None:
+    # ORT's intra-op worker spins, so it is never seen blocked: unattributed. NumPy's
+    # OpenBLAS thread is attributed, idle, and is all of its pool (read live): not blamed.
+    counts = (oc("unattributed", 2, 2), oc("onnxruntime", 1, 0), oc("openblas", 1, 0))
+    procs = [worker(p, counts, pools=("openblas", "onnxruntime")) for p in (11, 12)]
+    f, _ = finding_of(tree(*procs))
+    assert f.rule == "oversubscribed-pools", f
+    assert "SessionOptions.intra_op_num_threads = 1" in f.fix
+    assert "no environment variable reaches" in f.fix
+    for var in VARIABLES:
+        assert var not in f.fix, f.fix
+    assert "threadpoolctl" not in f.fix

@@ -51,8 +51,8 @@ def pool_sizes(p: ProcessRates, n: int) -> tuple[PoolSize, ...] | None:
     out = []
     for key in p.pools:
         kind = POOLS_BY_KEY.get(key)
-        if kind is None or not kind.variables:
-            continue
+        if kind is None or not (kind.variables or kind.code_fix):
+            continue  # nothing sizes it (oneTBB): no fix to offer
         ctl = controlling_value(key, p.thread_env)
         variable, value = ctl if ctl is not None else (None, None)
         if key in live:
@@ -73,11 +73,24 @@ def blamed(p: ProcessRates, n: int, limit: int) -> list[PoolSize]:
     default are not blamed beside them.
     """
     sizes = pool_sizes(p, n) or ()
-    over = [s for s in sizes if s.threads > limit]
+    over = [s for s in sizes if s.threads > limit and not _all_idle(p, s.key)]
     live = [s for s in over if s.source == "live"]
     if live and p.live_threads is not None and 1 + sum(p.live_threads.values()) >= p.threads:
         return live
     return over
+
+
+def _all_idle(p: ProcessRates, key: str) -> bool:
+    """A working process (half a thread runnable) whose pool's threads are all accounted for
+    and none ran: the live thread count read from memory equals the threads attributed to it
+    (`probe.owners`), all idle. Busy threads that could not be attributed are then not this
+    pool's."""
+    if p.live_threads is None or key not in p.live_threads or p.owner_counts is None:
+        return False
+    if p.demand < 0.5:
+        return False  # an idle process's pool may run when its work starts: still a risk
+    mine = [c for c in p.owner_counts if c.owner == key]
+    return sum(c.threads for c in mine) == p.live_threads[key] and not any(c.ran for c in mine)
 
 
 def app_threads(p: ProcessRates, n: int, limit: int) -> bool:
