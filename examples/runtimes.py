@@ -41,7 +41,7 @@ def _polars() -> Callable[[], None]:
     df = pl.DataFrame({"k": [i % 1000 for i in range(1_000_000)], "v": range(1_000_000)})
 
     def step() -> None:
-        df.group_by("k").agg(pl.col("v").sum(), pl.col("v").mean()).sort("k")
+        df.group_by("k").agg(pl.col("v").sum().alias("s"), pl.col("v").mean().alias("m")).sort("k")
         df.sort("v", descending=True)
 
     return step
