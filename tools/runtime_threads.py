@@ -16,18 +16,28 @@ Prints one line per thread (tid, name, owner), then `threads=<n>` and, for ONNX 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-
-import runtimes as workloads
 
 from oversub.probe.owners import OwnerReader
 from oversub.samples import ThreadSample
+
+
+def _workloads() -> Any:
+    """examples/runtimes.py as a module."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "runtimes.py"
+    spec = importlib.util.spec_from_file_location("runtimes_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def threads_now() -> tuple[ThreadSample, ...]:
@@ -40,12 +50,13 @@ def threads_now() -> tuple[ThreadSample, ...]:
 
 
 def main() -> int:
+    workloads = _workloads()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runtime", choices=[r for r in workloads.RUNTIMES if r != "gil"])
     parser.add_argument("--intra-op", type=int, default=0)
     args = parser.parse_args()
     if args.runtime == "onnxruntime":
-        import onnxruntime  # noqa: F401  its import starts threads of its own (and NumPy's)
+        importlib.import_module("onnxruntime")  # its import starts threads (and NumPy's)
     before = len(os.listdir("/proc/self/task"))
     if args.runtime == "onnxruntime":
         step = workloads._onnxruntime(args.intra_op)
