@@ -157,12 +157,16 @@ class OwnerReader:
         alive = {t.tid for t in threads}
         for tid in [tid for tid in proc.threads if tid not in alive]:
             del proc.threads[tid]
+        unproven = False
         for t in threads:
             entry = proc.threads.get(t.tid)
             if entry is None:
                 entry = self._new_thread(f"{base}/{t.tid}")
                 proc.threads[t.tid] = entry
-            if entry.proven or entry.tries >= MAX_TRIES or proc.refused:
+            if entry.proven:
+                continue
+            unproven = True
+            if entry.tries >= MAX_TRIES or proc.refused:
                 continue
             if t.state not in ("S", "D"):
                 continue  # running: no PC to read now
@@ -170,7 +174,8 @@ class OwnerReader:
             owner = self._blocked_owner(pid, t.tid, proc)
             if owner is not None:
                 entry.owner, entry.proven = owner, True
-        _by_start_group(pid, proc.threads)
+        if unproven:
+            _by_start_group(pid, proc.threads)
         return {
             t.tid: (proc.threads[t.tid].owner or runtimes.UNATTRIBUTED)
             for t in threads
@@ -287,18 +292,17 @@ def _team_driver(proc: _Process) -> str:
 def _by_start_group(pid: int, threads: dict[int, _Thread]) -> None:
     """Step 4 of the module docstring: unattributed threads started together (same name,
     within a tick) with attributed threads of a single owner share that owner. The main
-    thread never joins a group: it started with the process."""
-    proven = [t for t in threads.values() if t.proven and t.start is not None]
-    if not proven:
+    thread never joins a group: it started with the process. Linear in the threads."""
+    groups: dict[tuple[str, int], set[str | None]] = {}
+    for t in threads.values():
+        if t.proven and t.start is not None and t.owner != runtimes.UNATTRIBUTED:
+            groups.setdefault((t.comm, t.start), set()).add(t.owner)
+    if not groups:
         return
     for tid, t in threads.items():
         if t.proven or t.start is None or tid == pid:
             continue
-        owners = {
-            p.owner
-            for p in proven
-            if p.comm == t.comm and abs(p.start - t.start) <= 1  # type: ignore[operator]
-        }
-        owners.discard(runtimes.UNATTRIBUTED)
-        owners.discard(None)
+        owners: set[str | None] = set()
+        for tick in (t.start - 1, t.start, t.start + 1):
+            owners |= groups.get((t.comm, tick), set())
         t.owner = owners.pop() if len(owners) == 1 else None
