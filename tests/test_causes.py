@@ -243,3 +243,39 @@ def test_spinning_threads_that_never_block_fall_back_without_the_idle_pool() -> 
     for var in VARIABLES:
         assert var not in f.fix, f.fix
     assert "threadpoolctl" not in f.fix
+
+
+def test_owners_survive_a_recording_and_are_recounted_under_other_thresholds() -> None:
+    from oversub.analysis.rates import with_thresholds
+    from oversub.analysis.recordfields import loads
+    from oversub.analysis.recording import Decoder, Encoder, dumps
+
+    p = worker(
+        11,
+        (),
+        owners={11: "python", 12: "onnxruntime", 13: "openblas"},
+        thread_ids=(11, 12, 13),
+        thread_runnable_s=(0.9, 0.3, 0.0),
+        cpu_s=1.2,
+        delay_s=0.6,
+    )
+    iv = tree(p)
+    back, _ = Decoder().interval(loads(dumps(Encoder().interval(iv, "T"))))
+    [q] = [x for x in back.processes if x.pid == 11]
+    assert q.owners == {11: "python", 12: "onnxruntime", 13: "openblas"}
+    strict = with_thresholds(back, Thresholds(active_cpu=0.5))
+    [r] = [x for x in strict.processes if x.pid == 11]
+    assert describe(r.owner_counts or ()) == (
+        "Python interpreter: 1 busy, ONNX Runtime intra-op pool: 1, OpenBLAS: 1 idle"
+    )
+
+
+@pytest.mark.parametrize("owners", [[[1, "evil\x1b[31m"]], [[1]], [["x", "python"]], "no"])
+def test_a_recorded_owner_outside_the_catalogue_is_refused(owners: object) -> None:
+    from oversub.analysis.recordfields import BadRecord, loads
+    from oversub.analysis.recording import Decoder, Encoder, dumps
+
+    record = Encoder().interval(tree(worker(11, (), owners={11: "python"})), "T")
+    record["p"][0]["d"]["owners"] = owners
+    with pytest.raises(BadRecord):
+        Decoder().interval(loads(dumps(record)))
