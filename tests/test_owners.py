@@ -277,3 +277,18 @@ def test_every_runtime_with_a_pool_has_a_knob_and_a_cost_class() -> None:
     assert runtimes.RUNTIMES_BY_KEY["numba"].variables == ("NUMBA_NUM_THREADS",)
     cheap = {r.key for r in runtimes.RUNTIMES if r.waits == "sleep"}
     assert {"polars", "pyarrow", "numexpr", "numba"} <= cheap
+
+
+def test_the_main_thread_of_an_interpreter_is_pythons_even_inside_a_pool(tmp_path: Path) -> None:
+    proc = FakeProcess(tmp_path, [LIBC, GOMP, PY])
+    threads = [
+        proc.thread(PID, "pt_main_thread"),  # running: no PC
+        proc.thread(101, pc=GOMP[0] + 0x10),
+    ]
+    proc.flush()
+    assert read_owners(tmp_path, threads) == {PID: "python", 101: "libgomp"}
+    other = tmp_path / "other"
+    proc = FakeProcess(other, [LIBC, GOMP])  # no interpreter mapped
+    main = proc.thread(PID, "app", pc=GOMP[0] + 0x10)
+    proc.flush()
+    assert read_owners(other, [main]) == {PID: "libgomp"}

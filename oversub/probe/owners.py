@@ -15,6 +15,9 @@ time, tid; a tid that leaves the sample is forgotten) from, in order:
 4. threads of one pool start together: an unattributed thread with the same name started
    within a clock tick of attributed threads that all have one owner gets that owner.
 
+The main thread of a Python interpreter (its code is mapped) is the interpreter's: it calls
+into the runtimes, but it is none of their pool's threads.
+
 A thread no evidence names is `runtimes.UNATTRIBUTED`: never guessed from the mapped
 libraries. Everything here is the watched process's to choose (names, maps paths, memory),
 so every read is bounded, every failure is "no evidence", nothing raises. Reading `syscall`
@@ -162,6 +165,8 @@ class OwnerReader:
             entry = proc.threads.get(t.tid)
             if entry is None:
                 entry = self._new_thread(f"{base}/{t.tid}")
+                if t.tid == pid and self._interpreter(pid, proc):
+                    entry.owner, entry.proven = "python", True
                 proc.threads[t.tid] = entry
             if entry.proven:
                 continue
@@ -197,6 +202,14 @@ class OwnerReader:
                 start = None
         owner = runtimes.owner_of_name(comm)
         return _Thread(comm, start, owner, proven=owner is not None)
+
+    def _interpreter(self, pid: int, proc: _Process) -> bool:
+        """The process runs a Python interpreter (its code is mapped: `libpython*` or a
+        `python*` executable): its main thread is the interpreter's, whatever runtime it
+        calls into (a caller inside a pool's code is not one of the pool's threads)."""
+        if proc.text is None:
+            self._load_maps(pid, proc)
+        return any(runtimes.owner_of_object(m[2]) == "python" for m in proc.text or ())
 
     def _blocked_owner(self, pid: int, tid: int, proc: _Process) -> str | None:
         """The owner a blocked thread's PC (or stack) proves; None when nothing does yet."""
