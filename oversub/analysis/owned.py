@@ -23,6 +23,19 @@ from oversub.runtimes import RUNTIMES_BY_KEY
 Evidence = dict[str, float | int | str | None]
 
 
+def spin_cost(pools: Sequence[str]) -> str:
+    """ "; threads of native pools spin while they wait, which is costly (OpenBLAS: 3-80x
+    slower scikit-learn fits, measured)." with the measured cost of each pool that has one."""
+    costs = [
+        f"{RUNTIMES_BY_KEY[k].label}: {RUNTIMES_BY_KEY[k].measured}"
+        for k in pools
+        if k in RUNTIMES_BY_KEY and RUNTIMES_BY_KEY[k].measured
+    ]
+    return "; threads of native pools spin while they wait, which is costly" + (
+        f" ({'; '.join(costs)}, measured)." if costs else "."
+    )
+
+
 def _code(b: Blame, procs: Sequence[ProcessRates]) -> str | None:
     """The in-code knob of a blamed pool: torch's own call for the OpenMP team of a process
     running PyTorch (it sizes that team), else the runtime's."""

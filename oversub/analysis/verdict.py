@@ -19,7 +19,7 @@ from __future__ import annotations
 from oversub.analysis.causes import cause
 from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
-from oversub.analysis.owned import owned_finding
+from oversub.analysis.owned import owned_finding, spin_cost
 from oversub.analysis.poolsize import app_threads, blamed
 from oversub.analysis.rates import BUSY_DEMAND
 from oversub.analysis.recommend import threads_for
@@ -99,8 +99,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
                 if pools
                 else "several busy threads each"
             )
-            + "; threads of native pools spin while they wait, which costs multiples "
-            "(2-23x measured).",
+            + spin_cost(pools),
             pids=pids_of(contending),
             evidence=evidence,
             fix=fix + ".",
