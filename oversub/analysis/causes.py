@@ -34,8 +34,7 @@ class Blame:
     owner: str
     pids: tuple[int, ...]
     size: int
-    """The largest size its threads show (its threads, plus the caller when its size counts
-    the calling thread)."""
+    """The largest size it shows (`pool_size`)."""
 
 
 @dataclass(frozen=True)
@@ -55,13 +54,15 @@ class Cause:
 
 
 def pool_size(c: OwnerCount) -> int:
-    """The size a pool's threads show: its threads, plus the caller when it counts."""
+    """The size a pool shows: its threads busy at once, plus the caller when its size counts
+    it. Busy, not all of its threads: polars keeps tokio and spill threads beside its rayon
+    pool, idle, and a pool lowered in code (threadpoolctl) keeps its threads, idle."""
     runtime = RUNTIMES_BY_KEY.get(c.owner)
-    return c.threads + (1 if runtime is not None and runtime.caller else 0)
+    return c.busy + (1 if runtime is not None and runtime.caller else 0)
 
 
 def _blamed(p: ProcessRates, limit: int) -> list[OwnerCount]:
-    """Pools of `p` whose threads ran and that show more than `limit` threads."""
+    """Pools of `p` whose threads ran and that show more than `limit` threads (`pool_size`)."""
     out = []
     for c in p.owner_counts or ():
         runtime = RUNTIMES_BY_KEY.get(c.owner)

@@ -93,10 +93,10 @@ def owned_finding(
         }
         fix = f"Give {many} {count(threads, 'thread')} ({count(n, 'CPU')} / {m}): "
         fix += "; ".join(knob_fix(b, threads, procs) for b in cause.blamed) + tail + "."
-        sizes = join_and(f"{RUNTIMES_BY_KEY[b.owner].label} {b.size}" for b in cause.blamed)
+        sizes = join_and(f"{RUNTIMES_BY_KEY[b.owner].label}: {b.size}" for b in cause.blamed)
         said = (
             f"{head}the busy threads belong to {labels}, which "
-            f"{verb(len(cause.blamed), 'runs', 'run')} more than {threads} per process "
+            f"{verb(len(cause.blamed), 'runs', 'run')} more than {threads} at once per process "
             f"({sizes}): {cause.owners}. "
         )
         if cause.kind == "spin":
