@@ -6,7 +6,7 @@ words them. Pure: functions of `ProcessRates` and the `runtimes` catalogue.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 
 from oversub.results import OwnerCount, ProcessRates
@@ -64,18 +64,6 @@ def merged(
 def busy_owners(p: ProcessRates) -> dict[str, int]:
     """Owner -> busy threads of `p` (only owners with a busy thread); empty when unknown."""
     return {c.owner: c.busy for c in p.owner_counts or () if c.busy > 0}
-
-
-def ran_owners(processes: Iterable[ProcessRates]) -> set[str] | None:
-    """Owners any of whose threads ran in `processes`; None when no process's owners were
-    read."""
-    seen: set[str] | None = None
-    for p in processes:
-        if p.owner_counts is None:
-            continue
-        seen = seen or set()
-        seen.update(c.owner for c in p.owner_counts if c.ran > 0)
-    return seen
 
 
 def with_floor(p: ProcessRates, floor_ns: float) -> ProcessRates:
