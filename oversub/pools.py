@@ -137,6 +137,14 @@ POOL_KINDS: tuple[PoolKind, ...] = (
         code_fix="torch.set_num_threads({t})",
     ),
     PoolKind(
+        "numba",
+        "numba parallel team",
+        ("omppool.", "tbbpool.", "workqueue."),
+        ("NUMBA_NUM_THREADS",),
+        False,
+        code_fix="numba.set_num_threads({t})",
+    ),
+    PoolKind(
         "onnxruntime",
         "ONNX Runtime",
         ("libonnxruntime", "onnxruntime_pybind"),

@@ -179,6 +179,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         ("NUMBA_NUM_THREADS",),
         "numba.set_num_threads({t})",
         dirs=("numba",),
+        pool="numba",
         measured="8 % slower",
     ),
     Runtime("gloo", "gloo communication (torch.distributed)", "none", names=("gloo_", "pt_gloo")),

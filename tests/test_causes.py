@@ -279,3 +279,19 @@ def test_a_recorded_owner_outside_the_catalogue_is_refused(owners: object) -> No
     record["p"][0]["d"]["owners"] = owners
     with pytest.raises(BadRecord):
         Decoder().interval(loads(dumps(record)))
+
+
+def test_numbas_busy_team_unattributed_falls_back_to_numbas_knob_as_a_warning() -> None:
+    # numba's omp team thread spins on libgomp, never seen blocked: the mapped layer says
+    # numba drives libgomp, so its knob (not OMP_NUM_THREADS) and its low cost.
+    counts = (oc("unattributed", 1, 1), oc("python", 1, 1), oc("openblas", 2, 0))
+    procs = [
+        worker(p, counts, pools=("libgomp", "openblas", "numba"), live_threads={"openblas": 2})
+        for p in (11, 12)
+    ]
+    f, _ = finding_of(tree(*procs))
+    assert f.rule == "oversubscribed-threads" and f.severity is Severity.WARNING, f
+    assert "costs little" in f.message and "numba parallel team" in f.message
+    assert "NUMBA_NUM_THREADS=1" in f.fix and "numba.set_num_threads(1)" in f.fix
+    for var in VARIABLES:
+        assert var not in f.fix, f.fix

@@ -36,6 +36,25 @@ def spin_cost(pools: Sequence[str]) -> str:
     )
 
 
+def cheap_finding(
+    pools: Sequence[str], pids: tuple[int, ...], head: str, evidence: Evidence, fix: str
+) -> Finding:
+    """The finding of pools whose threads sleep, named from the mapped libraries (owners
+    unknown): a warning that says the cost is low."""
+    labels = join_and(RUNTIMES_BY_KEY[k].label for k in pools)
+    costs = "; ".join(f"{RUNTIMES_BY_KEY[k].label}: {RUNTIMES_BY_KEY[k].measured}" for k in pools)
+    return Finding(
+        Rule.OVERSUBSCRIBED_THREADS,
+        Severity.WARNING,
+        Verdict.OVERSUBSCRIBED,
+        f"{head}the busy processes run {labels} above the target; its waiting threads "
+        f"sleep, so this costs little ({costs}, measured with 2 processes on 2 CPUs).",
+        pids,
+        evidence,
+        "The gain is small; to take it: " + fix[0].lower() + fix[1:],
+    )
+
+
 def _code(b: Blame, procs: Sequence[ProcessRates]) -> str | None:
     """The in-code knob of a blamed pool: torch's own call for the OpenMP team of a process
     running PyTorch (it sizes that team), else the runtime's."""

@@ -49,7 +49,12 @@ def pool_sizes(p: ProcessRates, n: int) -> tuple[PoolSize, ...] | None:
         return None
     live = p.live_pools or {}
     out = []
+    # numba's threading layer sizes the libgomp (or TBB) team it drives itself: its knob, not
+    # OMP_NUM_THREADS, sizes it (measured), unless torch runs a team of its own there.
+    driven = "numba" in p.pools and "torch" not in p.pools
     for key in p.pools:
+        if driven and key in ("libgomp", "tbb"):
+            continue
         kind = POOLS_BY_KEY.get(key)
         if kind is None or not (kind.variables or kind.code_fix):
             continue  # nothing sizes it (oneTBB): no fix to offer

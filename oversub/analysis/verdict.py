@@ -19,7 +19,7 @@ from __future__ import annotations
 from oversub.analysis.causes import cause
 from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
-from oversub.analysis.owned import owned_finding, spin_cost
+from oversub.analysis.owned import cheap_finding, owned_finding, spin_cost
 from oversub.analysis.poolsize import app_threads, blamed
 from oversub.analysis.rates import BUSY_DEMAND
 from oversub.analysis.recommend import threads_for
@@ -37,6 +37,7 @@ from oversub.plural import count, noun
 from oversub.pools import POOLS_BY_KEY
 from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates
 from oversub.rules import REPORT_ORDER, Rule
+from oversub.runtimes import waits
 from oversub.thresholds import Thresholds
 
 Evidence = dict[str, float | int | str | None]
@@ -87,6 +88,8 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         fix += thread_fix(contending, threads, n)
         if m > n:
             fix += f"; and run at most {count(n, 'busy process')} at a time"
+        if pools and all(waits(k) == "sleep" for k in pools):
+            return cheap_finding(pools, pids_of(contending), head, evidence, fix + ".")
         return Finding(
             rule=Rule.OVERSUBSCRIBED_POOLS,
             severity=Severity.CRITICAL,

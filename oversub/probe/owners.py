@@ -8,10 +8,10 @@ time, tid; a tid that leaves the sample is forgotten) from, in order:
 2. when it is blocked, the user-space program counter in `/proc/PID/task/TID/syscall`,
    mapped through `/proc/PID/maps` to the object whose code holds it (libgomp waits with a
    `syscall` instruction of its own);
-3. when that code is the C library's (or the C++ runtime's), the return addresses near the
-   stack pointer: a bounded read of the thread's stack in `/proc/PID/mem`, taking the first
-   word that points into a mapped object's code outside the C library *and* follows a call
-   instruction there (a stale pointer on the stack does not);
+3. when that code is no runtime's (the C library's, the C++ runtime's, NumPy's), the return
+   addresses near the stack pointer: a bounded read of the thread's stack in
+   `/proc/PID/mem`, taking the first word that points into the code of a runtime's object
+   *and* follows a call instruction there (a stale pointer on the stack does not);
 4. threads of one pool start together: an unattributed thread with the same name started
    within a clock tick of attributed threads that all have one owner gets that owner.
 
@@ -22,8 +22,9 @@ A thread no evidence names is `runtimes.UNATTRIBUTED`: never guessed from the ma
 libraries. Everything here is the watched process's to choose (names, maps paths, memory),
 so every read is bounded, every failure is "no evidence", nothing raises. Reading `syscall`
 and `mem` needs ptrace access (the same check as `probe.livepools`); refused, only names
-count. A running thread shows no PC: it is tried again (at most `MAX_TRIES` times) at later
-samples where it is blocked.
+count. A running thread shows no PC, and a blocked one may wait where no runtime's frame is
+near its stack pointer: it is tried again (at most `MAX_TRIES` times) at later samples where
+it is blocked.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from dataclasses import dataclass, field
 from oversub import runtimes
 from oversub.samples import ThreadSample
 
-MAX_TRIES = 3
+MAX_TRIES = 10
 """Blocked readings (syscall, maybe maps and stack) tried per thread before giving up."""
-STACK_SCAN = 1024
+STACK_SCAN = 2048
 """Bytes of a blocked thread's stack scanned for return addresses (measured: the first one
 outside libc lies 88-264 bytes above the stack pointer for polars, pyarrow, numexpr, ORT and
 the interpreter)."""
@@ -225,8 +226,8 @@ class OwnerReader:
         path = self._object_at(pid, proc, pc)
         if path is None:
             return None  # in anonymous code (a JIT), or maps unreadable
-        if not runtimes.is_system_object(path):
-            owner = runtimes.owner_of_object(path) or runtimes.UNATTRIBUTED
+        owner = runtimes.owner_of_object(path)
+        if owner is not None:
             return _team_driver(proc) if owner == "libgomp" else owner
         return self._stack_owner(pid, proc, sp)
 
@@ -278,8 +279,9 @@ class OwnerReader:
                 path = self._object_at(pid, proc, word)
                 if path is None or runtimes.is_system_object(path) or word < 8:
                     continue
-                if follows_call(os.pread(fd, 8, word - 8), self._machine):
-                    return runtimes.owner_of_object(path) or runtimes.UNATTRIBUTED
+                owner = runtimes.owner_of_object(path)
+                if owner is not None and follows_call(os.pread(fd, 8, word - 8), self._machine):
+                    return owner
         except (OSError, OverflowError, ValueError):
             return None
         finally:
