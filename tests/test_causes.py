@@ -295,3 +295,23 @@ def test_numbas_busy_team_unattributed_falls_back_to_numbas_knob_as_a_warning() 
     assert "NUMBA_NUM_THREADS=1" in f.fix and "numba.set_num_threads(1)" in f.fix
     for var in VARIABLES:
         assert var not in f.fix, f.fix
+
+
+def test_over_a_run_a_thread_counts_for_its_last_known_owner() -> None:
+    from oversub.analysis.owners import RunOwners
+
+    run = RunOwners()
+    early = {11: "python", 12: "unattributed", 13: "unattributed", 14: "openblas"}
+    late = {11: "python", 12: "python", 13: "python", 14: "openblas"}
+    for owners in (early, late):
+        run.add(
+            worker(
+                11,
+                (),
+                owners=owners,
+                thread_ids=(11, 12, 13),
+                thread_runnable_s=(0.3, 0.9, 0.8),
+                active_threads=2,
+            )
+        )
+    assert describe(run.counts()) == "Python interpreter: 3 (2 busy), OpenBLAS: 1 idle"

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from oversub.analysis.owners import merged
+from oversub.analysis.owners import RunOwners
 from oversub.analysis.rates import Measures, measures, per_cpu_s
 from oversub.results import (
     HostRates,
     Interval,
-    OwnerCount,
     ProcessRates,
     ProcessSummary,
     Totals,
@@ -88,13 +87,14 @@ class ProcessAccumulator:
     thread_env: Mapping[str, str] | None = None
     live_pools: Mapping[str, int] | None = None
     live_threads: Mapping[str, int] | None = None
-    owner_counts: tuple[OwnerCount, ...] | None = None
-    """Threads by owner over the run: peaks, runnable seconds summed (`owners.merged`)."""
+    owners: RunOwners | None = None
+    """Threads by owner over the run (`owners.RunOwners`); None while no owner was read."""
 
     def add(self, p: ProcessRates, seconds: float) -> None:
         self.latest = p
-        if not p.exited:
-            self.owner_counts = merged(self.owner_counts, p.owner_counts)
+        if not p.exited and p.owners is not None:
+            self.owners = self.owners or RunOwners()
+            self.owners.add(p)
         self.threads_peak = max(self.threads_peak, p.threads)
         if p.pools is not None:
             self.pools = p.pools
@@ -126,7 +126,7 @@ class ProcessAccumulator:
             thread_env=self.thread_env,
             live_pools=self.live_pools,
             live_threads=self.live_threads,
-            owner_counts=self.owner_counts,
+            owner_counts=None if self.owners is None else self.owners.counts(),
             seconds=s,
             thread_runnable_s=(),
             thread_ids=(),
@@ -157,7 +157,7 @@ class ProcessAccumulator:
             exited=r.exited,
             seconds=self.work.seconds,
             live_pools=r.live_pools,
-            owners=self.owner_counts,
+            owners=r.owner_counts,
         )
 
 

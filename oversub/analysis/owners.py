@@ -7,7 +7,7 @@ words them. Pure: functions of `ProcessRates` and the `runtimes` catalogue.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from oversub.results import OwnerCount, ProcessRates
 
@@ -37,28 +37,47 @@ def owner_counts(
     return tuple(sorted(counts, key=lambda c: (-c.runnable_s, -c.threads, c.owner)))
 
 
-def merged(
-    a: tuple[OwnerCount, ...] | None, b: tuple[OwnerCount, ...] | None
-) -> tuple[OwnerCount, ...] | None:
-    """Counts over a run: peaks of the counts, sum of runnable seconds (unknown stays known
-    once known)."""
-    if a is None or b is None:
-        return a if b is None else b
-    acc = {c.owner: c for c in a}
-    for c in b:
-        d = acc.get(c.owner)
-        acc[c.owner] = (
-            c
-            if d is None
-            else OwnerCount(
-                c.owner,
-                max(c.threads, d.threads),
-                max(c.busy, d.busy),
-                max(c.ran, d.ran),
-                c.runnable_s + d.runnable_s,
-            )
-        )
-    return tuple(sorted(acc.values(), key=lambda c: (-c.runnable_s, -c.threads, c.owner)))
+@dataclass
+class RunOwners:
+    """Threads by owner over a whole run, thread by thread: each thread counts for its last
+    known owner in every interval (an owner never changes, and a thread is often attributed
+    only after a few samples), busy when it was active in some interval (the interval's
+    `active_threads` most runnable threads), idle when it never ran."""
+
+    owner_of: dict[int, str] = field(default_factory=dict)
+    runnable: dict[int, float] = field(default_factory=dict)
+    busy: set[int] = field(default_factory=set)
+    peak: dict[str, int] = field(default_factory=dict)
+    """Owner -> most threads it had at once."""
+
+    def add(self, p: ProcessRates) -> None:
+        assert p.owners is not None
+        self.owner_of.update(p.owners)
+        ranked = sorted(zip(p.thread_runnable_s, p.thread_ids, strict=True), reverse=True)
+        for i, (r, tid) in enumerate(ranked):
+            self.runnable[tid] = self.runnable.get(tid, 0.0) + r
+            if i < p.active_threads and r > 0:
+                self.busy.add(tid)
+        now: dict[str, int] = {}
+        for owner in p.owners.values():
+            now[owner] = now.get(owner, 0) + 1
+        for owner, n in now.items():
+            self.peak[owner] = max(self.peak.get(owner, 0), n)
+
+    def counts(self) -> tuple[OwnerCount, ...]:
+        acc: dict[str, list[float]] = {}
+        for tid, owner in self.owner_of.items():
+            c = acc.setdefault(owner, [0, 0, 0.0])
+            r = self.runnable.get(tid, 0.0)
+            c[0] += 1 if tid in self.busy else 0
+            c[1] += 1 if r > 0 else 0
+            c[2] += r
+        counts = [
+            OwnerCount(k, max(self.peak.get(k, 0), 1), int(v[0]), int(v[1]), v[2])
+            for k, v in acc.items()
+            if self.peak.get(k, 0) or v[1]
+        ]
+        return tuple(sorted(counts, key=lambda c: (-c.runnable_s, -c.threads, c.owner)))
 
 
 def busy_owners(p: ProcessRates) -> dict[str, int]:
