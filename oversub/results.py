@@ -14,7 +14,7 @@ from oversub.thresholds import Thresholds
 @dataclass(frozen=True)
 class OwnerCount:
     """The threads of one owner (`oversub.runtimes`) in one process over an interval (or a
-    whole run: the peaks of `threads`, `busy`, `ran`, the sum of `runnable_s`)."""
+    whole run: `analysis.owners.RunOwners`)."""
 
     owner: str
     """A `runtimes` key, or "unattributed"."""
@@ -226,7 +226,7 @@ class ProcessSummary:
     live_pools: Mapping[str, int] | None = None
     """Pool key -> threads it was last set to, read from its memory; None = unknown."""
     owners: tuple[OwnerCount, ...] | None = None
-    """Threads by owner over the run (peaks; runnable seconds summed); None = not read."""
+    """Threads by owner over the run (`analysis.owners.RunOwners`); None = not read."""
 
 
 @dataclass(frozen=True)

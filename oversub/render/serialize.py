@@ -342,8 +342,8 @@ def summary_dict(s: Summary) -> dict[str, Any]:
         mean and `_peak` of `cpu_percent`, `demand`, `run_delay_ratio`,
         `involuntary_ctx_per_s`, `voluntary_ctx_per_s`; `active_threads_peak`, `pools`,
         `thread_env`, `live_pools` (the last live sizes read), `exited`, `seconds` (how
-        long it was observed), `owners` (threads by owner as in `interval_dict`, over the
-        run: the peaks of `threads`, `busy`, `ran`, `runnable_s` summed).
+        long it was observed), `owners` (as in `interval_dict`, over the run: each thread
+        under its last known owner, `threads` the most at once, `busy` active sometime).
       - `totals` (object): tree means over the run (keys as in `interval_dict`).
       - `totals_peak` (object): the peak of each total over the intervals.
       - `host` (object): host context over the run (keys as in `interval_dict`).
