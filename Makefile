@@ -123,11 +123,14 @@ test-dist: $(VENV)/.stamp
 # elsewhere: make test-real TORCH_INDEX=https://download.pytorch.org/whl/cpu
 # scikit-learn (joblib/loky) and dask[distributed] are the libraries whose worker processes
 # the rules must get right (thread variables they set, task threads they run).
+# polars, pyarrow, numexpr, numba, onnxruntime (with onnx to build a tiny model) run pools of
+# their own, each with its own knob (docs/pools.md, "Runtimes and their knobs").
 $(REAL)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(REAL)
 	$(REAL)/bin/python -m pip install --quiet --upgrade pip
 	$(REAL)/bin/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
-		-e '.[dev]' 'torch==2.13.0' numpy threadpoolctl scikit-learn 'dask[distributed]'
+		-e '.[dev]' 'torch==2.13.0' numpy threadpoolctl scikit-learn 'dask[distributed]' \
+		polars pyarrow numexpr numba onnxruntime onnx
 	touch $@
 
 test-real: $(REAL)/.stamp

@@ -20,6 +20,8 @@ THREAD_ENV_PREFIXES: tuple[str, ...] = (
     "GOMP_",
     "KMP_",
     "TBB_",
+    "POLARS_MAX_THREADS",
+    "RAYON_NUM_THREADS",
 )
 """Only environment variables with these prefixes are ever read from another process:
 environments hold secrets, and nothing else is needed to explain a thread pool."""
@@ -31,9 +33,14 @@ RECOMMENDED_VARS: tuple[str, ...] = (
     "BLIS_NUM_THREADS",
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
+    "NUMEXPR_MAX_THREADS",
     "NUMBA_NUM_THREADS",
+    "POLARS_MAX_THREADS",
 )
-"""The variables `oversub recommend --format env` exports, in this order."""
+"""The variables `oversub recommend --format env` exports, in this order (docs/pools.md:
+each reaches the pool it names; NUMEXPR_MAX_THREADS goes with NUMEXPR_NUM_THREADS at the same
+value, because numexpr prints an error and ignores a NUMEXPR_NUM_THREADS above an inherited
+NUMEXPR_MAX_THREADS; Arrow's pool reads OMP_NUM_THREADS; ONNX Runtime reads none)."""
 
 
 def is_thread_var(name: str) -> bool:
@@ -130,10 +137,18 @@ POOL_KINDS: tuple[PoolKind, ...] = (
         code_fix="torch.set_num_threads({t})",
     ),
     PoolKind(
+        "numba",
+        "numba parallel team",
+        ("omppool.", "tbbpool.", "workqueue."),
+        ("NUMBA_NUM_THREADS",),
+        False,
+        code_fix="numba.set_num_threads({t})",
+    ),
+    PoolKind(
         "onnxruntime",
         "ONNX Runtime",
         ("libonnxruntime", "onnxruntime_pybind"),
-        ("OMP_NUM_THREADS",),
+        (),  # measured: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS do not reach its pool
         False,
         code_fix="SessionOptions.intra_op_num_threads = {t}",
     ),

@@ -12,6 +12,22 @@ from oversub.thresholds import Thresholds
 
 
 @dataclass(frozen=True)
+class OwnerCount:
+    """The threads of one owner (`oversub.runtimes`) in one process over an interval (or a
+    whole run: `analysis.owners.RunOwners`)."""
+
+    owner: str
+    """A `runtimes` key, or "unattributed"."""
+    threads: int
+    busy: int
+    """Threads active (runnable at least `active_cpu` of the interval)."""
+    ran: int
+    """Threads that ran or waited for a CPU at all: 0 = the pool sat idle."""
+    runnable_s: float
+    """Seconds its threads were running or waiting for a CPU, summed."""
+
+
+@dataclass(frozen=True)
 class ProcessRates:
     """One process over one interval (or over the whole run, for summaries)."""
 
@@ -65,6 +81,12 @@ class ProcessRates:
     """Threads of its parent that had started before this process did (and were still
     there when sampled; the most seen): the parent's threads when it forked this one. None
     when unknown (no parent in the tree, a start time unreadable)."""
+    owners: Mapping[int, str] | None = None
+    """tid -> owner of every thread at the end (`samples.ProcessSample.owners`); None when
+    not read."""
+    owner_counts: tuple[OwnerCount, ...] | None = None
+    """Threads by owner (`analysis.owners.owner_counts`), most runnable first; None when the
+    owners were not read."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +229,8 @@ class ProcessSummary:
     """How long the process was observed."""
     live_pools: Mapping[str, int] | None = None
     """Pool key -> threads it was last set to, read from its memory; None = unknown."""
+    owners: tuple[OwnerCount, ...] | None = None
+    """Threads by owner over the run (`analysis.owners.RunOwners`); None = not read."""
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,8 @@ RUNTIME_RULES: Mapping[Rule, RuleInfo] = _table(
         Rule.OVERSUBSCRIBED_THREADS,
         "warning",
         Verdict.OVERSUBSCRIBED,
-        "Demand exceeds the CPUs through application threads, not pools",
+        "Demand exceeds the CPUs through threads that cost little to share: application "
+        "threads, pools whose threads sleep, the GIL, communication threads",
     ),
     RuleInfo(
         Rule.OVERSUBSCRIBED_PROCESSES,

@@ -58,6 +58,9 @@ class ProcessSample:
     wait: WaitKind | None = None
     """What a single-thread sleeping process with OpenMP mapped is blocked in (see
     `oversub.probe.waits`, `names.WaitKind`); None = not looked."""
+    owners: Mapping[int, str] | None = None
+    """tid -> the runtime that owns the thread (`oversub.runtimes` key, or "unattributed"),
+    read from outside by `oversub.probe.owners`; None = not read."""
 
 
 @dataclass(frozen=True)

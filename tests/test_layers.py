@@ -24,6 +24,7 @@ FOUNDATION = frozenset(
         "oversub.cpulist",
         "oversub.plural",
         "oversub.pools",
+        "oversub.runtimes",
         "oversub.model",
         "oversub.samples",
         "oversub.results",

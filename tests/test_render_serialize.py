@@ -96,6 +96,7 @@ RATES_KEYS = [
     "thread_env",
     "exited",
     "live_pools",
+    "owners",
 ]
 TOTALS_KEYS = [
     "processes",
@@ -152,6 +153,7 @@ PROCESS_SUMMARY_KEYS = [
     "exited",
     "seconds",
     "live_pools",
+    "owners",
 ]
 
 

@@ -10,8 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from oversub.analysis.owners import RunOwners
 from oversub.analysis.rates import Measures, measures, per_cpu_s
-from oversub.results import HostRates, Interval, ProcessRates, ProcessSummary, Totals
+from oversub.results import (
+    HostRates,
+    Interval,
+    ProcessRates,
+    ProcessSummary,
+    Totals,
+)
 
 SUSTAINED_SHARE = 0.25
 """Share of observed time a count of active threads must hold to count for the verdict."""
@@ -87,10 +94,15 @@ class ProcessAccumulator:
     live_threads: Mapping[str, int] | None = None
     parent_threads_at_start: int | None = None
     """The most threads its parent was seen to have had when it forked this process."""
+    owners: RunOwners | None = None
+    """Threads by owner over the run (`owners.RunOwners`); None while no owner was read."""
 
     def add(self, p: ProcessRates, seconds: float) -> None:
         self.latest = p
         self.parent_threads_at_start = most(self.parent_threads_at_start, p.parent_threads_at_start)
+        if not p.exited and p.owners is not None:
+            self.owners = self.owners or RunOwners()
+            self.owners.add(p)
         self.threads_peak = max(self.threads_peak, p.threads)
         if p.pools is not None:
             self.pools = p.pools
@@ -123,6 +135,7 @@ class ProcessAccumulator:
             live_pools=self.live_pools,
             live_threads=self.live_threads,
             parent_threads_at_start=self.parent_threads_at_start,
+            owner_counts=None if self.owners is None else self.owners.counts(),
             seconds=s,
             thread_runnable_s=(),
             thread_ids=(),
@@ -153,6 +166,7 @@ class ProcessAccumulator:
             exited=r.exited,
             seconds=self.work.seconds,
             live_pools=r.live_pools,
+            owners=r.owner_counts,
         )
 
 

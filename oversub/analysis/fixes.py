@@ -40,21 +40,27 @@ def limits_text(procs: Sequence[ProcessRates], n: int) -> str:
 
 def app_thread_fix(n: int, workers: int, busy: int) -> str:
     """Size the application's own threads: workers x threads per worker <= N, for `workers`
-    processes that run several threads among `busy` busy ones."""
-    per = max(1, n // max(1, workers))
-    fix = (
-        f"run at most {n} busy {verb(n, 'thread', 'threads')} in all, workers x threads per "
-        f"worker <= {n}"
-    )
-    if workers > 1:
-        fix += f" (e.g. {workers} workers x {per} {verb(per, 'thread', 'threads')})"
-    fix += (
+    processes that run several threads among `busy` busy ones. With more busy processes than
+    CPUs, fewer processes come first: no thread count fixes that. The example is computed
+    from the numbers, so it keeps its own rule."""
+    if busy > n or workers > n:
+        fix = (
+            f"run at most {n} busy {verb(n, 'process', 'processes')} at a time, with 1 busy "
+            f"thread each (workers x threads per worker <= {n}, e.g. {n} "
+            f"{verb(n, 'worker', 'workers')} x 1 thread)"
+        )
+    else:
+        per = n // max(1, workers)
+        fix = (
+            f"run at most {n} busy {verb(n, 'thread', 'threads')} in all, workers x threads "
+            f"per worker <= {n}"
+        )
+        if workers > 1:
+            fix += f" (e.g. {workers} workers x {per} {verb(per, 'thread', 'threads')})"
+    return fix + (
         ": dask LocalCluster(threads_per_worker=...), ThreadPoolExecutor(max_workers=...), "
         "joblib's n_jobs with the threading backend, or the application's own thread count"
     )
-    if busy > n:
-        fix += f"; and run at most {n} busy process{'es' if n > 1 else ''} at a time"
-    return fix
 
 
 def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:
@@ -69,6 +75,8 @@ def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:
     unset: dict[tuple[str, ...], list[int]] = {}
     too_high: dict[tuple[str, str, str], list[int]] = {}
     in_code: dict[tuple[str, int], list[int]] = {}
+    code_only: dict[str, list[int]] = {}
+    """Pools no variable reaches (ONNX Runtime): their call is the fix."""
     to_fix: set[str] = set()
     unknown = False
     for p in procs:
@@ -77,9 +85,12 @@ def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:
             continue
         sizes = blamed(p, n, threads)
         to_fix.update(s.key for s in sizes)
-        defaults = [s.key for s in sizes if s.variable is None]
+        defaults = [s.key for s in sizes if s.variable is None and POOLS_BY_KEY[s.key].variables]
         if defaults:
             unset.setdefault(tuple(pool_order(defaults)), []).append(p.pid)
+        for s in sizes:
+            if not POOLS_BY_KEY[s.key].variables:
+                code_only.setdefault(s.key, []).append(p.pid)
         for s in sizes:
             if s.variable is None:
                 continue
@@ -107,6 +118,12 @@ def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:
             f"{who(sorted(pids))} {verb(len(pids), 'sets', 'set')} {POOLS_BY_KEY[key].label} "
             f"to {live} threads in code, above its variable -> limit it to {threads} there"
         )
+    for key, pids in sorted(code_only.items()):
+        template = POOLS_BY_KEY[key].code_fix or ""
+        clauses.append(
+            f"{who(sorted(pids))} {verb(len(pids), 'runs', 'run')} {POOLS_BY_KEY[key].label}, "
+            f"which no environment variable reaches -> {template.format(t=threads)}"
+        )
     if not clauses:
         if unknown:
             return (
@@ -121,7 +138,7 @@ def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:
             f"{verb(threads, 'thread', 'threads')} ({limits_text(procs, n)}), so the busy "
             f"threads are the application's own: " + app_thread_fix(n, multi, len(procs))
         )
-    return "; ".join(clauses) + _code_alternative(to_fix, threads)
+    return "; ".join(clauses) + _code_alternative(to_fix - set(code_only), threads)
 
 
 def _code_alternative(keys: set[str], threads: int) -> str:

@@ -52,10 +52,15 @@ def pool_sizes(p: ProcessRates, n: int) -> tuple[PoolSize, ...] | None:
         return None
     live = p.live_pools or {}
     out = []
+    # numba's threading layer sizes the libgomp (or TBB) team it drives itself: its knob, not
+    # OMP_NUM_THREADS, sizes it (measured), unless torch runs a team of its own there.
+    driven = "numba" in p.pools and "torch" not in p.pools
     for key in p.pools:
-        kind = POOLS_BY_KEY.get(key)
-        if kind is None or not kind.variables:
+        if driven and key in ("libgomp", "tbb"):
             continue
+        kind = POOLS_BY_KEY.get(key)
+        if kind is None or not (kind.variables or kind.code_fix):
+            continue  # nothing sizes it (oneTBB): no fix to offer
         ctl = controlling_value(key, p.thread_env)
         variable, value = ctl if ctl is not None else (None, None)
         if key in live:
@@ -76,11 +81,24 @@ def blamed(p: ProcessRates, n: int, limit: int) -> list[PoolSize]:
     default are not blamed beside them.
     """
     sizes = pool_sizes(p, n) or ()
-    over = [s for s in sizes if s.threads > limit]
+    over = [s for s in sizes if s.threads > limit and not _all_idle(p, s.key)]
     live = [s for s in over if s.source == "live"]
     if live and p.live_threads is not None and 1 + sum(p.live_threads.values()) >= p.threads:
         return live
     return over
+
+
+def _all_idle(p: ProcessRates, key: str) -> bool:
+    """A working process (half a thread runnable) whose pool's threads are all accounted for
+    and none ran: the live thread count read from memory equals the threads attributed to it
+    (`probe.owners`), all idle. Busy threads that could not be attributed are then not this
+    pool's."""
+    if p.live_threads is None or key not in p.live_threads or p.owner_counts is None:
+        return False
+    if p.demand < 0.5:
+        return False  # an idle process's pool may run when its work starts: still a risk
+    mine = [c for c in p.owner_counts if c.owner == key]
+    return sum(c.threads for c in mine) == p.live_threads[key] and not any(c.ran for c in mine)
 
 
 def app_threads(p: ProcessRates, n: int, limit: int) -> bool:
@@ -104,9 +122,19 @@ def _started(p: ProcessRates, size: PoolSize) -> bool:
     return readable and p.live_pools is None and p.threads >= size.threads
 
 
+def _never_ran(p: ProcessRates, key: str) -> bool:
+    """The threads' owners show that `p` worked (kept half a thread runnable) while none of
+    this pool's threads ran: the work does not use the pool, so it is no risk for it (the
+    pool of an idle process stays one: it may run when the work starts)."""
+    if p.owner_counts is None or p.demand < 0.5:
+        return False
+    return not any(c.owner == key and c.ran > 0 for c in p.owner_counts)
+
+
 def latent_pools(p: ProcessRates, n: int) -> list[PoolSize]:
-    """Multi-thread pools of `p` that exist (by the evidence above), largest first."""
-    found = [s for s in blamed(p, n, 1) if _started(p, s)]
+    """Multi-thread pools of `p` that exist (by the evidence above) and may run, largest
+    first."""
+    found = [s for s in blamed(p, n, 1) if _started(p, s) and not _never_ran(p, s.key)]
     return sorted(found, key=lambda s: -s.threads)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from oversub.analysis.forktime import with_parent_threads
+from oversub.analysis.owners import with_floor
 from oversub.analysis.poolsize import pool_threads
 from oversub.names import Signal
 from oversub.results import HostRates, Interval, ProcessRates, Totals
@@ -188,6 +189,7 @@ CARRIED = (
     "live_threads",
     "wait",
     "start_ticks",
+    "owners",
 )
 """What a process's rates carry over from its sample as read: what it is, not what it did."""
 
@@ -374,14 +376,7 @@ def counted(iv: Interval, thresholds: Thresholds) -> Interval:
     the pool threads of the totals; every other number is a raw delta or a rate of it."""
     # Whole nanoseconds, as the kernel counts them.
     floor_ns = thresholds.active_cpu * iv.seconds * _NS
-
-    def active(p: ProcessRates) -> ProcessRates:
-        if not p.thread_runnable_s:  # exited, or no thread: nothing was active
-            return p
-        count = sum(1 for r in p.thread_runnable_s if round(r * _NS) >= floor_ns)
-        return replace(p, active_threads=count)
-
-    processes = tuple(active(p) for p in iv.processes)
+    processes = tuple(with_floor(p, floor_ns) for p in iv.processes)
     live = [p for p in processes if not p.exited]
     in_pools, with_pools = pool_threads(live, iv.vcpus)
     totals = replace(

@@ -50,6 +50,7 @@ from oversub.errors import NotARecording
 from oversub.model import MAX_VCPUS, Budget, CpuQuota
 from oversub.names import Signal, WaitKind
 from oversub.results import HostRates, Interval, ProcessRates
+from oversub.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED
 from oversub.thresholds import Thresholds
 from oversub.timeline import Ending, Header
 
@@ -110,6 +111,7 @@ def _describe(p: ProcessRates) -> dict[str, Any]:
         "thread_env": None if p.thread_env is None else dict(p.thread_env),
         "live_pools": None if p.live_pools is None else dict(p.live_pools),
         "live_threads": None if p.live_threads is None else dict(p.live_threads),
+        "owners": None if p.owners is None else [[t, o] for t, o in sorted(p.owners.items())],
     }
 
 
@@ -286,6 +288,7 @@ class Decoder:
             start_ticks=start,
             live_pools=whole_map(desc.get("live_pools"), "live_pools"),
             live_threads=whole_map(desc.get("live_threads"), "live_threads"),
+            owners=_owners_of(desc.get("owners")),
             thread_ids=tuple(whole(r[0], "tid") for r in runs),
             parent_threads_at_start=opt_whole(d.get("pf"), "pf"),
             thread_runnable_s=tuple(
@@ -293,6 +296,22 @@ class Decoder:
             ),
             **m._asdict(),
         )
+
+
+def _owners_of(v: Any) -> dict[int, str] | None:
+    """A description's `owners` ([[tid, owner], ...]): owners of the catalogue only."""
+    if v is None:
+        return None
+    out: dict[int, str] = {}
+    for pair in array(v, "owners"):
+        entry = array(pair, "owners")
+        if len(entry) != 2:
+            raise BadRecord("owners is not a list of [tid, owner]")
+        owner = text(entry[1], "owner")
+        if owner != UNATTRIBUTED and owner not in RUNTIMES_BY_KEY:
+            raise BadRecord(f"unknown owner {owner[:40]!r}")
+        out[whole(entry[0], "tid")] = owner
+    return out
 
 
 def _raw_measures(d: Mapping[str, Any], seconds: float) -> Measures:

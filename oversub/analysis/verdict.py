@@ -16,8 +16,10 @@ Every number comes from `Thresholds`. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from oversub.analysis.causes import cause
 from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
+from oversub.analysis.owned import cheap_finding, owned_finding, spin_cost
 from oversub.analysis.poolsize import app_threads, blamed
 from oversub.analysis.rates import BUSY_DEMAND
 from oversub.analysis.recommend import threads_for
@@ -35,6 +37,7 @@ from oversub.plural import count, noun
 from oversub.pools import POOLS_BY_KEY
 from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates
 from oversub.rules import REPORT_ORDER, Rule
+from oversub.runtimes import waits
 from oversub.thresholds import Thresholds
 
 Evidence = dict[str, float | int | str | None]
@@ -77,6 +80,9 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         f"The tree keeps {t.demand:.1f} threads runnable on {count(n, 'CPU')} "
         f"({t.demand / n:.1f}x); "
     )
+    owned = cause(multi, threads)
+    if owned is not None:
+        return owned_finding(owned, multi, pids_of(contending), head, evidence, m, n, threads)
     pooled = [p for p in multi if not app_threads(p, n, threads)]
     if pooled:
         pools = pool_order(s.key for p in pooled for s in blamed(p, n, threads))
@@ -86,6 +92,8 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         fix += thread_fix(contending, threads, n)
         if m > n:
             fix += f"; and run at most {count(n, 'busy process')} at a time"
+        if pools and all(waits(k) == "sleep" for k in pools):
+            return cheap_finding(pools, pids_of(contending), head, evidence, fix + ".")
         return Finding(
             rule=Rule.OVERSUBSCRIBED_POOLS,
             severity=Severity.CRITICAL,
@@ -98,8 +106,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
                 if pools
                 else "several busy threads each"
             )
-            + "; threads of native pools spin while they wait, which costs multiples "
-            "(2-23x measured).",
+            + spin_cost(pools),
             pids=pids_of(contending),
             evidence=evidence,
             fix=fix + ".",
@@ -331,9 +338,13 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
     - T = floor(N / M) threads per busy process (`threads_for`); a pool's size is its live
       value, else its variable, else N (`poolsize`).
     - oversubscribed-pools (critical): over and waiting, and a contending process (demand
-      >= 0.5) ran >= 2 active threads with a pool sized above T (or unknown pools).
+      >= 0.5) ran >= 2 active threads with a pool sized above T (or unknown pools). When
+      the threads' owners were read (`causes.cause`), only a pool whose threads ran and show
+      more than T counts, and only one whose waiting threads spin makes it critical.
     - oversubscribed-threads (warning): over and waiting, contending processes ran >= 2
-      active threads, but every pool they map is already at most T: application threads.
+      active threads, but every pool they map is already at most T: application threads;
+      or, by the owners, pools whose threads sleep (cheap), Python threads taking turns on
+      the GIL, or gloo's communication threads (no thread cap for those two).
     - oversubscribed-processes (warning): over and waiting, every contending process ran
       at most one active thread.
     - demand-exceeds-budget (warning, at-risk): over but not waiting: processes run beyond

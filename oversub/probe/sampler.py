@@ -26,6 +26,7 @@ from oversub.probe import native
 from oversub.probe.cmdline import CMDLINE_MAX, read_cmdline
 from oversub.probe.host import read_host
 from oversub.probe.livepools import LiveReader, LiveSizes
+from oversub.probe.owners import OwnerReader
 from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.proctree import (
     ProcStat,
@@ -111,6 +112,7 @@ class TreeSampler:
         self._live = LiveReader(root)
         self._hides: bool | None = None
         """Whether this /proc may hide processes from us (`probe.hidden`), read once."""
+        self._owners = OwnerReader(root)
 
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""
@@ -166,6 +168,7 @@ class TreeSampler:
 
         self._sampled = True
         self._threads.end_sample()
+        self._owners.end_sample()
         self._tracked = {pid: p.start_ticks for pid, p in processes.items()}
         for key in [k for k in self._known if self._tracked.get(k[0]) != k[1]]:
             del self._known[key]
@@ -263,6 +266,7 @@ class TreeSampler:
             live_threads=known.live_threads,
             children_cpu_ns=ticks_to_ns(stat.children_ticks),
             wait=wait,
+            owners=self._owners.read(pid, stat.start_ticks, threads),
         )
 
     def _refresh_cache(

@@ -26,6 +26,10 @@ def code_lines(p: Plan) -> list[str]:
         "# in each main process, before the first parallel operation:",
         f"torch.set_num_threads({t})",
         f"threadpoolctl.threadpool_limits({t})",
+        "# and for the runtimes that no variable above reaches, or that read it at import:",
+        f"session_options.intra_op_num_threads = {t}  # ONNX Runtime, before InferenceSession",
+        f"pyarrow.set_cpu_count({t}); numexpr.set_num_threads({t}); numba.set_num_threads({t})",
+        "# polars has no call: POLARS_MAX_THREADS is read once, when polars is imported",
     ]
     if p.workers > 0:
         lines += [

@@ -23,7 +23,8 @@ from oversub.render.phrases import (
     process_label,
     sizing_vars_text,
 )
-from oversub.results import Finding, HostRates, ProcessRates, ProcessSummary
+from oversub.results import Finding, HostRates, OwnerCount, ProcessRates, ProcessSummary
+from oversub.runtimes import describe
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
@@ -155,6 +156,10 @@ def process_labels(processes: Sequence[ProcessRates] | Sequence[ProcessSummary])
     }
 
 
+def _counts(p: ProcessRates | ProcessSummary) -> tuple[OwnerCount, ...] | None:
+    return p.owner_counts if isinstance(p, ProcessRates) else p.owners
+
+
 def pools_and_vars(
     processes: Sequence[ProcessRates] | Sequence[ProcessSummary],
 ) -> Table | None:
@@ -164,8 +169,16 @@ def pools_and_vars(
     from rich import box
     from rich.table import Table
 
+    def owners(p: ProcessRates | ProcessSummary) -> str:
+        counts = _counts(p)
+        return "?" if counts is None else describe(counts)
+
     shown = [
-        p for p in processes if p.pools != () or sizing_vars_text(p.pools, p.thread_env) != "-"
+        p
+        for p in processes
+        if p.pools != ()
+        or sizing_vars_text(p.pools, p.thread_env) != "-"
+        or any(c.owner not in ("python", "unattributed") for c in _counts(p) or ())
     ]
     if not shown:
         return None
@@ -173,6 +186,7 @@ def pools_and_vars(
     table.add_column("PID", justify="right", no_wrap=True)
     table.add_column("Pools", overflow="fold")
     table.add_column("Sizing variables", overflow="fold")
+    table.add_column("Threads by owner", overflow="fold")
     for p in shown:
         add_row(
             table,
@@ -180,6 +194,7 @@ def pools_and_vars(
                 str(p.pid),
                 pools_text(p.pools, p.live_pools),
                 sizing_vars_text(p.pools, p.thread_env),
+                owners(p),
             ),
         )
     return table

@@ -12,7 +12,7 @@ import math
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from oversub.pools import RECOMMENDED_VARS
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # annotations only: `recommend --format env` must not build t
         Finding,
         HostRates,
         Interval,
+        OwnerCount,
         ProcessRates,
         ProcessSummary,
         Summary,
@@ -242,7 +243,16 @@ def _process_rates_dict(r: ProcessRates) -> dict[str, Any]:
         "thread_env": _env(r.thread_env),
         "exited": r.exited,
         "live_pools": _live(r.live_pools),
+        "owners": _owners(r.owner_counts),
     }
+
+
+def _owners(counts: tuple[OwnerCount, ...] | None) -> list[dict[str, Any]] | None:
+    """Threads by owner: `owner` (a runtime key of docs/pools.md, or "unattributed"),
+    `threads`, `busy` (active), `ran` (ran or waited at all), `runnable_s`; null = not read."""
+    if counts is None:
+        return None
+    return [asdict(c) | {"runnable_s": _num(c.runnable_s)} for c in counts]
 
 
 def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:
@@ -261,7 +271,9 @@ def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:
         `run_delay_ratio`, `involuntary_ctx_per_s`, `voluntary_ctx_per_s` (null when
         unknown), `pools` (list or null = unknown), `thread_env` (object or null),
         `live_pools` (object: pool -> threads it is set to now, read from the process's
-        memory; null = not readable), `exited` (bool); sorted by CPU use, highest first.
+        memory; null = not readable), `exited` (bool), `owners` (list or null: threads by
+        the runtime that owns them, each `owner`, `threads`, `busy`, `ran`, `runnable_s`;
+        docs/pools.md); sorted by CPU use, highest first.
       - `totals` (object): the tree: `processes`, `threads`, `active_threads`,
         `busy_processes`, `pool_threads` (threads the multi-thread native pools that exist
         run at once, summed over processes), `pool_processes` (processes holding one),
@@ -311,6 +323,7 @@ def _process_summary_dict(p: ProcessSummary) -> dict[str, Any]:
         "exited": p.exited,
         "seconds": _num(p.seconds),
         "live_pools": _live(p.live_pools),
+        "owners": _owners(p.owners),
     }
 
 
@@ -331,7 +344,8 @@ def summary_dict(s: Summary) -> dict[str, Any]:
         mean and `_peak` of `cpu_percent`, `demand`, `run_delay_ratio`,
         `involuntary_ctx_per_s`, `voluntary_ctx_per_s`; `active_threads_peak`, `pools`,
         `thread_env`, `live_pools` (the last live sizes read), `exited`, `seconds` (how
-        long it was observed).
+        long it was observed), `owners` (as in `interval_dict`, over the run: each thread
+        under its last known owner, `threads` the most at once, `busy` active sometime).
       - `totals` (object): tree means over the run (keys as in `interval_dict`).
       - `totals_peak` (object): the peak of each total over the intervals.
       - `host` (object): host context over the run (keys as in `interval_dict`).

@@ -1,0 +1,104 @@
+"""Whose busy threads oversubscribe the CPUs, from the threads' owners (`probe.owners`).
+
+The cause of an oversubscription finding, when the owners of the busy processes' threads
+were read: the runtimes whose pools run more threads than the target T (each named with
+the one knob that sizes it), the interpreter's threads taking turns on the GIL, or
+communication threads no cap reaches. None when the owners are unknown, or when the busy
+threads are unattributed: the verdict then falls back to the pools mapped and their
+variables (`poolsize`). Pure: functions of `ProcessRates` and the `runtimes` catalogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from oversub.analysis.owners import busy_owners
+from oversub.results import OwnerCount, ProcessRates
+from oversub.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED, describe
+
+Kind = Literal["spin", "sleep", "fitted", "gil", "comm", "app"]
+
+GIL_CPU_PERCENT = 130.0
+"""A process whose busy threads are all the interpreter's and that uses at most this much
+CPU (100 = one CPU) runs them one at a time: the GIL, not the CPUs, is what they wait for."""
+
+_NOT_POOLS = frozenset({"python", "jemalloc", UNATTRIBUTED})
+
+
+@dataclass(frozen=True)
+class Blame:
+    """One runtime's pool that runs more threads than the target, and where."""
+
+    owner: str
+    pids: tuple[int, ...]
+    size: int
+    """The largest size it shows (`pool_size`)."""
+
+
+@dataclass(frozen=True)
+class Cause:
+    kind: Kind
+    """spin: a blamed pool's waiting threads spin (costs multiples); sleep: every blamed
+    pool's threads sleep (costs a few percent); gil: the interpreter's threads take turns;
+    fitted: the busy pools already run at most T (their knob is applied) and the rest is
+    their callers; comm: communication threads; app: the application's own Python threads
+    (executors)."""
+    blamed: tuple[Blame, ...]
+    """The pools to size, spinning ones first (for fitted: the busy pools already at T, with
+    no pids); empty for gil, comm and app."""
+    owners: str
+    """Threads by owner of each busy process: "pid 11: ONNX Runtime intra-op pool: 1 busy,
+    OpenBLAS: 1 idle, Python interpreter: 1 busy"."""
+
+
+def pool_size(c: OwnerCount) -> int:
+    """The size a pool shows: its threads busy at once, plus the caller when its size counts
+    it. Busy, not all of its threads: polars keeps tokio and spill threads beside its rayon
+    pool, idle, and a pool lowered in code (threadpoolctl) keeps its threads, idle."""
+    runtime = RUNTIMES_BY_KEY.get(c.owner)
+    return c.busy + (1 if runtime is not None and runtime.caller else 0)
+
+
+def _blamed(p: ProcessRates, limit: int) -> list[OwnerCount]:
+    """Pools of `p` whose threads ran and that show more than `limit` threads (`pool_size`)."""
+    out = []
+    for c in p.owner_counts or ():
+        runtime = RUNTIMES_BY_KEY.get(c.owner)
+        if runtime is None or runtime.waits == "none" or not c.ran:
+            continue
+        if pool_size(c) > limit:
+            out.append(c)
+    return out
+
+
+def cause(procs: Sequence[ProcessRates], threads: int) -> Cause | None:
+    """The cause over the busy multi-thread processes `procs`, at `threads` per process."""
+    if not procs or any(p.owner_counts is None for p in procs):
+        return None
+    blames: dict[str, tuple[list[int], int]] = {}
+    for p in procs:
+        for c in _blamed(p, threads):
+            pids, size = blames.get(c.owner, ([], 0))
+            blames[c.owner] = ([*pids, p.pid], max(size, pool_size(c)))
+    owners = "; ".join(f"pid {p.pid}: {describe(p.owner_counts or ())}" for p in procs)
+    if blames:
+        order = sorted(blames, key=lambda k: (RUNTIMES_BY_KEY[k].waits != "spin", k))
+        blamed = tuple(Blame(k, tuple(sorted(blames[k][0])), blames[k][1]) for k in order)
+        spin = any(RUNTIMES_BY_KEY[b.owner].waits == "spin" for b in blamed)
+        return Cause("spin" if spin else "sleep", blamed, owners)
+    busy = {k for p in procs for k in busy_owners(p)}
+    if UNATTRIBUTED in busy or not busy:
+        return None  # what runs them is unknown: the mapped pools are all there is
+    pools = {k for k in busy if k not in _NOT_POOLS and k != "gloo"}
+    if pools:
+        return Cause("fitted", tuple(Blame(k, (), 0) for k in sorted(pools)), owners)
+    if "gloo" in busy:
+        return Cause("comm", (), owners)
+    # Left: the interpreter's threads (and idle helpers). One CPU at most per process while
+    # several are busy: they take turns on the GIL.
+    gil = all(
+        p.cpu_percent <= GIL_CPU_PERCENT and busy_owners(p).get("python", 0) >= 2 for p in procs
+    )
+    return Cause("gil" if gil else "app", (), owners)

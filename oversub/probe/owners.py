@@ -1,0 +1,323 @@
+"""Which runtime owns each thread of another process, read from outside without stopping it.
+
+A thread's owner never changes, so it is looked for once per thread (pid, process start
+time, tid; a tid that leaves the sample is forgotten) from, in order:
+
+1. its name, `/proc/PID/task/TID/comm`: `polars-N`, `gloo_tcp_loop`, `jemalloc_bg_thd`, ...
+   (`runtimes.owner_of_name`); a name inherited from the process proves nothing;
+2. when it is blocked, the user-space program counter in `/proc/PID/task/TID/syscall`,
+   mapped through `/proc/PID/maps` to the object whose code holds it (libgomp waits with a
+   `syscall` instruction of its own);
+3. when that code is no runtime's (the C library's, the C++ runtime's, NumPy's), the return
+   addresses near the stack pointer: a bounded read of the thread's stack in
+   `/proc/PID/mem`, taking the first word that points into the code of a runtime's object
+   *and* follows a call instruction there (a stale pointer on the stack does not);
+4. threads of one pool start together: an unattributed thread with the same name started
+   within a clock tick of attributed threads that all have one owner gets that owner.
+
+The main thread of a Python interpreter (its code is mapped) is the interpreter's: it calls
+into the runtimes, but it is none of their pool's threads.
+
+A thread no evidence names is `runtimes.UNATTRIBUTED`: never guessed from the mapped
+libraries. Everything here is the watched process's to choose (names, maps paths, memory),
+so every read is bounded, every failure is "no evidence", nothing raises. Reading `syscall`
+and `mem` needs ptrace access (the same check as `probe.livepools`); refused, only names
+count. A running thread shows no PC, and a blocked one may wait where no runtime's frame is
+near its stack pointer: it is tried again (at most `MAX_TRIES` times) at later samples where
+it is blocked.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from dataclasses import dataclass, field
+
+from oversub import runtimes
+from oversub.samples import ThreadSample
+
+MAX_TRIES = 10
+"""Blocked readings (syscall, maybe maps and stack) tried per thread before giving up."""
+STACK_SCAN = 2048
+"""Bytes of a blocked thread's stack scanned for return addresses (measured: the first one
+outside libc lies 88-264 bytes above the stack pointer for polars, pyarrow, numexpr, ORT and
+the interpreter)."""
+MAPS_MAX = 16 << 20
+"""Bytes of a maps file read at most."""
+_SMALL = 512
+_POINTER = {"x86_64": ("<Q", 8), "aarch64": ("<Q", 8), "arm64": ("<Q", 8)}
+
+
+@dataclass
+class _Thread:
+    comm: str
+    start: int | None
+    owner: str | None = None
+    proven: bool = False
+    """The owner came from the thread's own evidence (name, PC, stack): final."""
+    tries: int = 0
+
+
+@dataclass
+class _Process:
+    threads: dict[int, _Thread] = field(default_factory=dict)
+    text: list[tuple[int, int, str]] | None = None
+    """Executable file mappings (start, end, path), sorted; None until needed."""
+    starts: list[int] = field(default_factory=list)
+    refused: bool = False
+    """syscall or mem refused: only names count."""
+    seen: bool = True
+
+
+def _read(path: str, size: int = _SMALL) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except PermissionError:
+        raise
+    except OSError:
+        return None
+    try:
+        return os.read(fd, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def parse_text_maps(maps: bytes) -> list[tuple[int, int, str]]:
+    """The executable mappings of files in a maps file, sorted by start address."""
+    out: list[tuple[int, int, str]] = []
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or b"x" not in fields[1]:
+            continue
+        path = fields[5].strip()
+        if not path.startswith(b"/"):
+            continue
+        lo, _, hi = fields[0].partition(b"-")
+        try:
+            start, end = int(lo, 16), int(hi, 16)
+        except ValueError:
+            continue
+        if path.endswith(b" (deleted)"):
+            path = path[: -len(b" (deleted)")]
+        out.append((start, end, path[:4096].decode("utf-8", "replace")))
+    out.sort()
+    return out
+
+
+def parse_syscall_pc(text: bytes) -> tuple[int, int] | None:
+    """(stack pointer, program counter) of a blocked thread's syscall line; None when it is
+    running or the line is malformed."""
+    fields = text.split()
+    if len(fields) < 3 or fields[0] == b"running":
+        return None
+    try:
+        return int(fields[-2], 16), int(fields[-1], 16)
+    except ValueError:
+        return None
+
+
+def follows_call(before: bytes, machine: str) -> bool:
+    """True when the bytes just before an address end with a call instruction (the address
+    is a return address): x86-64 `call rel32` or `call r/m` (opcode FF /2, 2 to 7 bytes),
+    AArch64 `bl` or `blr`."""
+    if machine == "x86_64":
+        if len(before) < 7:
+            return False
+        if before[-5] == 0xE8:
+            return True
+        return any(before[-k] == 0xFF and (before[-k + 1] & 0x38) == 0x10 for k in range(2, 8))
+    if machine in ("aarch64", "arm64"):
+        if len(before) < 4:
+            return False
+        insn = int.from_bytes(before[-4:], "little")
+        return (insn & 0xFC000000) == 0x94000000 or (insn & 0xFFFFFC1F) == 0xD63F0000
+    return False
+
+
+class OwnerReader:
+    """Attributes the threads of the processes of one sampler; call `end_sample()` after
+    each sample."""
+
+    def __init__(self, root: str = "/", machine: str | None = None) -> None:
+        self._proc = os.path.join(root, "proc")
+        self._machine = machine if machine is not None else os.uname().machine
+        self._known: dict[tuple[int, int], _Process] = {}
+
+    def end_sample(self) -> None:
+        """Forget the processes and threads this sample did not read."""
+        for key in [k for k, p in self._known.items() if not p.seen]:
+            del self._known[key]
+        for p in self._known.values():
+            p.seen = False
+
+    def read(self, pid: int, start_ticks: int, threads: tuple[ThreadSample, ...]) -> dict[int, str]:
+        """tid -> owner key (`runtimes`), or `runtimes.UNATTRIBUTED`, for `threads`."""
+        proc = self._known.setdefault((pid, start_ticks), _Process())
+        proc.seen = True
+        base = f"{self._proc}/{pid}/task"
+        alive = {t.tid for t in threads}
+        for tid in [tid for tid in proc.threads if tid not in alive]:
+            del proc.threads[tid]
+        unproven = False
+        for t in threads:
+            entry = proc.threads.get(t.tid)
+            if entry is None:
+                entry = self._new_thread(f"{base}/{t.tid}")
+                if t.tid == pid and self._interpreter(pid, proc):
+                    entry.owner, entry.proven = "python", True
+                proc.threads[t.tid] = entry
+            if entry.proven:
+                continue
+            unproven = True
+            if entry.tries >= MAX_TRIES or proc.refused:
+                continue
+            if t.state not in ("S", "D"):
+                continue  # running: no PC to read now
+            entry.tries += 1
+            owner = self._blocked_owner(pid, t.tid, proc)
+            if owner is not None:
+                entry.owner, entry.proven = owner, True
+        if unproven:
+            _by_start_group(pid, proc.threads)
+        return {
+            t.tid: (proc.threads[t.tid].owner or runtimes.UNATTRIBUTED)
+            for t in threads
+            if t.tid in proc.threads
+        }
+
+    def _new_thread(self, base: str) -> _Thread:
+        try:
+            comm = (_read(f"{base}/comm", 64) or b"").strip().decode("utf-8", "replace")
+            stat = _read(f"{base}/stat")
+        except PermissionError:
+            comm, stat = "", None
+        start = None
+        if stat:
+            rest = stat[stat.rfind(b")") + 2 :].split()
+            try:
+                start = int(rest[19])  # field 22: start time in clock ticks after boot
+            except (IndexError, ValueError):
+                start = None
+        owner = runtimes.owner_of_name(comm)
+        return _Thread(comm, start, owner, proven=owner is not None)
+
+    def _interpreter(self, pid: int, proc: _Process) -> bool:
+        """The process runs a Python interpreter (its code is mapped: `libpython*` or a
+        `python*` executable): its main thread is the interpreter's, whatever runtime it
+        calls into (a caller inside a pool's code is not one of the pool's threads)."""
+        if proc.text is None:
+            self._load_maps(pid, proc)
+        return any(runtimes.owner_of_object(m[2]) == "python" for m in proc.text or ())
+
+    def _blocked_owner(self, pid: int, tid: int, proc: _Process) -> str | None:
+        """The owner a blocked thread's PC (or stack) proves; None when nothing does yet."""
+        try:
+            raw = _read(f"{self._proc}/{pid}/task/{tid}/syscall")
+        except PermissionError:
+            proc.refused = True
+            return None
+        where = parse_syscall_pc(raw or b"")
+        if where is None:
+            return None
+        sp, pc = where
+        path = self._object_at(pid, proc, pc)
+        if path is None:
+            return None  # in anonymous code (a JIT), or maps unreadable
+        owner = runtimes.owner_of_object(path)
+        if owner is not None:
+            return _team_driver(proc) if owner == "libgomp" else owner
+        return self._stack_owner(pid, proc, sp)
+
+    def _object_at(self, pid: int, proc: _Process, address: int) -> str | None:
+        if proc.text is None:
+            self._load_maps(pid, proc)
+        text = proc.text or []
+        i = bisect.bisect_right(proc.starts, address) - 1
+        if i >= 0 and text[i][0] <= address < text[i][1]:
+            return text[i][2]
+        return None
+
+    def _load_maps(self, pid: int, proc: _Process) -> None:
+        try:
+            fd = os.open(f"{self._proc}/{pid}/maps", os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            proc.text = []
+            proc.starts = []
+            return
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            while total < MAPS_MAX and (chunk := os.read(fd, 65536)):
+                chunks.append(chunk)
+                total += len(chunk)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        proc.text = parse_text_maps(b"".join(chunks))
+        proc.starts = [m[0] for m in proc.text]
+
+    def _stack_owner(self, pid: int, proc: _Process, sp: int) -> str | None:
+        pointer = _POINTER.get(self._machine)
+        if pointer is None:
+            return None
+        fmt, size = pointer
+        try:
+            fd = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
+        except PermissionError:
+            proc.refused = True
+            return None
+        except OSError:
+            return None
+        try:
+            stack = os.pread(fd, STACK_SCAN, sp)
+            for offset in range(0, len(stack) - size + 1, size):
+                (word,) = struct.unpack_from(fmt, stack, offset)
+                path = self._object_at(pid, proc, word)
+                if path is None or runtimes.is_system_object(path) or word < 8:
+                    continue
+                owner = runtimes.owner_of_object(path)
+                if owner is not None and follows_call(os.pread(fd, 8, word - 8), self._machine):
+                    return owner
+        except (OSError, OverflowError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+        return None
+
+
+def _team_driver(proc: _Process) -> str:
+    """Who sizes a libgomp team: numba's omp threading layer sizes the team it drives
+    itself (`NUMBA_NUM_THREADS`; `OMP_NUM_THREADS` does not change it, measured), so a
+    libgomp thread of a process that loaded numba's layer (`numba/np/ufunc/omppool*`) and not
+    torch is numba's."""
+    names = [m[2].rsplit("/", 1)[-1] for m in proc.text or ()]
+    numba = any(
+        "omppool" in m[2].rsplit("/", 1)[-1] and runtimes.owner_of_object(m[2]) == "numba"
+        for m in proc.text or ()
+    )
+    if numba and not any(n.startswith("libtorch_cpu") for n in names):
+        return "numba"
+    return "libgomp"
+
+
+def _by_start_group(pid: int, threads: dict[int, _Thread]) -> None:
+    """Step 4 of the module docstring: unattributed threads started together (same name,
+    within a tick) with attributed threads of a single owner share that owner. The main
+    thread never joins a group: it started with the process. Linear in the threads."""
+    groups: dict[tuple[str, int], set[str | None]] = {}
+    for t in threads.values():
+        if t.proven and t.start is not None and t.owner != runtimes.UNATTRIBUTED:
+            groups.setdefault((t.comm, t.start), set()).add(t.owner)
+    if not groups:
+        return
+    for tid, t in threads.items():
+        if t.proven or t.start is None or tid == pid:
+            continue
+        owners: set[str | None] = set()
+        for tick in (t.start - 1, t.start, t.start + 1):
+            owners |= groups.get((t.comm, tick), set())
+        t.owner = owners.pop() if len(owners) == 1 else None
