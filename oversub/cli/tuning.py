@@ -164,7 +164,6 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
         warmup=opts.warmup,
         runs=opts.runs,
         budget_s=opts.budget_s,
-        trial_seconds=opts.trial_seconds,
     )
     ranking = rank(candidates, result.trials, higher_is_better=opts.metric is not None, vcpus=n)
     notes = []

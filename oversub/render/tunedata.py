@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from oversub.render.escape import markdown
+from oversub.render.plan_text import code_lines_for
+from oversub.render.serialize import export_lines
 from oversub.render.tune import (
     ENDED,
     about_lines,
@@ -177,7 +179,15 @@ def tune_markdown(r: TuneResult) -> str:
     lines.append("")
     for line in [ENDED.get(r.ended, r.ended), *conclusion(r), *r.notes]:
         lines.append(f"- {cell(line)}")
-    setting = setting_lines(r)
-    if setting:
-        lines += ["", "```sh", *setting, "```"]
+    if r.ranking.pick is not None:
+        pick = r.candidates[r.ranking.pick]
+        env = setting_env(pick)
+        if env:
+            lines += ["", f"Setting ({cell(pick.label)}):", "", "```sh"]
+            lines += export_lines(env).rstrip("\n").split("\n")
+            lines.append("```")
+            if pick.threads is not None:
+                lines += ["", "```python", *code_lines_for(pick.threads), "```"]
+        else:
+            lines += ["", *(f"- {cell(x)}" for x in setting_lines(r))]
     return "\n".join(lines) + "\n"

@@ -34,11 +34,6 @@ if TYPE_CHECKING:
     from oversub.run.session import SessionOptions
 
 
-STOP_ALLOWANCE_S = 1.0
-"""Expected time to stop a fixed-time trial's tree after its seconds (a well-behaved CMD
-exits at SIGTERM; the plan is corrected by the trials' measured lengths)."""
-
-
 @contextlib.contextmanager
 def environment(env: Mapping[str, str]) -> Iterator[None]:
     """While inside, `env` is set in this process's environment (which the trial's command
@@ -202,14 +197,12 @@ def run_tuning(
     warmup: int,
     runs: int | None,
     budget_s: float,
-    trial_seconds: float | None,
     clock: Callable[[], float] = time.monotonic,
 ) -> LoopResult:
     """Run the interleaved schedule that fits `budget_s`.
 
-    Fixed time (`trial_seconds` given): the plan is made up front from the trial length.
-    Fixed work: the first trial (the default's first run) is run first and its length
-    plans the rest. A trial starts only while the budget has room for one more trial of
+    The first trial (the default's first run) is run first and its length plans the rest.
+    A trial starts only while the budget has room for one more trial of
     the longest length seen, and a trial that outlives the budget by that length is
     stopped: the budget is honoured to within one trial. The default's first trial failing
     ends the run (`default-failed`): nothing is left to compare with.
@@ -220,17 +213,14 @@ def run_tuning(
     plan: TunePlan | None = None
     ended = "complete"
     try:
-        if trial_seconds is not None:
-            plan = fit(len(candidates), warmup, runs, trial_seconds + STOP_ALLOWANCE_S, budget_s)
-            events.planned(plan)
-            order = schedule(plan.candidates, warmup, plan.runs)
-        else:
-            order = [(1, 0, warmup > 0)]
+        # The first trial (the default's first run) is run before the plan: its length,
+        # not a guess, plans the rest (a fixed-time CMD may end before its seconds).
+        order = [(1, 0, warmup > 0)]
         position = 0
         while position < len(order):
             round_, candidate, is_warmup = order[position]
             elapsed = clock() - start
-            expected = max(lengths) if lengths else (plan.trial_s if plan else budget_s)
+            expected = max(lengths) if lengths else budget_s
             if lengths and elapsed + expected > budget_s:
                 ended = "budget"
                 break
