@@ -38,11 +38,8 @@ def tune(args: list[str], command: list[str]) -> subprocess.CompletedProcess[str
 
 def test_a_truly_faster_candidate_is_ranked_first_and_fails_the_gate(tmp_path: Path) -> None:
     report = tmp_path / "tune.json"
-    result = tune(
-        ["--runs", "3", "--warmup", "0", "--json", str(report), "--fail-if-slower", "20"]
-        + ["--record", str(tmp_path / "rec")],
-        [*PY, BY_THREADS],
-    )
+    flags = ["--runs", "3", "--warmup", "0", "--json", str(report), "--fail-if-slower", "20"]
+    result = tune([*flags, "--record", str(tmp_path / "rec")], [*PY, BY_THREADS])
     assert result.returncode == ExitStatus.FOUND, result.stderr
     doc = json.loads(report.read_text())
     assert doc["ranking"]["best"] == "T=1" and doc["ranking"]["pick"] == "T=1"

@@ -108,6 +108,11 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
     err = opts.err if opts.err is not None else sys.stderr
     if opts.metric is not None:
         check_names([opts.metric])
+    if opts.trial_seconds is not None and opts.trial_seconds > opts.budget_s:
+        raise UsageError(
+            f"--trial-seconds {opts.trial_seconds:g} is longer than the --budget "
+            f"({opts.budget_s:g} s): not one trial would fit"
+        )
     dims = [parse_env_dimension(text) for text in opts.env_dims]
     if len({name for name, _ in dims}) != len(dims):
         raise UsageError("--env: each variable may be given once (list its values: NAME=1,2)")
