@@ -241,3 +241,26 @@ def test_markdown_table() -> None:
     assert table[0].startswith("| candidate | variables |")
     assert len(table) == 2 + len(CANDS)
     assert "```sh" in md and "export OMP_NUM_THREADS=1" in md
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "tune needs a command"),
+        (["--env", "X", "--", "true"], "--env 'X'"),
+        (["--procs-values", "0", "--", "true"], "--procs-values '0'"),
+        (["--trial-seconds", "3", "--", "true"], "--trial-seconds only applies with --metric"),
+        (["--metric", "a b", "--", "true"], "--metric 'a b'"),
+        (["--budget", "0", "--", "true"], "budget"),
+        (["--budget", "ten", "--", "true"], "is not a duration"),
+        (["--metric", "r", "--trial-seconds", "60", "--budget", "30s", "--", "true"], "longer"),
+    ],
+)
+def test_bad_input_is_a_usage_error(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.harness import run_cli
+
+    code, _, err = run_cli(["tune", *args], capsys)
+    assert code == 2, err
+    assert says in err and "Traceback" not in err
