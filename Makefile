@@ -109,7 +109,7 @@ $(REAL)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(REAL)
 	$(REAL)/bin/python -m pip install --quiet --upgrade pip
 	$(REAL)/bin/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
-		-e '.[dev]' 'torch==2.13.0' numpy threadpoolctl scikit-learn 'dask[distributed]'
+		-e '.[dev]' 'torch==2.13.0' numpy threadpoolctl scikit-learn 'dask[distributed]' numexpr
 	touch $@
 
 test-real: $(REAL)/.stamp
