@@ -15,6 +15,7 @@ from oversub.cli.options import (
     COUNT,
     POSITIVE,
     SECONDS,
+    Number,
     ReportPath,
     format_option,
     parse_procs,
@@ -120,7 +121,7 @@ def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None
 )
 @click.option(
     "--fail-if-slower",
-    type=click.FloatRange(0.0, min_open=True),
+    type=Number(0.0, min_open=True),
     default=None,
     metavar="PCT",
     help="Exit 1 when the default is more than PCT % slower than the best (beyond noise).",

@@ -199,6 +199,10 @@ def _prepare_record_dir(path: Path) -> None:
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise UsageError(f"--record {path}: not a directory")
     try:
+        if path.exists() and any(path.iterdir()):
+            raise UsageError(
+                f"--record {path}: not empty (each tuning run needs a directory of its own)"
+            )
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--record {path}: {exc.strerror or exc}") from exc
