@@ -219,6 +219,8 @@ def test_text_report() -> None:
     assert "OVERSUB_TUNE" not in text.split("Before starting the job:")[1]
     assert "the default is" in text and "% slower than the best" in text
     assert "steps_per_s (last) per candidate" in text  # the chart's title
+    coloured = render_tune(_result(), TuneFormat.TEXT, color=True)
+    assert "\x1b[" in coloured.split("per candidate")[1]  # the bars, in colour on a terminal
 
 
 def test_json_document() -> None:
