@@ -232,7 +232,11 @@ def run_tuning(
             lengths.append(outcome.trial.seconds)
             position += 1
             elapsed = clock() - start
-            if plan is None:
+            first_default = candidates[candidate].is_default and not any(
+                t.candidate == candidate for t in trials[:-1]
+            )
+            failed = first_default and outcome.trial.value is None
+            if plan is None and not (failed or outcome.interrupted or outcome.cut):
                 plan = fit(len(candidates), warmup, runs, outcome.trial.seconds, budget_s)
                 events.planned(plan)
                 order = schedule(plan.candidates, warmup, plan.runs)
@@ -244,10 +248,7 @@ def run_tuning(
             if outcome.cut:
                 ended = "budget"
                 break
-            first_default = candidates[candidate].is_default and not any(
-                t.candidate == candidate for t in trials[:-1]
-            )
-            if first_default and outcome.trial.value is None:
+            if failed:
                 ended = "default-failed"
                 break
     except KeyboardInterrupt:
