@@ -143,7 +143,12 @@ class TrialRunner:
                 from oversub.cli.metrics import StdoutMetrics
 
                 captured = stack.enter_context(StdoutMetrics([metric]))
-            ran = run_trial(argv, env, self.budget, self.session, progress, timeout=timeout)
+            try:
+                ran = run_trial(argv, env, self.budget, self.session, progress, timeout=timeout)
+            except BaseException:  # CMD could not start, or a signal before it did
+                if recorder is not None:
+                    recorder.close()
+                raise
         outcome = ran.outcome
         judged = judge(outcome).summary
         status = outcome.command_status
