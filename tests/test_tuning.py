@@ -217,7 +217,7 @@ def test_text_report() -> None:
     assert "pick: T=1" in text
     assert "export OMP_NUM_THREADS=1" in text and "threadpoolctl.threadpool_limits(1)" in text
     assert "OVERSUB_TUNE" not in text.split("Before starting the job:")[1]
-    assert "the default is" in text and "% slower than the best" in text
+    assert "T=2 runs 1.37x as fast as the default (+37.2 %)" in text
     assert "steps_per_s (last) per candidate" in text  # the chart's title
     coloured = render_tune(_result(), TuneFormat.TEXT, color=True)
     assert "\x1b[" in coloured.split("per candidate")[1]  # the bars, in colour on a terminal

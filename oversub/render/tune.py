@@ -161,7 +161,10 @@ def conclusion(r: TuneResult) -> list[str]:
         elif not k.default_distinguishable:
             lines.append(f"the default is within noise of the best ({pct:+.1f} % by the means)")
         else:
-            lines.append(f"the default is {pct:.1f} % slower than the best")
+            lines.append(
+                f"{best.label} runs {1 + k.default_slower:.2f}x as fast as the default "
+                f"(+{pct:.1f} %)"
+            )
     return lines
 
 
