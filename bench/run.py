@@ -21,6 +21,7 @@ import os
 import platform
 import resource
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from pathlib import Path
 import node_cost
 import sampling
 import startup
+import tune_cost
 import watch_cost
 from trees import INTERRUPTED
 
@@ -173,6 +175,23 @@ def node_table(r: node_cost.NodeResult, watch_s: float) -> list[str]:
     ]
 
 
+def tune_table(r: tune_cost.TuneCost) -> list[str]:
+    bare, trial = statistics.median(r.bare_s), statistics.median(r.trial_s)
+    return [
+        f"## `oversub tune`: its own cost per {r.seconds:g} s trial",
+        "",
+        "Bare: `python -c 'time.sleep(S)'` started and waited for; trial: the same command as "
+        "one trial of `oversub tune` (the `seconds` of its JSON: variables set, started under "
+        "the subreaper, sampled each second, tree stopped and reaped); medians.",
+        "",
+        "| bare | trial | overhead | goal | result |",
+        "|---:|---:|---:|---|---|",
+        f"| {bare:.3f} s | {trial:.3f} s | {1000 * r.overhead_s:.0f} ms = "
+        f"{r.overhead_pct:.2f} % | <= {tune_cost.GOAL_PCT:g} % | "
+        f"{_verdict(r.overhead_pct <= tune_cost.GOAL_PCT)} |",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few rounds, short watch runs")
@@ -205,6 +224,10 @@ def main() -> int:
             print(f"watch --all, {watch_s:g} s per run ...", flush=True)
             node = node_cost.run(watch_s, 1 if args.quick else 3)
             print(node_cost.format_text(node), flush=True)
+            trial_s = 3.0 if args.quick else 10.0
+            print(f"tune, {trial_s:g} s trials ...", flush=True)
+            tuned = tune_cost.run(trial_s, 1 if args.quick else 2)
+            print(tune_cost.format_text(tuned), flush=True)
     except KeyboardInterrupt:
         print(f"{INTERRUPTED}; {args.output} not written", file=sys.stderr)
         return 130
@@ -254,6 +277,8 @@ def main() -> int:
         *watch_table(watches),
         "",
         *node_table(node, watch_s),
+        "",
+        *tune_table(tuned),
         "",
     ]
     Path(args.output).write_text("\n".join(lines))

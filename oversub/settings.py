@@ -159,7 +159,7 @@ SETTINGS: tuple[Setting, ...] = (
         "interval",
         1.0,
         "Seconds per sample",
-        _JUDGING,
+        (*_JUDGING, "tune"),
         # At least 0.1 s: sampling a large tree more often makes oversub itself a CPU hog;
         # at most an hour: an hour between two samples is already one rate for the hour.
         Range(0.1, high=3600.0),

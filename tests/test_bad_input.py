@@ -39,6 +39,7 @@ from oversub.analysis.recommend import binding_plan, synthetic_budget
 from oversub.cli.app import COMMANDS as COMMAND_MODULES
 from oversub.cli.app import command
 from oversub.cli.options import PID, Seconds, parse_procs
+from oversub.cli.tune import parse_duration
 from oversub.errors import ExitStatus
 from oversub.model import MAX_VCPUS
 from tests.harness import LAUNCHER_VARS, OVERSUB
@@ -180,6 +181,10 @@ def _bounded(name: str, param: click.Parameter, value: str) -> bool:
         return not _names_a_cgroup(got)
     if name == "stress":
         return bool(got <= (0.05 if param.name == "seconds" else 1))
+    if name == "tune" and param.name in ("budget_s", "trial_seconds"):
+        return bool(got <= 0.05)  # the first trial runs whatever the budget: keep it short
+    if name == "tune" and param.name in ("runs", "warmup", "max_trials"):
+        return bool(got <= 2)
     if param.name == "ncpus":
         # A budget of N CPUs lists them: small, or refused as more than any kernel runs.
         return bool(got <= 64 or got > MAX_VCPUS)
@@ -230,6 +235,12 @@ def _typical(param: click.Parameter) -> tuple[str, ...]:
         return ("127.0.0.1", "::1", "0.0.0.0", "no-such-host.invalid")
     if param.name == "name":
         return ("tree", "job-1.a_b", "a/b", "")
+    if param.callback is parse_duration:  # tune --budget
+        return ("0.01", "0.05", "0.05s", "1s", "10m", "1h")
+    if param.name == "env_dims":  # tune --env
+        return ("OMP_NUM_THREADS=1,2", "X=a", "X")
+    if param.name == "procs_values":  # tune --procs-values
+        return ("1", "1,2", "0")
     if kind is click.STRING:  # a metric's name (check --metric, diff --metric)
         return ("steps", "steps_per_s", "a.b")
     if isinstance(kind, click.IntRange):
@@ -289,8 +300,10 @@ def command_argv(draw: st.DrawFn, name: str) -> list[str]:
 
     Values always follow their option, so no value can become watch's PID or check's CMD.
     """
-    # stress runs 10 s without --seconds: a short one comes first (a drawn one wins).
-    argv = [name, "--seconds", "0.01"] if name == "stress" else [name]
+    # stress runs 10 s without --seconds: a short one comes first (a drawn one wins);
+    # tune: a first trial of at most 0.05 s (a drawn --budget is bounded alike).
+    first = {"stress": ["--seconds", "0.01"], "tune": ["--budget", "0.05"]}
+    argv = [name, *first.get(name, [])]
     params = _params(name)
     arguments = [p for p in params if isinstance(p, click.Argument)]
     takes_command = any(p.nargs == -1 for p in arguments)
@@ -375,7 +388,8 @@ def check_outcome(argv: list[str], code: int, out: str, err: str) -> None:
     assert "internal error" not in err, (argv, err)
     lines = err.splitlines()
     if code == ExitStatus.FOUND:
-        assert "check" in argv, (argv, err)  # only `check` turns verdicts into exit 1
+        # only `check` turns verdicts into exit 1, and `tune --fail-if-slower` its figures
+        assert "check" in argv or "tune" in argv, (argv, err)
     if code == ExitStatus.USAGE:
         alone = argv[:1] if len(argv) == 1 else None  # `oversub completion` alone
         if not argv or (alone and getattr(COMMANDS.get(alone[0]), "no_args_is_help", False)):

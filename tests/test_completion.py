@@ -36,6 +36,7 @@ COMMANDS = sorted(
         "report",
         "serve",
         "stress",
+        "tune",
         "watch",
     ]
 )

@@ -32,6 +32,7 @@ FOUNDATION = frozenset(
         "oversub.timeline",
         "oversub.workload",
         "oversub.targets",
+        "oversub.trials",
     }
 )
 """Data types, vocabulary and catalogues: every layer may import them; they import only

@@ -296,6 +296,12 @@ def _thread_env(threads: int) -> Mapping[str, str]:
     return {name: str(threads) for name in RECOMMENDED_VARS}
 
 
+def thread_env(threads: int) -> Mapping[str, str]:
+    """The thread variables of every pool oversub knows, each set to `threads`: the table
+    `recommend --format env` exports (`Plan.env`), also what each `tune` candidate sets."""
+    return _thread_env(threads)
+
+
 def make_plan(
     budget: Budget,
     procs: int,

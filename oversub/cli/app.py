@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     name: f"oversub.cli.{name}"
     for name in (
         *("cpus", "recommend", "watch", "check", "report", "diff", "serve", "merge", "stress"),
+        "tune",
         "completion",
     )
 }
@@ -83,6 +84,7 @@ def cli() -> None:
     oversub report run.ndjson         a recording (--record) judged again, with charts
     oversub diff before.ndjson after.ndjson   did the fix help? (exit 1: it made it worse)
     oversub stress --procs 2 --threads 4   a workload to try it on
+    oversub tune --procs 2 -- python job.py   measure which thread setting is fastest
     oversub completion bash           tab completion for bash, zsh or fish
     """
 

@@ -46,6 +46,10 @@ class StdoutMetrics:
             rf"(?:^|\s)({alternatives})=([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)(?=\s|$)"
         )
         self.values: dict[str, float] = {}
+        """The last value of each name."""
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        """Sum and number of every value of each name (`tune --metric-stat mean`)."""
         self._saved: int | None = None
         self._read: int | None = None
         self._thread: threading.Thread | None = None
@@ -98,3 +102,5 @@ class StdoutMetrics:
             number = float(value)
             if math.isfinite(number):
                 self.values[name] = number
+                self.sums[name] = self.sums.get(name, 0.0) + number
+                self.counts[name] = self.counts.get(name, 0) + 1

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from oversub.results import Assessment, Interval, Summary
     from oversub.thresholds import Thresholds
     from oversub.timeline import Comparison, Replay
+    from oversub.trials import TuneResult
 
 
 class CpusFormat(Name):
@@ -97,6 +98,17 @@ class DiffFormat(Name):
     """`diffview.diff_dict`, indented."""
     MARKDOWN = "markdown"
     """The table as Markdown (a job summary or a PR comment)."""
+
+
+class TuneFormat(Name):
+    """`oversub tune --format`."""
+
+    TEXT = "text"
+    """What ran, the table, a bar chart, the conclusion and the setting to paste."""
+    JSON = "json"
+    """`render.tune.tune_dict`, indented (the keys are documented there)."""
+    MARKDOWN = "markdown"
+    """The table and the setting as Markdown (a job summary or a PR comment)."""
 
 
 def _unreachable(value: NoReturn) -> NoReturn:
@@ -266,5 +278,23 @@ def render_diff(c: Comparison, fmt: DiffFormat, *, before: str, after: str) -> s
         from oversub.render.diffview import diff_markdown
 
         return diff_markdown(c, before, after)
+    else:
+        _unreachable(fmt)
+
+
+def render_tune(r: TuneResult, fmt: TuneFormat, *, width: int = 80, color: bool = False) -> str:
+    """A tuning run in `fmt`, as one string ending in a newline."""
+    if fmt is TuneFormat.TEXT:
+        from oversub.render.tune import tune_text
+
+        return tune_text(r, width=width, color=color)
+    elif fmt is TuneFormat.JSON:
+        from oversub.render.tunedata import tune_json
+
+        return tune_json(r)
+    elif fmt is TuneFormat.MARKDOWN:
+        from oversub.render.tunedata import tune_markdown
+
+        return tune_markdown(r)
     else:
         _unreachable(fmt)

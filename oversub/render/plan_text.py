@@ -21,7 +21,11 @@ from oversub.render.serialize import export_lines, plan_env
 def code_lines(p: Plan) -> list[str]:
     """Python lines that apply the plan from inside the program, for the main processes and,
     when there are workers, for each worker."""
-    t = p.threads_per_process
+    return code_lines_for(p.threads_per_process, p.workers)
+
+
+def code_lines_for(t: int, workers: int = 0) -> list[str]:
+    """`code_lines` for T = `t` threads per main process and `workers` workers each."""
     lines = [
         "# in each main process, before the first parallel operation:",
         f"torch.set_num_threads({t})",
@@ -31,7 +35,7 @@ def code_lines(p: Plan) -> list[str]:
         f"pyarrow.set_cpu_count({t}); numexpr.set_num_threads({t}); numba.set_num_threads({t})",
         "# polars has no call: POLARS_MAX_THREADS is read once, when polars is imported",
     ]
-    if p.workers > 0:
+    if workers > 0:
         lines += [
             "# in each DataLoader/pool worker, one thread:",
             "DataLoader(..., worker_init_fn=oversub.worker_init_fn)",
