@@ -69,7 +69,7 @@ test-rules:
 # makes no request, even when recorded names are HTML that would load something.
 test-html: $(VENV)/.stamp
 	@$(PYTHON) tools/syspkg.py --for "make test-html" --require chromium=chromium
-	$(BIN)/pytest -q -m html tests/test_report_html.py
+	$(BIN)/pytest -q -m html tests/unit/recording/test_report_html.py
 
 # docs/watch.png, the README's picture of the live view: a real `oversub watch` of
 # `oversub stress --procs 4 --threads 2` in a tmux pane, read back with its colours, drawn by
@@ -134,7 +134,7 @@ $(REAL)/.stamp: pyproject.toml
 	touch $@
 
 test-real: $(REAL)/.stamp
-	$(REAL)/bin/pytest -q -m real -p no:cacheprovider tests/real
+	$(REAL)/bin/pytest -q -m real -p no:cacheprovider tests/system/real
 
 clean:
 	rm -rf $(VENV) $(REAL) .venv-matrix build dist *.egg-info

@@ -62,7 +62,7 @@ class NodeResult:
 
 def _cpu_hierarchy() -> str | None:
     """The directory of the cgroup hierarchy with the cpu controller, as oversub finds it."""
-    from oversub.errors import OversubError
+    from oversub.core.errors import OversubError
     from oversub.probe.cgroup_target import find_hierarchy
 
     try:

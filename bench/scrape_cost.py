@@ -30,8 +30,8 @@ def exposition_cost() -> str:
     from oversub.cli.serve import exposition
     from oversub.probe.cgroup_target import find_hierarchy, ref_of
     from oversub.run.exporter import Exporter
-    from oversub.run.node import NodeSource
     from oversub.run.session import SessionOptions
+    from oversub.run.sources import NodeSource
 
     hierarchy = find_hierarchy()
     source = NodeSource(ref_of(hierarchy.mount.root, hierarchy))

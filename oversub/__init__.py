@@ -15,14 +15,14 @@ __all__ = ["Plan", "__version__", "apply", "recommend", "worker_init_fn"]
 if TYPE_CHECKING:
     __version__: str
     from oversub.api import apply, recommend, worker_init_fn
-    from oversub.model import Plan
+    from oversub.core.model import Plan
 
 # Public name -> module that defines it.
 _LAZY: dict[str, str] = {
     "recommend": "oversub.api",
     "apply": "oversub.api",
     "worker_init_fn": "oversub.api",
-    "Plan": "oversub.model",
+    "Plan": "oversub.core.model",
 }
 
 

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from oversub.analysis.launcher import plan_for_launcher, procs_from_env
-from oversub.analysis.recommend import make_plan, synthetic_budget
-from oversub.model import Budget, Plan
-from oversub.pools import RECOMMENDED_VARS
+from oversub.analysis.plans import make_plan, synthetic_budget
+from oversub.core.model import Budget, Plan
+from oversub.core.pools import RECOMMENDED_VARS
 
 __all__ = ["apply", "recommend", "worker_init_fn"]
 
@@ -58,7 +58,7 @@ def recommend(
     """A thread plan for `procs` processes with `workers` single-thread workers each.
 
     `procs="auto"` takes the count from the launcher (torchrun, SLURM, Open MPI, MPICH) in
-    os.environ and raises oversub.errors.UsageError when none is set. The budget N is
+    os.environ and raises oversub.core.errors.UsageError when none is set. The budget N is
     measured for `pid` (default: this process) unless `cpus` gives it.
     """
     _require_count("workers", workers)

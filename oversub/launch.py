@@ -27,7 +27,7 @@ import os
 import sys
 from typing import NoReturn
 
-from oversub.errors import ExitStatus, missing_dependency
+from oversub.core.errors import ExitStatus, missing_dependency
 from oversub.run import stopsignals
 
 ASCII_STAND_INS = {

@@ -1,4 +1,4 @@
-"""Fixtures shared by every test module (the helpers themselves are in `tests.harness`).
+"""Fixtures shared by every test module (the helpers themselves are in `tests.support.harness`).
 
 One global per-test timeout comes from pytest-timeout (`timeout` in pyproject.toml), with
 the signal method: a test that hangs fails with its traceback, and its fixtures' teardown
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import Spawner
+from tests.support.harness import Spawner
 
 
 @pytest.fixture

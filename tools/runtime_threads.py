@@ -26,8 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from oversub.core.samples import ThreadSample
 from oversub.probe.owners import OwnerReader
-from oversub.samples import ThreadSample
 
 
 def _workloads() -> Any:

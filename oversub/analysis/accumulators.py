@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from oversub.analysis.owners import RunOwners
+from oversub.analysis.ownership import RunOwners
 from oversub.analysis.rates import Measures, measures, per_cpu_s
-from oversub.results import (
+from oversub.core.results import (
     HostRates,
     Interval,
     ProcessRates,

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from oversub.analysis.owners import busy_owners
-from oversub.results import OwnerCount, ProcessRates
-from oversub.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED, describe
+from oversub.analysis.ownership import busy_owners
+from oversub.core.results import OwnerCount, ProcessRates
+from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED, describe
 
 Kind = Literal["spin", "sleep", "fitted", "gil", "comm", "app"]
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from oversub.analysis.poolsize import blamed, pool_sizes
 from oversub.analysis.wording import join_and, pool_order, verb, who
-from oversub.pools import POOLS_BY_KEY, first_level
-from oversub.results import ProcessRates
+from oversub.core.pools import POOLS_BY_KEY, first_level
+from oversub.core.results import ProcessRates
 
 
 def _labels(keys: Sequence[str]) -> str:

@@ -5,9 +5,9 @@ Pure functions of an interval's results; the node loop (`run.node`) calls them.
 
 from __future__ import annotations
 
-from oversub.names import Verdict
-from oversub.results import Assessment, Interval
-from oversub.rules import Rule
+from oversub.core.names import Verdict
+from oversub.core.results import Assessment, Interval
+from oversub.core.rules import Rule
 
 NOT_JUDGED = "not-judged"
 """The state of a target that could not be judged (docs/metrics.md)."""

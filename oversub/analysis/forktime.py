@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from oversub.results import ProcessRates
-from oversub.samples import TreeSample
+from oversub.core.results import ProcessRates
+from oversub.core.samples import TreeSample
 
 
 def with_parent_threads(r: ProcessRates, sample: TreeSample) -> ProcessRates:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from oversub.analysis.fixes import thread_fix
+from oversub.analysis.plans import threads_for
 from oversub.analysis.poolsize import PoolSize, latent_pools
 from oversub.analysis.rates import BUSY_DEMAND
-from oversub.analysis.recommend import threads_for
 from oversub.analysis.wording import (
     join_and,
     pid_list,
@@ -22,12 +22,12 @@ from oversub.analysis.wording import (
     verb,
     who,
 )
-from oversub.names import Severity, Verdict, WaitKind
-from oversub.plural import count
-from oversub.pools import POOLS_BY_KEY, is_openmp
-from oversub.results import Finding, Interval, ProcessRates
-from oversub.rules import Rule
-from oversub.thresholds import Thresholds
+from oversub.core.names import Severity, Verdict, WaitKind
+from oversub.core.plural import count
+from oversub.core.pools import POOLS_BY_KEY, is_openmp
+from oversub.core.results import Finding, Interval, ProcessRates
+from oversub.core.rules import Rule
+from oversub.core.thresholds import Thresholds
 
 IDLE_CPU_PERCENT = 1.0
 """A hung child uses about no CPU: below this percentage of one CPU."""

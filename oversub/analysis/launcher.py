@@ -17,10 +17,10 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from oversub.analysis.recommend import make_plan
-from oversub.errors import UsageError
-from oversub.model import Budget, Plan
-from oversub.plural import count, noun
+from oversub.analysis.plans import make_plan
+from oversub.core.errors import UsageError
+from oversub.core.model import Budget, Plan
+from oversub.core.plural import count, noun
 
 TORCHRUN = "LOCAL_WORLD_SIZE"
 SLURM_STEP_TASKS = "SLURM_STEP_TASKS_PER_NODE"

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from oversub.analysis.causes import Blame, Cause
 from oversub.analysis.fixes import app_thread_fix
 from oversub.analysis.wording import join_and, sentence, verb, who
-from oversub.names import Severity, Verdict
-from oversub.plural import count, noun
-from oversub.results import Finding, ProcessRates
-from oversub.rules import Rule
-from oversub.runtimes import RUNTIMES_BY_KEY
+from oversub.core.names import Severity, Verdict
+from oversub.core.plural import count, noun
+from oversub.core.results import Finding, ProcessRates
+from oversub.core.rules import Rule
+from oversub.core.runtimes import RUNTIMES_BY_KEY
 
 Evidence = dict[str, float | int | str | None]
 

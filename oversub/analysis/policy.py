@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from oversub.errors import ExitStatus
-from oversub.names import Verdict
-from oversub.results import CheckOutcome, Gate, Summary
+from oversub.core.errors import ExitStatus
+from oversub.core.names import Verdict
+from oversub.core.results import CheckOutcome, Gate, Summary
 
 
 def fails(verdict: Verdict, fail_on: Verdict) -> bool:

@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from oversub.pools import POOLS_BY_KEY, controlling_value, first_level
-from oversub.results import ProcessRates
+from oversub.core.pools import POOLS_BY_KEY, controlling_value, first_level
+from oversub.core.results import ProcessRates
 
 Source = Literal["live", "variable", "default"]
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oversub.analysis.recommend import threads_for
-from oversub.model import Budget
-from oversub.names import Severity, Verdict
-from oversub.plural import count, noun
-from oversub.results import Assessment, Finding
-from oversub.rules import Rule
+from oversub.analysis.plans import threads_for
+from oversub.core.model import Budget
+from oversub.core.names import Severity, Verdict
+from oversub.core.plural import count, noun
+from oversub.core.results import Assessment, Finding
+from oversub.core.rules import Rule
 
 
 def _evidence(

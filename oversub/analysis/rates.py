@@ -19,12 +19,12 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from oversub.analysis.forktime import with_parent_threads
-from oversub.analysis.owners import with_floor
+from oversub.analysis.ownership import with_floor
 from oversub.analysis.poolsize import pool_threads
-from oversub.names import Signal
-from oversub.results import HostRates, Interval, ProcessRates, Totals
-from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
-from oversub.thresholds import Thresholds
+from oversub.core.names import Signal
+from oversub.core.results import HostRates, Interval, ProcessRates, Totals
+from oversub.core.samples import HostSample, ProcessSample, ThreadSample, TreeSample
+from oversub.core.thresholds import Thresholds
 
 _NS = 1_000_000_000
 

@@ -22,16 +22,16 @@ from dataclasses import replace
 from oversub.analysis.accumulators import ProcessAccumulator, TreeAccumulator
 from oversub.analysis.poolsize import pool_threads
 from oversub.analysis.verdict import assess
-from oversub.model import Budget
-from oversub.names import Signal, Verdict
-from oversub.results import (
+from oversub.core.model import Budget
+from oversub.core.names import Signal, Verdict
+from oversub.core.results import (
     Assessment,
     HostRates,
     Interval,
     Summary,
     Totals,
 )
-from oversub.thresholds import Thresholds
+from oversub.core.thresholds import Thresholds
 
 NO_INTERVAL_NOTE = "no complete interval was sampled"
 UNSEEN_NOTE = (

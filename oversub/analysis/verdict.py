@@ -20,9 +20,9 @@ from oversub.analysis.causes import cause
 from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
 from oversub.analysis.owned import cheap_finding, owned_finding, spin_cost
+from oversub.analysis.plans import threads_for
 from oversub.analysis.poolsize import app_threads, blamed
 from oversub.analysis.rates import BUSY_DEMAND
-from oversub.analysis.recommend import threads_for
 from oversub.analysis.wording import (
     count_processes,
     join_and,
@@ -32,13 +32,13 @@ from oversub.analysis.wording import (
     sentence,
     verb,
 )
-from oversub.names import Severity, Signal, Verdict
-from oversub.plural import count, noun
-from oversub.pools import POOLS_BY_KEY
-from oversub.results import Assessment, Finding, HostRates, Interval, ProcessRates
-from oversub.rules import REPORT_ORDER, Rule
-from oversub.runtimes import waits
-from oversub.thresholds import Thresholds
+from oversub.core.names import Severity, Signal, Verdict
+from oversub.core.plural import count, noun
+from oversub.core.pools import POOLS_BY_KEY
+from oversub.core.results import Assessment, Finding, HostRates, Interval, ProcessRates
+from oversub.core.rules import REPORT_ORDER, Rule
+from oversub.core.runtimes import waits
+from oversub.core.thresholds import Thresholds
 
 Evidence = dict[str, float | int | str | None]
 

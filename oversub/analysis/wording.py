@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from oversub.pools import POOL_KINDS
-from oversub.results import ProcessRates
+from oversub.core.pools import POOL_KINDS
+from oversub.core.results import ProcessRates
 
 
 def pids_of(procs: Iterable[ProcessRates]) -> tuple[int, ...]:

@@ -4,7 +4,7 @@
 results become exit codes. Each command lives in a module of its own (`cpus`, `recommend`,
 `watch`, `check`, `stress`, `completion`) that defines a `click.Command` named `command`
 and returns an exit status; `app` adds them to the group. Shared pieces: `options` (types
-and the options generated from `oversub.settings`), `config` (`[tool.oversub]` and the
+and the options generated from `oversub.core.settings`), `config` (`[tool.oversub]` and the
 flag -> key -> default resolver), `output` (the Console and the streams), and for `check`
 `progress`, `reports` and `reportfiles`.
 

@@ -15,7 +15,7 @@ from typing import NoReturn
 import click
 
 from oversub.cli.options import CONTEXT
-from oversub.errors import (
+from oversub.core.errors import (
     ExitStatus,
     OutputClosed,
     OutputFailed,
@@ -30,7 +30,7 @@ COMMANDS: dict[str, str] = {
         "tune",
         "completion",
     )
-}
+} | {"check": "oversub.cli.check.command"}
 """Command name -> the module that defines it as `command` (one module per command)."""
 
 

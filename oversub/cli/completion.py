@@ -12,8 +12,8 @@ from __future__ import annotations
 import click
 
 from oversub.cli.options import CONTEXT
-from oversub.errors import ExitStatus
-from oversub.names import Shell, values
+from oversub.core.errors import ExitStatus
+from oversub.core.names import Shell, values
 
 PROG_NAME = "oversub"
 COMPLETE_VAR = "_OVERSUB_COMPLETE"

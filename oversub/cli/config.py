@@ -2,7 +2,7 @@
 
 A project pins its thresholds next to its code so that CI and developers judge a run by
 the same numbers. Flags override the file; the file overrides the built-in defaults. Every
-key, its range and its default is a row of `oversub.settings` (README lists them all), and
+key, its range and its default is a row of `oversub.core.settings` (README lists them all), and
 `resolve` is the one place a value is chosen: flag, else key, else default.
 
 Every mistake (unknown key, wrong type, out-of-range value, invalid TOML, a file that is not
@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from oversub.errors import UsageError
-from oversub.settings import BY_KEY, BY_NAME, THRESHOLDS, Range
-from oversub.thresholds import Thresholds
+from oversub.core.errors import UsageError
+from oversub.core.settings import BY_KEY, BY_NAME, THRESHOLDS, Range
+from oversub.core.thresholds import Thresholds
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -128,7 +128,7 @@ def _number(label: str, value: object, allowed: Range) -> float:
 
 def resolve(name: str, flag: object, config: Mapping[str, object]) -> object:
     """The value of setting `name`: the flag when given (not None), else the `[tool.oversub]`
-    key (already validated by `load_config`), else the default of `oversub.settings`."""
+    key (already validated by `load_config`), else the default of `oversub.core.settings`."""
     setting = BY_NAME[name]
     if flag is not None:
         return flag

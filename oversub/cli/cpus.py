@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from oversub.cli.options import CONTEXT, PID, format_option
-from oversub.errors import ExitStatus
+from oversub.core.errors import ExitStatus
 from oversub.render import CpusFormat
 
 

@@ -15,8 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from oversub.analysis.recommend import threads_for
-from oversub.plural import count
+from oversub.analysis.plans import threads_for
+from oversub.core.plural import count
 from oversub.probe.budget import read_budget
 
 SECONDS = 6.0
@@ -29,7 +29,7 @@ def _run(args: list[str]) -> int:
     return subprocess.call([sys.executable, "-m", "oversub", *args])
 
 
-def _plans(counts: list[int], n: int) -> str:
+def plans_line(counts: list[int], n: int) -> str:
     """One line for `recommend --procs M` over several M, from the real CLI's JSON: the
     table and the exports once (for the M the demo runs), not one near-identical block each."""
     parts = []
@@ -62,7 +62,7 @@ def _gate(args: list[str], report: Path) -> tuple[int, str | None]:
     return code, verdict
 
 
-def _outcome(name: str, code: int, verdict: str | None) -> str:
+def outcome_line(name: str, code: int, verdict: str | None) -> str:
     """What a run showed, in words that match the report above it."""
     if verdict is None:
         return f"{name} run exit {code}: not judged (see the report above)"
@@ -92,7 +92,7 @@ def main() -> int:
 
     print(f"oversub demo: this machine's budget is N = {count(n, 'vCPU')}.")
     _run(["cpus"])
-    print(_plans(sorted({1, 2, 4, 2 * n}), n), flush=True)
+    print(plans_line(sorted({1, 2, 4, 2 * n}), n), flush=True)
     _run(["recommend", "--procs", str(procs)])
 
     print(
@@ -114,8 +114,8 @@ def main() -> int:
         )
 
     print(
-        f"\noversub demo: {_outcome('red', red, red_verdict)}; "
-        f"{_outcome('green', green, green_verdict)}."
+        f"\noversub demo: {outcome_line('red', red, red_verdict)}; "
+        f"{outcome_line('green', green, green_verdict)}."
     )
     return 0 if (red, green) == (1, 0) else 1
 

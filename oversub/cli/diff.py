@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from oversub.cli.options import CONTEXT, Number, format_option
-from oversub.errors import ExitStatus
+from oversub.core.errors import ExitStatus
 from oversub.render import DiffFormat
 
 
@@ -44,11 +44,11 @@ def command(
       oversub diff before.ndjson after.ndjson
       oversub diff before.ndjson after.ndjson --metric steps_per_s --format markdown
     """
-    from oversub.analysis.compare import compare
-    from oversub.analysis.replay import reassess
-    from oversub.cli.metrics import check_names
+    from oversub.cli.check.metric import check_names
     from oversub.cli.output import emit
-    from oversub.cli.recordfile import read_recording
+    from oversub.recording.compare import compare
+    from oversub.recording.reader import read_recording
+    from oversub.recording.replay import reassess
     from oversub.render import render_diff
 
     if metric is not None:

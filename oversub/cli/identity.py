@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oversub.nodes import NodeIdentity
+from oversub.core.nodes import NodeIdentity
 
 
 def read_identity(env: Mapping[str, str]) -> NodeIdentity:
     """`node` (see `probe.identity.node_name`; UsageError on a bad `OVERSUB_NODE`) and the
     allow-listed launcher variables (`analysis.launcher.launcher_identity`)."""
     from oversub.analysis.launcher import launcher_identity
-    from oversub.probe.identity import node_name
+    from oversub.probe.nodename import node_name
 
     return NodeIdentity(node=node_name(env), launcher_env=launcher_identity(env))

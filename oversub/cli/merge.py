@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from oversub.cli.options import CONTEXT, ReportPath, format_option, setting_option
-from oversub.errors import ExitStatus, OutputClosed
+from oversub.core.errors import ExitStatus, OutputClosed
 from oversub.render import MergeFormat
 
 MAX_REPORT_BYTES = 32 << 20
@@ -35,13 +35,13 @@ def _not_a_constant(name: str) -> object:
 def _decode(source: str, data: bytes) -> object:
     import json
 
-    from oversub.analysis.merge import BadReport
+    from oversub.analysis.jobmerge import BadReport
 
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadReport(f"{source}: not UTF-8 (byte {exc.start})") from None
-    from oversub.analysis.recordfields import LONE_SURROGATE, has_lone_surrogate
+    from oversub.recording.fields import LONE_SURROGATE, has_lone_surrogate
 
     try:
         value = json.loads(text, parse_constant=_not_a_constant)
@@ -63,7 +63,7 @@ def _decode(source: str, data: bytes) -> object:
 def read_report(source: str) -> tuple[tuple[int, int], object]:
     """The file's identity (device, inode) and its decoded JSON; BadReport (exit 2) when it
     cannot be read or is not JSON."""
-    from oversub.analysis.merge import BadReport
+    from oversub.analysis.jobmerge import BadReport
 
     try:
         fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -122,11 +122,11 @@ def command(
       oversub merge out/*.json --format markdown -o job.md
       oversub merge out/*.json --format junit -o merged.xml --fail-on starved
     """
-    from oversub.analysis.merge import merge, merge_status, parse_report
+    from oversub.analysis.jobmerge import merge, merge_status, parse_report
     from oversub.cli.config import load_config, resolve
     from oversub.cli.output import emit
     from oversub.cli.reportfiles import check_report_path, write_atomic
-    from oversub.names import Verdict
+    from oversub.core.names import Verdict
     from oversub.render import render_merge
     from oversub.render.escape import terminal
     from oversub.render.mergereport import verdict_line

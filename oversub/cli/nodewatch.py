@@ -13,21 +13,21 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from oversub.cli.output import LiveFrames, make_console, reader_may_leave, utc_timestamp
-from oversub.errors import ExitStatus
+from oversub.core.errors import ExitStatus
 from oversub.render import WatchFormat
 
 if TYPE_CHECKING:
-    from oversub.results import Summary
+    from oversub.core.results import Summary
+    from oversub.core.targets import Round
+    from oversub.core.thresholds import Thresholds
     from oversub.run.session import SessionOptions
-    from oversub.targets import Round
-    from oversub.thresholds import Thresholds
 
 
 def watch_node(fmt: WatchFormat, options: SessionOptions) -> ExitStatus:
+    from oversub.core.targets import Target
     from oversub.run import stopsignals
-    from oversub.run.node import attach
     from oversub.run.session import follow
-    from oversub.targets import Target
+    from oversub.run.sources import attach
 
     source = attach(Target.node())
     with (
@@ -65,18 +65,18 @@ class NodeView:
     def round(self, r: Round) -> None:
         self.shown.update(t.target for t in r.targets)
         if self.fmt is WatchFormat.LIVE:
-            from oversub.render.node import round_renderable
+            from oversub.render.nodeview import round_renderable
 
             if self._frames is not None:
                 self._frames.show(round_renderable(r, self.thresholds))
         elif self.fmt is WatchFormat.NDJSON:
-            from oversub.render.node import round_record
+            from oversub.render.nodeview import round_record
             from oversub.render.serialize import to_json
 
             self._write(to_json(round_record(r, utc_timestamp()), indent=None) + "\n")
 
     def summary(self, summaries: dict[str, Summary], node: Summary | None) -> None:
-        from oversub.render.node import node_summary_record, node_summary_renderable
+        from oversub.render.nodeview import node_summary_record, node_summary_renderable
         from oversub.render.serialize import to_json
 
         if self.fmt is WatchFormat.LIVE:

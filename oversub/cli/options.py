@@ -2,7 +2,7 @@
 start-up).
 
 What a valid pid, number of seconds or process count is; the options generated from the
-settings table (`oversub.settings`: thresholds, interval, warm-up, timeout, fail-on) and
+settings table (`oversub.core.settings`: thresholds, interval, warm-up, timeout, fail-on) and
 from the report table (`REPORTS`), so that a setting or a report format is declared once.
 """
 
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import click
 
-from oversub.model import MAX_VCPUS
-from oversub.names import Name, values
+from oversub.core.model import MAX_VCPUS
+from oversub.core.names import Name, values
 
 if TYPE_CHECKING:
-    from oversub.settings import Setting
+    from oversub.core.settings import Setting
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -128,9 +128,9 @@ def _whole(bound: float | None) -> float | int | None:
 
 
 def setting_option(name: str) -> Callable[[F], F]:
-    """The flag of one setting (`oversub.settings`), with its type, range and help. No
+    """The flag of one setting (`oversub.core.settings`), with its type, range and help. No
     default here: None means "not given", so `[tool.oversub]` can still decide."""
-    from oversub.settings import BY_NAME
+    from oversub.core.settings import BY_NAME
 
     setting = BY_NAME[name]
     return click.option(setting.flag, type=_type(setting), default=None, help=setting.help_text)
@@ -139,7 +139,7 @@ def setting_option(name: str) -> Callable[[F], F]:
 def threshold_options(command: str) -> Callable[[F], F]:
     """The verdict thresholds, as flags of `command` (defaults in README)."""
 
-    from oversub.settings import SETTINGS
+    from oversub.core.settings import SETTINGS
 
     def add(f: F) -> F:
         for setting in reversed(SETTINGS):
@@ -176,7 +176,7 @@ def report_options(f: F) -> F:
 
 def pop_thresholds(kwargs: dict[str, Any]) -> dict[str, float | None]:
     """The threshold flags among a command's parameters (None: not given), removed."""
-    from oversub.settings import THRESHOLDS
+    from oversub.core.settings import THRESHOLDS
 
     return {s.name: kwargs.pop(s.name) for s in THRESHOLDS}
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from oversub.errors import OutputClosed, OutputFailed
+from oversub.core.errors import OutputClosed, OutputFailed
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

@@ -7,7 +7,7 @@ import os
 import click
 
 from oversub.cli.options import CONTEXT, COUNT, CPUS, PID, format_option, parse_procs
-from oversub.errors import ExitStatus, UsageError
+from oversub.core.errors import ExitStatus, UsageError
 from oversub.render import RecommendFormat
 
 
@@ -47,7 +47,7 @@ def command(
       oversub recommend --procs auto --workers 2 --format json
       oversub recommend --procs 8 --cpus 16
     """
-    from oversub.analysis.recommend import make_plan
+    from oversub.analysis.plans import make_plan
     from oversub.cli.output import emit, warn
     from oversub.cli.target import budget_of
     from oversub.render import render_recommend

@@ -9,7 +9,7 @@ import click
 
 from oversub.cli.options import CONTEXT, format_option, threshold_options
 from oversub.cli.options import ReportPath as OutPath
-from oversub.errors import ExitStatus
+from oversub.core.errors import ExitStatus
 from oversub.render import ReportFormat
 
 
@@ -37,10 +37,10 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
     import shutil
     import sys
 
-    from oversub.analysis.replay import reassess
     from oversub.cli.options import pop_thresholds
     from oversub.cli.output import colour_for, emit
-    from oversub.cli.recordfile import read_recording
+    from oversub.recording.reader import read_recording
+    from oversub.recording.replay import reassess
     from oversub.render import render_report
 
     if out is not None:

@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from oversub.errors import ReportError, UsageError
+from oversub.core.errors import ReportError, UsageError
 
 STEP_SUMMARY_MAX = 1 << 20
 """Bytes GitHub accepts in one step's job summary file (larger ones are not shown)."""

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 from oversub.cli.options import CONTEXT, PID, Whole, setting_option, threshold_options
-from oversub.errors import ExitStatus, OversubError, UsageError
+from oversub.core.errors import ExitStatus, OversubError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from oversub.core.targets import Exported
     from oversub.run.exporter import Exporter
     from oversub.run.session import SessionOptions
-    from oversub.targets import Exported
 
 DEFAULT_PORT = 9808
 TEXTFILE = "oversub.prom"
@@ -146,9 +146,9 @@ def _exporter(
     top: int,
 ) -> Exporter:
     from oversub import __version__
+    from oversub.core.targets import Target
     from oversub.run.exporter import Exporter
-    from oversub.run.node import attach
-    from oversub.targets import Target
+    from oversub.run.sources import attach
 
     if all_cgroups:
         target = Target.node()
@@ -164,7 +164,7 @@ def _client_families(state: Exported) -> Iterator[Any]:
     """`render.metrics.families` as prometheus-client metric families."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    from oversub.render.metrics import families
+    from oversub.render.prometheus import families
 
     for family in families(state):
         kind = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily

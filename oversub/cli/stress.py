@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from oversub.cli.options import CONTEXT, SECONDS, Whole
-from oversub.errors import ExitStatus, UsageError
-from oversub.run.stress import MAX_PROCS, MAX_THREADS, MAX_TOTAL_THREADS
+from oversub.core.errors import ExitStatus, UsageError
+from oversub.run.stressload import MAX_PROCS, MAX_THREADS, MAX_TOTAL_THREADS
 
 
 @click.command("stress", context_settings=CONTEXT)
@@ -43,7 +43,7 @@ def command(procs: int, threads: int, idle: int, seconds: float) -> ExitStatus:
       oversub stress --procs 2 --threads 4 --seconds 30 &
       oversub check -- oversub stress --procs 2 --threads 1 --seconds 5
     """
-    from oversub.run.stress import run_stress
+    from oversub.run.stressload import run_stress
 
     if procs * (threads + idle) > MAX_TOTAL_THREADS:
         raise UsageError(

@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from oversub.model import Budget
+    from oversub.core.model import Budget
     from oversub.probe.cgroup_target import CgroupRef
 
 
@@ -27,7 +27,7 @@ def cgroup_target(argument: str) -> tuple[CgroupRef, Budget]:
 def budget_of(pid: int | None, cpus: int | None = None, *, detail: bool = False) -> Budget:
     """The budget of `pid` (None: oversub itself), or N = `cpus` given, not measured."""
     if cpus is not None:
-        from oversub.analysis.recommend import synthetic_budget
+        from oversub.analysis.plans import synthetic_budget
 
         return synthetic_budget(cpus)
     from oversub.probe.budget import read_budget

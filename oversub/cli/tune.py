@@ -21,7 +21,7 @@ from oversub.cli.options import (
     parse_procs,
     setting_option,
 )
-from oversub.errors import ExitStatus, UsageError
+from oversub.core.errors import ExitStatus, UsageError
 from oversub.render import TuneFormat
 
 DEFAULT_BUDGET = "5m"
@@ -175,7 +175,8 @@ def command(
       oversub tune --procs-values 1,2,4 -- python job.py --workers {procs}
       oversub tune --env POLARS_MAX_THREADS=1,2 --format json -- python etl.py
     """
-    from oversub.cli.tuning import TuneOptions, tune
+    from oversub.tuning.driver import tune
+    from oversub.tuning.trials import TuneOptions
 
     if not command:
         raise UsageError("tune needs a command: oversub tune [options] -- CMD ARGS...")

@@ -22,17 +22,17 @@ from oversub.cli.options import (
     threshold_options,
 )
 from oversub.cli.output import LiveFrames, make_console, reader_may_leave, utc_timestamp
-from oversub.errors import ExitStatus, UsageError
-from oversub.plural import count
+from oversub.core.errors import ExitStatus, UsageError
+from oversub.core.plural import count
 from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
 
 if TYPE_CHECKING:
-    from oversub.cli.recorder import Recorder
-    from oversub.model import Budget
-    from oversub.nodes import NodeIdentity
+    from oversub.core.model import Budget
+    from oversub.core.nodes import NodeIdentity
+    from oversub.core.results import Assessment, Interval, Summary
+    from oversub.core.thresholds import Thresholds
+    from oversub.recording.writer import Recorder
     from oversub.render.sparkline import History
-    from oversub.results import Assessment, Interval, Summary
-    from oversub.thresholds import Thresholds
 
 
 @click.command("watch", context_settings=CONTEXT)
@@ -93,10 +93,10 @@ def command(
     from oversub.cli.identity import read_identity
     from oversub.cli.options import pop_thresholds
     from oversub.cli.target import budget_of, cgroup_target
+    from oversub.core.targets import Target
     from oversub.run import stopsignals
-    from oversub.run.node import attach
     from oversub.run.session import SessionOptions, each_interval, follow
-    from oversub.targets import Target
+    from oversub.run.sources import attach
 
     if sum([pid is not None, cgroup is not None, all_cgroups]) != 1:
         raise UsageError("watch needs exactly one of: PID, --cgroup PATH, --all")
@@ -126,7 +126,7 @@ def command(
         target = Target.tree(pid)
     recorder = None
     if record_path is not None:
-        from oversub.cli.recorder import open_recorder
+        from oversub.recording.writer import open_recorder
 
         recorder = open_recorder(
             record_path,
@@ -147,13 +147,13 @@ def command(
     ):
         result = follow(source, options, on_round=each_interval(view.interval))
     if recorder is not None:
-        from oversub.cli.recorder import finish_quietly, summary_record
+        from oversub.recording.writer import finish_quietly, summary_record
 
         with stopsignals.deferred():
             failure = finish_quietly(recorder, summary_record(result.summary))
     view.summary(result.summary)
     if recorder is not None and failure is not None:
-        from oversub.errors import ReportError
+        from oversub.core.errors import ReportError
 
         raise ReportError(failure)
     # Ctrl-C is the normal way to leave `watch`: the summary is the answer, exit 130.

@@ -16,9 +16,9 @@ import math
 import os
 import sys
 
-from oversub.cpulist import format_cpulist, parse_cpulist
-from oversub.errors import NoSuchProcess, PermissionDenied, UnsupportedPlatform
-from oversub.model import Budget, LimitSource
+from oversub.core.cpulist import format_cpulist, parse_cpulist
+from oversub.core.errors import NoSuchProcess, PermissionDenied, UnsupportedPlatform
+from oversub.core.model import Budget, LimitSource
 from oversub.probe.cgroup import read_cgroup_limits
 from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.topology import describe_error, read_topology, rooted

@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterable
 from typing import Literal, NamedTuple
 
-from oversub.cpulist import parse_cpulist
-from oversub.model import CpuQuota, CpusetLimit
+from oversub.core.cpulist import parse_cpulist
+from oversub.core.model import CpuQuota, CpusetLimit
 from oversub.probe.topology import describe_error, read_text, rooted
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
@@ -153,7 +153,7 @@ def parse_cfs_quota(quota_text: str, period_text: str) -> tuple[int, int] | None
     return quota, period
 
 
-def _choose_mount(path: str, mounts: Iterable[CgroupMount]) -> CgroupMount | None:
+def choose_mount(path: str, mounts: Iterable[CgroupMount]) -> CgroupMount | None:
     """The mount through which cgroup `path` is visible, with the most ancestors in view."""
     visible = [
         mount
@@ -163,7 +163,7 @@ def _choose_mount(path: str, mounts: Iterable[CgroupMount]) -> CgroupMount | Non
     return min(visible, key=lambda mount: len(mount.root), default=None)
 
 
-def _levels(path: str, mount: CgroupMount, base: str) -> list[_Level]:
+def cgroup_levels(path: str, mount: CgroupMount, base: str) -> list[_Level]:
     """The cgroup and its ancestors up to the mount's root, deepest first."""
     top = mount.root.rstrip("/")
     below = [part for part in path[len(top) :].split("/") if part]
@@ -206,7 +206,7 @@ def _read_quota_at(level: _Level, version: Literal[1, 2]) -> tuple[int, int] | N
     return parse_cfs_quota(quota_text, period_text)
 
 
-def _tightest_quota(
+def tightest_quota(
     levels: list[_Level], version: Literal[1, 2], notes: list[str]
 ) -> CpuQuota | None:
     best: CpuQuota | None = None
@@ -237,7 +237,7 @@ def _tightest_quota(
     return best
 
 
-def _effective_cpuset(
+def effective_cpuset(
     levels: list[_Level], version: Literal[1, 2], notes: list[str]
 ) -> CpusetLimit | None:
     # v2 only writes cpuset.cpus.effective where the controller is enabled; a cgroup without
@@ -278,13 +278,13 @@ def _locate(
             notes.append(f"cgroup {label} hierarchy is not mounted: its limits are unknown")
         return None
     path = entry.path.removesuffix(" (deleted)")
-    mount = _choose_mount(path, candidates)
+    mount = choose_mount(path, candidates)
     if mount is None or "/.." in path or not path.startswith("/"):
         # Outside the mounted view (another container's cgroup, or a cgroup namespace that
         # shows the path relative to its own root): the files cannot be reached from here.
         notes.append(f"cgroup {label} path {entry.path} is not visible in any mount")
         return None
-    levels = _levels(path, mount, base)
+    levels = cgroup_levels(path, mount, base)
     if not os.path.isdir(levels[0].directory):
         notes.append(f"cgroup {label} directory {levels[0].directory} not found")
     return levels
@@ -322,11 +322,11 @@ def read_cgroup_limits(pid: int, root: str = "/") -> CgroupLimits:
             continue
         if has_cpu:
             saw_cpu = True
-            quota = _tightest_quota(levels, entry.version, notes)
+            quota = tightest_quota(levels, entry.version, notes)
             if quota is not None:
                 quotas.append(quota)
         if has_cpuset:
-            cpuset = _effective_cpuset(levels, entry.version, notes)
+            cpuset = effective_cpuset(levels, entry.version, notes)
             if cpuset is not None:
                 cpusets.append(cpuset)
     if not saw_cpu:

@@ -15,14 +15,14 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
-from oversub.errors import NoSuchCgroup
-from oversub.names import Signal
+from oversub.core.errors import NoSuchCgroup
+from oversub.core.names import Signal
+from oversub.core.samples import ProcessSample, ThrottleStat, TreeSample
+from oversub.core.workload import group_of, job_group_of
 from oversub.probe.cgroup_target import CgroupRef, read_members
 from oversub.probe.host import parse_cpu_stat
 from oversub.probe.proctree import ProcStat, read_all
 from oversub.probe.sampler import TreeSampler
-from oversub.samples import ProcessSample, ThrottleStat, TreeSample
-from oversub.workload import group_of, job_group_of
 
 
 class CgroupSampler(TreeSampler):

@@ -13,23 +13,23 @@ from __future__ import annotations
 import os
 from typing import Literal, NamedTuple
 
-from oversub.cpulist import format_cpulist
-from oversub.errors import NoSuchCgroup, UnsupportedPlatform, UsageError
-from oversub.model import Budget, CpusetLimit
+from oversub.core.cpulist import format_cpulist
+from oversub.core.errors import NoSuchCgroup, UnsupportedPlatform, UsageError
+from oversub.core.model import Budget, CpusetLimit
+from oversub.core.workload import workload_of
 from oversub.probe.budget import effective_vcpus
 from oversub.probe.cgroup import (
     CgroupMount,
-    _choose_mount,
-    _effective_cpuset,
-    _levels,
-    _tightest_quota,
+    cgroup_levels,
+    choose_mount,
+    effective_cpuset,
     parse_mountinfo,
     parse_proc_cgroup,
     read_cgroup_limits,
+    tightest_quota,
 )
 from oversub.probe.proctree import read_small
 from oversub.probe.topology import describe_error, read_text, read_topology, rooted
-from oversub.workload import workload_of
 
 
 class Hierarchy(NamedTuple):
@@ -71,7 +71,7 @@ def find_hierarchy(root: str = "/") -> Hierarchy:
             candidates = [
                 m for m in mounts if m.version == version and (version == 2 or "cpu" in m.options)
             ]
-            mount = _choose_mount(entry.path, candidates)
+            mount = choose_mount(entry.path, candidates)
             if mount is not None:
                 return Hierarchy(version, mount, rooted(root, mount.mount_point))
     raise UnsupportedPlatform("no cgroup hierarchy with the cpu controller is mounted")
@@ -96,7 +96,7 @@ def find_job_hierarchy(root: str = "/") -> Hierarchy | None:
         candidates = [
             m for m in mounts if m.version == 1 and "cpuset" in m.options and "cpu" not in m.options
         ]
-        mount = _choose_mount(entry.path, candidates)
+        mount = choose_mount(entry.path, candidates)
         if mount is not None:
             return Hierarchy(1, mount, rooted(root, mount.mount_point), "cpuset")
     return None
@@ -207,16 +207,16 @@ def cgroup_budget(ref: CgroupRef, *, root: str = "/", member: int | None = None)
     """
     topology = read_topology(root)
     notes = list(topology.notes)
-    levels = _levels(ref.path, ref.hierarchy.mount, root)
+    levels = cgroup_levels(ref.path, ref.hierarchy.mount, root)
     by_cpu = ref.hierarchy.controller == "cpu"
     # A cgroup of the cpuset hierarchy (a SLURM job on v1) holds no quota files: its
     # members' quota is their cpu cgroup's, read through a member below.
-    quota = _tightest_quota(levels, ref.hierarchy.version, notes) if by_cpu else None
+    quota = tightest_quota(levels, ref.hierarchy.version, notes) if by_cpu else None
     cpuset: CpusetLimit | None = None
     if ref.hierarchy.version == 2:
-        cpuset = _effective_cpuset(levels, 2, notes)
+        cpuset = effective_cpuset(levels, 2, notes)
     elif not by_cpu:
-        cpuset = _effective_cpuset(levels, 1, notes)
+        cpuset = effective_cpuset(levels, 1, notes)
         if member is not None:
             limits = read_cgroup_limits(member, root)
             quota = limits.quota

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from oversub.samples import ProcessSample
+from oversub.core.samples import ProcessSample
 
 MAX_MOUNTINFO = 1 << 20
 """Bytes of mountinfo read (a node with thousands of mounts has a few hundred KiB)."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import time
 
+from oversub.core.samples import HostSample, ThrottleStat
 from oversub.probe.proctree import read_all, ticks_to_ns
-from oversub.samples import HostSample, ThrottleStat
 
 
 def parse_cpu_line(proc_stat: bytes) -> tuple[int, int] | None:

@@ -34,7 +34,7 @@ import stat
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from oversub import pools
+from oversub.core import pools
 from oversub.probe.elf import MAX_FILE_READ, ElfSymbol, NotReadable, dynamic_symbols
 
 _MAX_CACHE = 256

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 
-from oversub import pools
+from oversub.core import pools
 from oversub.probe.proctree import read_all
 
 # A mapped file's basename: the last path component of a maps line. Lines without a path

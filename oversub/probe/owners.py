@@ -34,8 +34,8 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from oversub import runtimes
-from oversub.samples import ThreadSample
+from oversub.core import runtimes
+from oversub.core.samples import ThreadSample
 
 MAX_TRIES = 10
 """Blocked readings (syscall, maybe maps and stack) tried per thread before giving up."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from oversub.errors import TargetError
+from oversub.core.errors import TargetError
 
 
 class ForeignProcError(TargetError):

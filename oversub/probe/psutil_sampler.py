@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from oversub import errors
-from oversub.names import Signal
+from oversub.core import errors
+from oversub.core.names import Signal
+from oversub.core.samples import HostSample, ProcessSample, ThreadSample, TreeSample
 from oversub.probe.proctree import CLK_TCK
-from oversub.samples import HostSample, ProcessSample, ThreadSample, TreeSample
 
 if TYPE_CHECKING:
     import psutil

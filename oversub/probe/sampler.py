@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
-from oversub import errors, pools
-from oversub.names import DENIED, Signal
+from oversub.core import errors, pools
+from oversub.core.names import DENIED, Signal
+from oversub.core.samples import ProcessSample, TreeSample
 from oversub.probe import native
 from oversub.probe.cmdline import CMDLINE_MAX, read_cmdline
 from oversub.probe.host import read_host
@@ -39,7 +40,6 @@ from oversub.probe.proctree import (
 from oversub.probe.psutil_sampler import PsutilTreeSampler
 from oversub.probe.threads import ThreadReader
 from oversub.probe.waits import read_wait
-from oversub.samples import ProcessSample, TreeSample
 
 MAPS_REFRESH_S = 5.0
 """Re-read a process's maps at least this often even when its thread count is stable."""

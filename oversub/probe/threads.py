@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 
-from oversub.names import Signal
+from oversub.core.names import Signal
+from oversub.core.samples import ThreadSample
 from oversub.probe.proctree import HeldFiles, parse_stat, read_small, ticks_to_ns
-from oversub.samples import ThreadSample
 
 _ThreadKey = tuple[int, int, str]
 """(pid, start_ticks, tid as listed): one thread of one process identity."""

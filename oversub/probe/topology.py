@@ -1,6 +1,6 @@
 """CPU topology from sysfs: online CPUs, SMT sibling groups, NUMA nodes.
 
-CPU lists are parsed and printed by `oversub.cpulist`.
+CPU lists are parsed and printed by `oversub.core.cpulist`.
 
 Every path is `root` joined with the absolute system path, so tests point `root` at a fake
 tree. Unreadable files degrade to notes; nothing here raises for a missing file.
@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from oversub.cpulist import format_cpulist, parse_cpulist
+from oversub.core.cpulist import format_cpulist, parse_cpulist
 
 _CPU_DIR = "/sys/devices/system/cpu"
 _NODE_DIR = "/sys/devices/system/node"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from oversub.names import WaitKind
+from oversub.core.names import WaitKind
 from oversub.probe.proctree import read_small
 
 # Syscall numbers differ by architecture; unknown architectures are not classified.

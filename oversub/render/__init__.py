@@ -15,20 +15,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NoReturn
 
-from oversub.names import Name
+from oversub.core.names import Name
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from rich.console import RenderableType
 
-    from oversub.errors import ExitStatus
-    from oversub.model import Budget, Plan
-    from oversub.nodes import JobReport, NodeIdentity
-    from oversub.results import Assessment, Interval, Summary
-    from oversub.thresholds import Thresholds
-    from oversub.timeline import Comparison, Replay
-    from oversub.trials import TuneResult
+    from oversub.core.errors import ExitStatus
+    from oversub.core.model import Budget, Plan
+    from oversub.core.nodes import JobReport, NodeIdentity
+    from oversub.core.results import Assessment, Interval, Summary
+    from oversub.core.thresholds import Thresholds
+    from oversub.recording.types import Comparison, Replay
+    from oversub.tuning.trials import TuneResult
 
 
 class CpusFormat(Name):
@@ -198,7 +198,7 @@ def render_watch_summary(
     "timestamp" as for intervals), or indented JSON (JSON); strings end in a newline. The
     JSON formats end with `serialize.identity_dict(identity)` when it is given."""
     if fmt is WatchFormat.LIVE:
-        from oversub.render.report import summary_renderable
+        from oversub.render.runreport import summary_renderable
 
         return summary_renderable(summary)
     elif fmt is WatchFormat.NDJSON:
@@ -243,20 +243,20 @@ def render_report(
     """A replayed recording in `fmt`, as one string ending in a newline (text: its charts
     in ANSI colour when `color`)."""
     if fmt is ReportFormat.TEXT:
-        from oversub.render.timeline import report_text
+        from oversub.recording.charts import report_text
 
         return report_text(replay, width, color=color)
     elif fmt is ReportFormat.JSON:
+        from oversub.recording.charts import report_dict
         from oversub.render.serialize import to_json
-        from oversub.render.timeline import report_dict
 
         return to_json(report_dict(replay), indent=2) + "\n"
     elif fmt is ReportFormat.MARKDOWN:
-        from oversub.render.mermaid import report_markdown
+        from oversub.recording.mermaid import report_markdown
 
         return report_markdown(replay)
     elif fmt is ReportFormat.HTML:
-        from oversub.render.html import report_html
+        from oversub.recording.html import report_html
 
         return report_html(replay)
     else:
@@ -266,16 +266,16 @@ def render_report(
 def render_diff(c: Comparison, fmt: DiffFormat, *, before: str, after: str) -> str:
     """Two runs compared, in `fmt`, as one string ending in a newline."""
     if fmt is DiffFormat.TEXT:
-        from oversub.render.diffview import diff_text
+        from oversub.recording.diffview import diff_text
 
         return diff_text(c, before, after)
     elif fmt is DiffFormat.JSON:
-        from oversub.render.diffview import diff_dict
+        from oversub.recording.diffview import diff_dict
         from oversub.render.serialize import to_json
 
         return to_json(diff_dict(c, before, after), indent=2) + "\n"
     elif fmt is DiffFormat.MARKDOWN:
-        from oversub.render.diffview import diff_markdown
+        from oversub.recording.diffview import diff_markdown
 
         return diff_markdown(c, before, after)
     else:
@@ -285,15 +285,15 @@ def render_diff(c: Comparison, fmt: DiffFormat, *, before: str, after: str) -> s
 def render_tune(r: TuneResult, fmt: TuneFormat, *, width: int = 80, color: bool = False) -> str:
     """A tuning run in `fmt`, as one string ending in a newline."""
     if fmt is TuneFormat.TEXT:
-        from oversub.render.tune import tune_text
+        from oversub.tuning.view import tune_text
 
         return tune_text(r, width=width, color=color)
     elif fmt is TuneFormat.JSON:
-        from oversub.render.tunedata import tune_json
+        from oversub.tuning.exports import tune_json
 
         return tune_json(r)
     elif fmt is TuneFormat.MARKDOWN:
-        from oversub.render.tunedata import tune_markdown
+        from oversub.tuning.exports import tune_markdown
 
         return tune_markdown(r)
     else:

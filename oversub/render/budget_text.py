@@ -11,8 +11,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from oversub.cpulist import format_cpulist
-from oversub.model import Budget
+from oversub.core.cpulist import format_cpulist
+from oversub.core.model import Budget
 from oversub.render.escape import terminal
 from oversub.render.phrases import budget_limit_line, cpus_phrase
 from oversub.render.serialize import ROUNDING_RULE

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from oversub.errors import ExitStatus
-from oversub.results import CheckOutcome, Gate
+from oversub.core.errors import ExitStatus
+from oversub.core.results import CheckOutcome, Gate
 
 if TYPE_CHECKING:
-    from oversub.nodes import NodeIdentity
+    from oversub.core.nodes import NodeIdentity
 
 
 def closing_lines(

@@ -12,10 +12,10 @@ name cannot drive the log viewer either.
 # No `from __future__ import annotations` here: that import binds the name `annotations`,
 # which is this module's public function. Every annotation below is valid at runtime on 3.10.
 
-from oversub.names import Severity
+from oversub.core.names import Severity
+from oversub.core.results import Gate, Summary
 from oversub.render.escape import github_data as escape_data
 from oversub.render.escape import github_property as escape_property
-from oversub.results import Gate, Summary
 
 
 def annotations(s: Summary, gate: Gate) -> list[str]:

@@ -11,9 +11,9 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
+from oversub.core.results import Finding, Gate, Summary
+from oversub.core.rules import PREFLIGHT_RULES, RUNTIME_RULES, Rule, RuleInfo
 from oversub.render.phrases import budget_limit_line
-from oversub.results import Finding, Gate, Summary
-from oversub.rules import PREFLIGHT_RULES, RUNTIME_RULES, Rule, RuleInfo
 
 _CLASSNAME = "oversub"
 
@@ -23,7 +23,7 @@ _CLASSNAME = "oversub"
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
-def _x(text: str) -> str:
+def xml_text(text: str) -> str:
     return _NOT_XML.sub("\ufffd", text)
 
 
@@ -49,7 +49,7 @@ def _finding_text(f: Finding) -> str:
         lines.append("pids: " + ", ".join(str(pid) for pid in f.pids))
     for key, value in f.evidence.items():
         lines.append(f"{key}: {_evidence_value(value)}")
-    return _x("\n".join(lines))
+    return xml_text("\n".join(lines))
 
 
 def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | None = None) -> str:
@@ -91,21 +91,23 @@ def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | No
         *((("cgroup", s.budget.cgroup),) if s.budget.cgroup is not None else ()),
         ("samples", str(s.samples)),
     ):
-        ET.SubElement(properties, "property", name=name, value=_x(value))
+        ET.SubElement(properties, "property", name=name, value=xml_text(value))
 
     failed_cases = 0
     for rule, description in catalogue.items():
         case = ET.SubElement(
-            suite, "testcase", classname=_CLASSNAME, name=_x(rule), time=f"{s.duration_s:.3f}"
+            suite, "testcase", classname=_CLASSNAME, name=xml_text(rule), time=f"{s.duration_s:.3f}"
         )
         findings = by_rule.get(rule, [])
         failing = [f for f in findings if gate.fails(f)]
         passing = [f for f in findings if f not in failing]
         if not judged:
-            ET.SubElement(case, "skipped", message=_x(not_judged))
+            ET.SubElement(case, "skipped", message=xml_text(not_judged))
         for f in failing:
-            failure = ET.SubElement(case, "failure", message=_x(f.message), type=f.severity.value)
-            failure.text = (_x(description) + "\n" if description else "") + _finding_text(f)
+            failure = ET.SubElement(
+                case, "failure", message=xml_text(f.message), type=f.severity.value
+            )
+            failure.text = (xml_text(description) + "\n" if description else "") + _finding_text(f)
         if passing:
             out = ET.SubElement(case, "system-out")
             out.text = "\n\n".join(

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from oversub.model import Budget
-from oversub.plural import count
+from oversub.core.model import Budget
+from oversub.core.plural import count
+from oversub.core.results import Assessment, Interval, ProcessRates, Totals
+from oversub.core.thresholds import Thresholds
 from oversub.render.phrases import (
     VERDICT_MEANING,
     budget_limit_line,
@@ -31,8 +33,6 @@ from oversub.render.richparts import (
     process_labels,
     text,
 )
-from oversub.results import Assessment, Interval, ProcessRates, Totals
-from oversub.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -16,7 +16,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from oversub.plural import count
+from oversub.core.plural import count
+from oversub.core.results import Finding, Gate, Summary
 from oversub.render.escape import markdown as _md
 from oversub.render.phrases import (
     budget_limit_line,
@@ -32,17 +33,16 @@ from oversub.render.phrases import (
     totals_line,
     unavailable_text,
 )
-from oversub.results import Finding, Gate, Summary
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(_md(h) for h in headers) + " |"]
     lines.append("|" + "|".join("---" for _ in headers) + "|")
     lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
     return lines
 
 
-def _findings_section(findings: tuple[Finding, ...], gate: Gate) -> list[str]:
+def findings_section(findings: tuple[Finding, ...], gate: Gate) -> list[str]:
     """The findings table; the failing ones (none in a run not judged) are marked."""
     if not findings:
         return ["No findings."]
@@ -56,10 +56,10 @@ def _findings_section(findings: tuple[Finding, ...], gate: Gate) -> list[str]:
         )
         for f in findings
     ]
-    return _table(("Rule", "Severity", "Verdict", "Message", "Fix"), rows)
+    return markdown_table(("Rule", "Severity", "Verdict", "Message", "Fix"), rows)
 
 
-_PROCESS_HEADERS = (
+PROCESS_HEADERS = (
     "PID",
     "Name",
     "Threads (peak active/total)",
@@ -72,7 +72,7 @@ _PROCESS_HEADERS = (
 )
 
 
-def _process_rows(s: Summary) -> list[tuple[str, ...]]:
+def process_rows(s: Summary) -> list[tuple[str, ...]]:
     """One row per process, busiest first."""
     th = s.thresholds
     cmdlines = {p.pid: p.cmdline for p in s.processes}
@@ -182,14 +182,14 @@ def summary_markdown(
         "",
         "### Findings",
         "",
-        *_findings_section(s.findings, gate),
+        *findings_section(s.findings, gate),
     ]
     if s.preflight:
         head.extend(f"- Note: {_md(note)}" for note in s.notes)
         return "\n".join(head) + "\n"
     head += ["", "### Processes", ""]
-    rows = _process_rows(s)
-    table = _table(_PROCESS_HEADERS, rows) if rows else ["No process was observed."]
+    rows = process_rows(s)
+    table = markdown_table(PROCESS_HEADERS, rows) if rows else ["No process was observed."]
     tail = [
         "",
         "### Totals",

@@ -3,7 +3,7 @@
 Pure: each function takes the merged `JobReport` and the exit status and returns a string
 ending in a newline. Everything in a report came from a file that anyone may have written
 (node names, rule ids, messages, file names): the text formats pass every piece through
-their sink's function of `render.escape`, JUnit through ElementTree (plus `junit._x` for
+their sink's function of `render.escape`, JUnit through ElementTree (plus `junit.xml_text` for
 what XML cannot hold), JSON through the serialiser.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from oversub.errors import ExitStatus
-from oversub.nodes import JobReport, NodeRow
-from oversub.plural import count
+from oversub.core.errors import ExitStatus
+from oversub.core.nodes import JobReport, NodeRow
+from oversub.core.plural import count
 from oversub.render.escape import markdown, terminal
 
 _NONE = "-"
@@ -220,7 +220,7 @@ def merge_junit(job: JobReport, status: ExitStatus) -> str:
     `--fail-on`, an `<error>` when it was not judged, its findings in `<system-out>`."""
     import xml.etree.ElementTree as ET
 
-    from oversub.render.junit import _x
+    from oversub.render.junit import xml_text
 
     suite = ET.Element(
         "testsuite",
@@ -231,20 +231,20 @@ def merge_junit(job: JobReport, status: ExitStatus) -> str:
     )
     for row in job.rows:
         r = row.report
-        case = ET.SubElement(suite, "testcase", classname="oversub.merge", name=_x(row.label))
+        case = ET.SubElement(suite, "testcase", classname="oversub.merge", name=xml_text(row.label))
         body = "\n".join(f"[{f.severity}] {f.rule} ({f.verdict}): {f.message}" for f in r.findings)
         if r.verdict is None:
-            ET.SubElement(case, "error", message=_x(f"not judged: {r.not_judged_reason}"))
+            ET.SubElement(case, "error", message=xml_text(f"not judged: {r.not_judged_reason}"))
         elif row.fails:
             failure = ET.SubElement(
                 case,
                 "failure",
-                message=_x(f"verdict {r.verdict} (--fail-on {job.fail_on}) in {r.source}"),
+                message=xml_text(f"verdict {r.verdict} (--fail-on {job.fail_on}) in {r.source}"),
                 type=r.verdict.value,
             )
-            failure.text = _x(body)
+            failure.text = xml_text(body)
         if body and not row.fails:
-            ET.SubElement(case, "system-out").text = _x(body)
+            ET.SubElement(case, "system-out").text = xml_text(body)
     props = ET.Element("properties")
     ET.SubElement(props, "property", name="verdict", value=str(job.verdict or "not judged"))
     ET.SubElement(props, "property", name="exit_status", value=str(int(status)))

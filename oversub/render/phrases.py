@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from oversub.cpulist import format_cpulist
-from oversub.model import Budget
-from oversub.names import DENIED, Signal, Verdict
-from oversub.plural import count, noun
-from oversub.pools import (
+from oversub.core.cpulist import format_cpulist
+from oversub.core.model import Budget
+from oversub.core.names import DENIED, Signal, Verdict
+from oversub.core.plural import count, noun
+from oversub.core.pools import (
     POOL_KINDS,
     POOLS_BY_KEY,
     RECOMMENDED_VARS,
     controlling_value,
     first_level,
 )
-from oversub.results import Finding, HostRates, ProcessSummary, Summary, Totals
-from oversub.thresholds import Thresholds
-from oversub.workload import bounded
+from oversub.core.results import Finding, HostRates, ProcessSummary, Summary, Totals
+from oversub.core.thresholds import Thresholds
+from oversub.core.workload import bounded
 
 
 def target_name(root_pid: int, budget: Budget) -> str:

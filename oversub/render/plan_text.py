@@ -10,9 +10,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from oversub.cpulist import format_cpulist
-from oversub.model import Plan
-from oversub.plural import count, noun
+from oversub.core.cpulist import format_cpulist
+from oversub.core.model import Plan
+from oversub.core.plural import count, noun
 from oversub.render.escape import terminal
 from oversub.render.phrases import budget_limit_line
 from oversub.render.serialize import export_lines, plan_env

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from oversub.names import Severity, Verdict
+from oversub.core.names import Severity, Verdict
+from oversub.core.results import Finding, HostRates, OwnerCount, ProcessRates, ProcessSummary
+from oversub.core.runtimes import describe
 from oversub.render.escape import terminal
 from oversub.render.phrases import (
     NOT_JUDGED,
@@ -23,8 +25,6 @@ from oversub.render.phrases import (
     process_label,
     sizing_vars_text,
 )
-from oversub.results import Finding, HostRates, OwnerCount, ProcessRates, ProcessSummary
-from oversub.runtimes import describe
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
-from oversub.pools import RECOMMENDED_VARS
+from oversub.core.pools import RECOMMENDED_VARS
 
 if TYPE_CHECKING:  # annotations only: `recommend --format env` must not build these classes
-    from oversub.model import Budget, Plan
-    from oversub.nodes import NodeIdentity
-    from oversub.results import (
+    from oversub.core.model import Budget, Plan
+    from oversub.core.nodes import NodeIdentity
+    from oversub.core.results import (
         Assessment,
         Finding,
         HostRates,
@@ -39,7 +39,7 @@ ROUNDING_RULE = "fractional quotas round down; at least 1"
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def _num(value: float | None) -> float | None:
+def json_number(value: float | None) -> float | None:
     """A measured float for JSON: 3 decimals, None for None/NaN/inf."""
     if value is None or not math.isfinite(value):
         return None
@@ -188,7 +188,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     """
     evidence: dict[str, float | int | str | None] = {}
     for key, value in f.evidence.items():
-        evidence[key] = _num(value) if isinstance(value, float) else value
+        evidence[key] = json_number(value) if isinstance(value, float) else value
     return {
         "rule": f.rule,
         "severity": f.severity.value,
@@ -200,7 +200,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     }
 
 
-def _totals_dict(t: Totals) -> dict[str, Any]:
+def totals_dict(t: Totals) -> dict[str, Any]:
     """Totals: `processes`, `threads`, `active_threads`, `busy_processes`, `pool_threads`,
     `pool_processes` (ints), `cpu_percent`, `demand`, `run_delay_ratio`,
     `involuntary_ctx_per_s`, `voluntary_ctx_per_s`, `involuntary_ctx_per_cpu_s` (floats or
@@ -210,21 +210,21 @@ def _totals_dict(t: Totals) -> dict[str, Any]:
         "threads": t.threads,
         "active_threads": t.active_threads,
         "busy_processes": t.busy_processes,
-        "cpu_percent": _num(t.cpu_percent),
-        "demand": _num(t.demand),
-        "run_delay_ratio": _num(t.run_delay_ratio),
-        "involuntary_ctx_per_s": _num(t.involuntary_ctx_per_s),
-        "voluntary_ctx_per_s": _num(t.voluntary_ctx_per_s),
-        "involuntary_ctx_per_cpu_s": _num(t.involuntary_ctx_per_cpu_s),
+        "cpu_percent": json_number(t.cpu_percent),
+        "demand": json_number(t.demand),
+        "run_delay_ratio": json_number(t.run_delay_ratio),
+        "involuntary_ctx_per_s": json_number(t.involuntary_ctx_per_s),
+        "voluntary_ctx_per_s": json_number(t.voluntary_ctx_per_s),
+        "involuntary_ctx_per_cpu_s": json_number(t.involuntary_ctx_per_cpu_s),
         "pool_threads": t.pool_threads,
         "pool_processes": t.pool_processes,
     }
 
 
-def _host_dict(h: HostRates) -> dict[str, float | None]:
+def host_dict(h: HostRates) -> dict[str, float | None]:
     """Host context: every `HostRates` field (`outside_cpus`, `steal_cpus`, `psi_some`,
     `throttled_ratio`, `throttled_s`), float or null when unknown."""
-    return {f.name: _num(getattr(h, f.name)) for f in fields(h)}
+    return {f.name: json_number(getattr(h, f.name)) for f in fields(h)}
 
 
 def _process_rates_dict(r: ProcessRates) -> dict[str, Any]:
@@ -234,11 +234,11 @@ def _process_rates_dict(r: ProcessRates) -> dict[str, Any]:
         "name": r.name,
         "threads": r.threads,
         "active_threads": r.active_threads,
-        "cpu_percent": _num(r.cpu_percent),
-        "demand": _num(r.demand),
-        "run_delay_ratio": _num(r.run_delay_ratio),
-        "involuntary_ctx_per_s": _num(r.involuntary_ctx_per_s),
-        "voluntary_ctx_per_s": _num(r.voluntary_ctx_per_s),
+        "cpu_percent": json_number(r.cpu_percent),
+        "demand": json_number(r.demand),
+        "run_delay_ratio": json_number(r.run_delay_ratio),
+        "involuntary_ctx_per_s": json_number(r.involuntary_ctx_per_s),
+        "voluntary_ctx_per_s": json_number(r.voluntary_ctx_per_s),
         "pools": _list(r.pools),
         "thread_env": _env(r.thread_env),
         "exited": r.exited,
@@ -252,7 +252,7 @@ def _owners(counts: tuple[OwnerCount, ...] | None) -> list[dict[str, Any]] | Non
     `threads`, `busy` (active), `ran` (ran or waited at all), `runnable_s`; null = not read."""
     if counts is None:
         return None
-    return [asdict(c) | {"runnable_s": _num(c.runnable_s)} for c in counts]
+    return [asdict(c) | {"runnable_s": json_number(c.runnable_s)} for c in counts]
 
 
 def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:
@@ -287,15 +287,15 @@ def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:
     All measured floats are rounded to 3 decimals.
     """
     return {
-        "t": _num(i.t1),
-        "seconds": _num(i.seconds),
+        "t": json_number(i.t1),
+        "seconds": json_number(i.seconds),
         "root_pid": i.root_pid,
         "vcpus": i.vcpus,
         "verdict": a.verdict.value,
         "findings": [finding_dict(f) for f in a.findings],
         "processes": [_process_rates_dict(r) for r in i.processes],
-        "totals": _totals_dict(i.totals),
-        "host": _host_dict(i.host),
+        "totals": totals_dict(i.totals),
+        "host": host_dict(i.host),
         "unavailable": list(i.unavailable),
     }
 
@@ -307,21 +307,21 @@ def _process_summary_dict(p: ProcessSummary) -> dict[str, Any]:
         "name": p.name,
         "cmdline": p.cmdline,
         "threads": p.threads,
-        "cpu_percent": _num(p.cpu_percent),
-        "cpu_percent_peak": _num(p.cpu_percent_peak),
-        "demand": _num(p.demand),
-        "demand_peak": _num(p.demand_peak),
-        "run_delay_ratio": _num(p.run_delay_ratio),
-        "run_delay_ratio_peak": _num(p.run_delay_ratio_peak),
-        "involuntary_ctx_per_s": _num(p.involuntary_ctx_per_s),
-        "involuntary_ctx_per_s_peak": _num(p.involuntary_ctx_per_s_peak),
-        "voluntary_ctx_per_s": _num(p.voluntary_ctx_per_s),
-        "voluntary_ctx_per_s_peak": _num(p.voluntary_ctx_per_s_peak),
+        "cpu_percent": json_number(p.cpu_percent),
+        "cpu_percent_peak": json_number(p.cpu_percent_peak),
+        "demand": json_number(p.demand),
+        "demand_peak": json_number(p.demand_peak),
+        "run_delay_ratio": json_number(p.run_delay_ratio),
+        "run_delay_ratio_peak": json_number(p.run_delay_ratio_peak),
+        "involuntary_ctx_per_s": json_number(p.involuntary_ctx_per_s),
+        "involuntary_ctx_per_s_peak": json_number(p.involuntary_ctx_per_s_peak),
+        "voluntary_ctx_per_s": json_number(p.voluntary_ctx_per_s),
+        "voluntary_ctx_per_s_peak": json_number(p.voluntary_ctx_per_s_peak),
         "active_threads_peak": p.active_threads_peak,
         "pools": _list(p.pools),
         "thread_env": _env(p.thread_env),
         "exited": p.exited,
-        "seconds": _num(p.seconds),
+        "seconds": json_number(p.seconds),
         "live_pools": _live(p.live_pools),
         "owners": _owners(p.owners),
     }
@@ -365,11 +365,11 @@ def summary_dict(s: Summary) -> dict[str, Any]:
         "not_judged_reason": s.not_judged,
         "findings": [finding_dict(f) for f in s.findings],
         "processes": [_process_summary_dict(p) for p in s.processes],
-        "totals": _totals_dict(s.totals),
-        "totals_peak": _totals_dict(s.totals_peak),
-        "host": _host_dict(s.host),
+        "totals": totals_dict(s.totals),
+        "totals_peak": totals_dict(s.totals_peak),
+        "host": host_dict(s.host),
         "samples": s.samples,
-        "duration_s": _num(s.duration_s),
+        "duration_s": json_number(s.duration_s),
         "target_exited": s.target_exited,
         "unavailable": list(s.unavailable),
         "notes": list(s.notes),

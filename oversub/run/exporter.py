@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 
 from oversub.analysis import fleet
+from oversub.core.targets import Counters, Exported, Round, TargetResult
 from oversub.run.session import RunResult, SessionOptions, Source
-from oversub.targets import Counters, Exported, Round, TargetResult
 
 
 def add(counters: Counters, t: TargetResult) -> Counters:

@@ -32,7 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from oversub.errors import CommandError, UsageError
+from oversub.core.errors import CommandError, UsageError
 from oversub.probe.proctree import (
     ProcStat,
     descendants,

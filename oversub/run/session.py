@@ -21,12 +21,12 @@ from oversub.analysis.rates import counted
 from oversub.analysis.rates import interval as interval_between
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
-from oversub.model import Budget
-from oversub.names import TargetKind
-from oversub.results import Assessment, Interval, Summary
-from oversub.samples import TreeSample
-from oversub.targets import Round, TargetResult
-from oversub.thresholds import Thresholds
+from oversub.core.model import Budget
+from oversub.core.names import TargetKind
+from oversub.core.results import Assessment, Interval, Summary
+from oversub.core.samples import TreeSample
+from oversub.core.targets import Round, TargetResult
+from oversub.core.thresholds import Thresholds
 
 OnInterval = Callable[[Interval, Assessment, int, float], None]
 """Called after each interval of a one-target run with (interval, assessment, intervals so

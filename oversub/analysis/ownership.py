@@ -1,0 +1,99 @@
+"""Threads by owner: counts per runtime, in words, and which runtimes' threads are busy.
+
+The owners come from `probe.owners` (name, blocked PC, stack); this module only counts and
+words them. Pure: functions of `ProcessRates` and the `runtimes` catalogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from oversub.core.results import OwnerCount, ProcessRates
+
+_NS = 1_000_000_000
+
+
+def owner_counts(
+    owners: Mapping[int, str] | None,
+    runnable: Mapping[int, float],
+    floor_s: float,
+) -> tuple[OwnerCount, ...] | None:
+    """Counts per owner of the threads in `owners` (tid -> owner), with each thread's
+    runnable seconds from `runnable` (absent: 0); a thread is busy at `floor_s` or more
+    (compared in whole nanoseconds, as `rates.interval` does). Most runnable first."""
+    if owners is None:
+        return None
+    floor_ns = floor_s * _NS
+    acc: dict[str, list[float]] = {}
+    for tid, owner in owners.items():
+        r = runnable.get(tid, 0.0)
+        c = acc.setdefault(owner, [0, 0, 0, 0.0])
+        c[0] += 1
+        c[1] += 1 if r > 0 and round(r * _NS) >= floor_ns else 0
+        c[2] += 1 if r > 0 else 0
+        c[3] += r
+    counts = [OwnerCount(k, int(v[0]), int(v[1]), int(v[2]), v[3]) for k, v in acc.items()]
+    return tuple(sorted(counts, key=lambda c: (-c.runnable_s, -c.threads, c.owner)))
+
+
+@dataclass
+class RunOwners:
+    """Threads by owner over a whole run, thread by thread: each thread counts for its last
+    known owner in every interval (an owner never changes, and a thread is often attributed
+    only after a few samples), busy when it was active in some interval (the interval's
+    `active_threads` most runnable threads), idle when it never ran."""
+
+    owner_of: dict[int, str] = field(default_factory=dict)
+    runnable: dict[int, float] = field(default_factory=dict)
+    busy: set[int] = field(default_factory=set)
+    peak: dict[str, int] = field(default_factory=dict)
+    """Owner -> most threads it had at once."""
+
+    def add(self, p: ProcessRates) -> None:
+        assert p.owners is not None
+        self.owner_of.update(p.owners)
+        ranked = sorted(zip(p.thread_runnable_s, p.thread_ids, strict=True), reverse=True)
+        for i, (r, tid) in enumerate(ranked):
+            self.runnable[tid] = self.runnable.get(tid, 0.0) + r
+            if i < p.active_threads and r > 0:
+                self.busy.add(tid)
+        now: dict[str, int] = {}
+        for owner in p.owners.values():
+            now[owner] = now.get(owner, 0) + 1
+        for owner, n in now.items():
+            self.peak[owner] = max(self.peak.get(owner, 0), n)
+
+    def counts(self) -> tuple[OwnerCount, ...]:
+        acc: dict[str, list[float]] = {}
+        for tid, owner in self.owner_of.items():
+            c = acc.setdefault(owner, [0, 0, 0.0])
+            r = self.runnable.get(tid, 0.0)
+            c[0] += 1 if tid in self.busy else 0
+            c[1] += 1 if r > 0 else 0
+            c[2] += r
+        counts = [
+            OwnerCount(k, max(self.peak.get(k, 0), 1), int(v[0]), int(v[1]), v[2])
+            for k, v in acc.items()
+            if self.peak.get(k, 0) or v[1]
+        ]
+        return tuple(sorted(counts, key=lambda c: (-c.runnable_s, -c.threads, c.owner)))
+
+
+def busy_owners(p: ProcessRates) -> dict[str, int]:
+    """Owner -> busy threads of `p` (only owners with a busy thread); empty when unknown."""
+    return {c.owner: c.busy for c in p.owner_counts or () if c.busy > 0}
+
+
+def with_floor(p: ProcessRates, floor_ns: float) -> ProcessRates:
+    """`p` with its active threads and owner counts under the floor `floor_ns` (a thread is
+    active when it was runnable at least that long: `Thresholds.active_cpu` of the interval),
+    from its per-thread runnable seconds alone, in whole nanoseconds as `rates.interval`
+    counts them."""
+    if p.owners is not None and not p.exited:
+        runnable = dict(zip(p.thread_ids, p.thread_runnable_s, strict=True))
+        p = replace(p, owner_counts=owner_counts(p.owners, runnable, floor_ns / _NS))
+    if not p.thread_runnable_s:  # exited, or no thread: nothing was active
+        return p
+    count = sum(1 for r in p.thread_runnable_s if round(r * _NS) >= floor_ns)
+    return replace(p, active_threads=count)

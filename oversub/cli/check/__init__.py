@@ -1,0 +1,1 @@
+"""`oversub check`: the command, its runners, reports, progress lines and metric capture."""

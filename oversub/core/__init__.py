@@ -1,0 +1,1 @@
+"""The foundation: data types, vocabulary and catalogues (standard library only)."""

@@ -1,0 +1,131 @@
+"""The names oversub writes into its JSON and accepts as flag values: string enums.
+
+Each member's value is the exact string of the public interface (JSON values, flag values,
+`[tool.oversub]` values), so it may never change; the member name is what code uses. A
+member is a `str` (it compares equal to its value, and `json` writes the value), and
+`str()` and f-strings give the value on every supported Python (3.10 has no `StrEnum`).
+
+Rule ids live in `oversub.core.rules` with their catalogue; output formats in `oversub.render`.
+Imports nothing of oversub: everything else may import it.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Name(str, enum.Enum):
+    """A public string: `str(member)` and `f"{member}"` are its value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Verdict(Name):
+    """Overall verdict, ordered from worst to best by `rank`."""
+
+    OVERSUBSCRIBED = "oversubscribed"
+    STARVED = "starved"
+    AT_RISK = "at-risk"
+    OK = "ok"
+
+    @property
+    def rank(self) -> int:
+        """Higher is worse: ok 0, at-risk 1, starved 2, oversubscribed 3."""
+        return _RANK[self.value]
+
+
+_RANK = {"ok": 0, "at-risk": 1, "starved": 2, "oversubscribed": 3}
+
+
+class Severity(Name):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """Higher is worse: info 0, warning 1, critical 2."""
+        return {"info": 0, "warning": 1, "critical": 2}[self.value]
+
+
+class Signal(Name):
+    """A signal that was not measured: the values of `unavailable` in every JSON output.
+
+    Two spellings, both public and kept: a kernel facility that is missing is named with a
+    hyphen ("thread-state"), and a field of the process objects whose value is unknown is
+    named by its JSON key, with an underscore ("thread_env", "live_pools")."""
+
+    SCHEDSTAT = "schedstat"
+    """Run delay: no /proc/PID/task/TID/schedstat (kernel without CONFIG_SCHED_INFO)."""
+    PSI = "psi"
+    """CPU pressure: no /proc/pressure/cpu (kernel without PSI, or booted with psi=0)."""
+    THREAD_STATE = "thread-state"
+    """Thread states (R, S, ...): no /proc (the psutil fallback)."""
+    CONTEXT_SWITCHES = "context-switches"
+    """Context switches: no /proc (the psutil fallback)."""
+    POOLS = "pools"
+    """Mapped pool libraries: /proc/PID/maps refused (another user's process) or no /proc."""
+    THREAD_ENV = "thread_env"
+    """Thread variables: /proc/PID/environ refused (another user's process)."""
+    LIVE_POOLS = "live_pools"
+    """Live pool sizes: the process's memory may not be read (not root, not its ancestor), or
+    a pool library it maps could not be read safely (docs/security.md)."""
+    PROCESSES = "processes"
+    """Processes of the tree that could not be read at all: hidden by a /proc mounted with
+    `hidepid` (another user's, e.g. a setuid child), or their task directory refused. The
+    tree was not seen whole: the run cannot be judged ok (`analysis.summary`)."""
+
+
+DENIED: tuple[Signal, ...] = (Signal.POOLS, Signal.THREAD_ENV)
+"""What a refused maps or environ (another user's process) leaves unknown: named together,
+so that renderers can say why rather than only "unknown"."""
+
+
+class WaitKind(Name):
+    """What a single-thread sleeping process with OpenMP mapped is blocked in
+    (`oversub.probe.waits`)."""
+
+    FUTEX_PRIVATE = "futex-private"
+    """A private futex wait without timeout: nothing in a one-thread process can wake it."""
+    FUTEX = "futex"
+    READ = "read"
+    OTHER = "other"
+
+
+class CheckMode(Name):
+    """`oversub check`'s three ways to run."""
+
+    COMMAND = "command"
+    """`check -- CMD ARGS...`: start CMD and sample its whole tree."""
+    PID = "pid"
+    """`check --pid PID`: attach to a running tree."""
+    STATIC = "static"
+    """`check --procs M --threads T`: judge a plan, sample nothing."""
+
+
+class TargetKind(Name):
+    """What a command follows (`targets.Target`); the `kind` of a target in node mode."""
+
+    TREE = "tree"
+    """A process tree: a pid and its descendants (`watch PID`, `check`, `serve --pid`)."""
+    CGROUP = "cgroup"
+    """Every process of a cgroup and of the cgroups below it (`--cgroup`, `--all`'s rows)."""
+    NODE = "node"
+    """The whole node (`--all`): every cgroup that holds load, and the node's totals."""
+
+
+class Shell(Name):
+    """Shells `oversub completion` writes a script for."""
+
+    BASH = "bash"
+    ZSH = "zsh"
+    FISH = "fish"
+
+
+def values(enum_type: type[Name]) -> list[str]:
+    """The public strings of an enum, in definition order (click choices, messages)."""
+    return [member.value for member in enum_type]

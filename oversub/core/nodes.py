@@ -1,0 +1,115 @@
+"""Data types of multi-node jobs: who wrote a report, and the reports of one job merged.
+
+Foundation (standard library only): the CLI builds a `NodeIdentity` from oversub's own
+environment (`probe.identity`, `analysis.launcher.launcher_identity`), `render.serialize`
+writes it into every JSON report, and `analysis.merge` reads those reports back into
+`NodeReport`s and merges them into a `JobReport` that `render.mergereport` prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from oversub.core.names import Severity, Verdict
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """Where a report was written: the node and, when set, the launcher's ids."""
+
+    node: str
+    """The node's name: `OVERSUB_NODE` when set, else the host name (bounded)."""
+    launcher_env: Mapping[str, str]
+    """Allow-listed launcher variables of oversub's own environment (SLURM, torchrun, MPI)
+    whose values passed validation; {} when none is set."""
+
+
+@dataclass(frozen=True)
+class NodeFinding:
+    """One finding of a node's report, as `merge` needs it."""
+
+    rule: str
+    severity: Severity
+    verdict: Verdict
+    message: str
+    """Bounded (see `analysis.merge`); untrusted: every renderer escapes it."""
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One node's report (`check --json`, `watch --format json`), read back by `merge`."""
+
+    source: str
+    """The file it was read from, as given on the command line."""
+    node: str
+    launcher_env: Mapping[str, str]
+    vcpus: int
+    demand: float | None
+    """Mean runnable threads over the run; None when not measured."""
+    verdict: Verdict | None
+    """None: the run was not judged (`not_judged_reason` says why)."""
+    not_judged_reason: str | None
+    findings: tuple[NodeFinding, ...]
+    """Worst first (verdict, then severity), as the report listed them otherwise."""
+
+    @property
+    def worst(self) -> NodeFinding | None:
+        return self.findings[0] if self.findings else None
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One row of the merged report: a node's report and the name it is shown under."""
+
+    label: str
+    """The node's name; "node (file)" when the same node has several reports."""
+    report: NodeReport
+    fails: bool
+    """Its verdict reaches `--fail-on`."""
+
+
+@dataclass(frozen=True)
+class RuleNodes:
+    """A rule and the nodes whose reports name it."""
+
+    rule: str
+    severity: Severity
+    """The worst severity it has on any node."""
+    verdict: Verdict
+    """The worst verdict it argues for on any node."""
+    nodes: tuple[str, ...]
+    """Row labels, in row order."""
+    example: str
+    """The first of those nodes' messages, prefixed by its label."""
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """The per-node reports of one job, merged (`analysis.merge.merge`)."""
+
+    rows: tuple[NodeRow, ...]
+    """One per report kept, ordered by node name (numbers in names by value), then file."""
+    fail_on: Verdict
+    verdict: Verdict | None
+    """The worst verdict of the judged nodes; None when no node was judged."""
+    rules: tuple[RuleNodes, ...]
+    """Worst first (verdict, severity), then by first appearance."""
+    notes: tuple[str, ...]
+    """What merge did with duplicates, and reports of other jobs."""
+    job: str | None
+    """The job's id when the reports that name one agree ("SLURM_JOB_ID=812345", with
+    " (2 of 3 reports)" when some reports name none)."""
+
+    @property
+    def judged(self) -> bool:
+        """Every node has a verdict: only then can the job pass."""
+        return all(row.report.verdict is not None for row in self.rows)
+
+    @property
+    def failing(self) -> tuple[NodeRow, ...]:
+        return tuple(row for row in self.rows if row.fails)
+
+    @property
+    def not_judged(self) -> tuple[NodeRow, ...]:
+        return tuple(row for row in self.rows if row.report.verdict is None)

@@ -1,0 +1,300 @@
+"""Analysis results: rates over an interval, findings, verdicts and the run summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from oversub.core.model import Budget
+from oversub.core.names import Severity, Signal, Verdict, WaitKind
+from oversub.core.rules import Rule
+from oversub.core.thresholds import Thresholds
+
+
+@dataclass(frozen=True)
+class OwnerCount:
+    """The threads of one owner (`oversub.core.runtimes`) in one process over an interval (or a
+    whole run: `analysis.owners.RunOwners`)."""
+
+    owner: str
+    """A `runtimes` key, or "unattributed"."""
+    threads: int
+    busy: int
+    """Threads active (runnable at least `active_cpu` of the interval)."""
+    ran: int
+    """Threads that ran or waited for a CPU at all: 0 = the pool sat idle."""
+    runnable_s: float
+    """Seconds its threads were running or waiting for a CPU, summed."""
+
+
+@dataclass(frozen=True)
+class ProcessRates:
+    """One process over one interval (or over the whole run, for summaries)."""
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: str
+    threads: int
+    """Threads at the end of the interval."""
+    active_threads: int
+    """Threads runnable (running or waiting for a CPU) at least `active_cpu` of the interval."""
+    cpu_percent: float
+    """CPU use, 100 = one vCPU."""
+    demand: float
+    """Average runnable threads: (Δcpu + Δrun_delay) / Δt."""
+    run_delay_ratio: float | None
+    """Δrun_delay / (Δrun_delay + Δcpu); None without schedstat or without any runnable time."""
+    involuntary_ctx_per_s: float | None
+    voluntary_ctx_per_s: float | None
+    pools: tuple[str, ...] | None
+    thread_env: Mapping[str, str] | None
+    exited: bool = False
+    """The process was gone by the end of the interval (its last counters were kept)."""
+    wait: WaitKind | None = None
+    """What it was blocked in at the end, for single-thread OpenMP processes (`samples`)."""
+    seconds: float | None = None
+    """How long it was observed, when shorter than or apart from the interval (a whole-run
+    summary); None: the whole interval."""
+    start_ticks: int | None = None
+    """Start time (clock ticks after boot): with `pid`, the process's identity (pids are
+    reused); None when unknown."""
+    live_pools: Mapping[str, int] | None = None
+    """Pool key -> threads it is set to now, read from the process's memory; None = unknown."""
+    live_threads: Mapping[str, int] | None = None
+    """Pool key -> threads those pools run now beside the calling thread; None = unknown."""
+    cpu_s: float = 0.0
+    """Raw delta: CPU-seconds used over the time observed (the source of `cpu_percent`)."""
+    delay_s: float | None = None
+    """Raw delta: seconds its threads were runnable but waiting for a CPU; None unknown."""
+    involuntary_ctx: int | None = None
+    """Raw delta: involuntary context switches; None when unknown."""
+    voluntary_ctx: int | None = None
+    """Raw delta: voluntary context switches; None when unknown."""
+    thread_runnable_s: tuple[float, ...] = ()
+    """Raw delta per thread: seconds running or waiting for a CPU (what makes a thread
+    active under `Thresholds.active_cpu`); empty over a whole run."""
+    thread_ids: tuple[int, ...] = ()
+    """The thread id of each entry of `thread_runnable_s` (a recording merges two intervals
+    thread by thread); empty over a whole run."""
+    parent_threads_at_start: int | None = None
+    """Threads of its parent that had started before this process did (and were still
+    there when sampled; the most seen): the parent's threads when it forked this one. None
+    when unknown (no parent in the tree, a start time unreadable)."""
+    owners: Mapping[int, str] | None = None
+    """tid -> owner of every thread at the end (`samples.ProcessSample.owners`); None when
+    not read."""
+    owner_counts: tuple[OwnerCount, ...] | None = None
+    """Threads by owner (`analysis.owners.owner_counts`), most runnable first; None when the
+    owners were not read."""
+
+
+@dataclass(frozen=True)
+class HostRates:
+    """Host context over an interval."""
+
+    outside_cpus: float | None
+    """CPUs used by processes outside the tree (host busy minus tree), averaged over Δt."""
+    steal_cpus: float | None
+    """CPUs stolen by the hypervisor."""
+    psi_some: float | None
+    """Share of the interval in which some task on the host waited for a CPU (PSI)."""
+    throttled_ratio: float | None
+    """Share of cgroup periods in the interval that were throttled."""
+    throttled_s: float | None
+    """Seconds of throttling in the interval."""
+
+    @classmethod
+    def unknown(cls) -> HostRates:
+        """No host context at all (nothing was measured)."""
+        return cls(None, None, None, None, None)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The tree as a whole over an interval."""
+
+    processes: int
+    threads: int
+    active_threads: int
+    cpu_percent: float
+    demand: float
+    run_delay_ratio: float | None
+    involuntary_ctx_per_s: float | None
+    voluntary_ctx_per_s: float | None
+    involuntary_ctx_per_cpu_s: float | None
+    """Involuntary switches per CPU-second used: the normalised contention signal."""
+    busy_processes: int = 0
+    """Processes that kept at least half a thread runnable (demand >= 0.5) at the same time:
+    the M among which N is shared (for a run: the number sustained for a quarter of it)."""
+    pool_threads: int = 0
+    """Threads the tree's multi-thread native pools run at once, summed over processes (per
+    process its largest pool that exists: `analysis.poolsize`); compare with N."""
+    pool_processes: int = 0
+    """Processes with such a pool (a pool of more than one thread)."""
+    cpu_s: float = 0.0
+    """Raw delta: CPU-seconds the tree used (0 in a peak: peaks carry no raw deltas)."""
+    delay_s: float | None = None
+    """Raw delta: seconds the tree's threads waited for a CPU; None when unknown."""
+    involuntary_ctx: int | None = None
+    """Raw delta: involuntary context switches of the tree; None when unknown."""
+    voluntary_ctx: int | None = None
+    """Raw delta: voluntary context switches of the tree; None when unknown."""
+
+    @classmethod
+    def empty(cls) -> Totals:
+        """Nothing measured: no process, no thread, rates unknown."""
+        return cls(0, 0, 0, 0.0, 0.0, None, None, None, None)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """What a tree did between two consecutive samples: the pure result of
+    `analysis.rates.interval`.
+
+    Words: a *sample* is one reading of the tree at an instant (`samples.TreeSample`); an
+    *interval* is the span between two samples, and everything measured is an interval's.
+    Each process and the totals carry the raw deltas (`cpu_s`, `delay_s`, switch counts)
+    beside the rates derived from them, so a run summary sums them directly and a recorded
+    interval can be assessed again. (`Summary.samples`, the JSON key `samples`, counts the
+    intervals measured: the name is public and kept.)"""
+
+    t0: float
+    t1: float
+    root_pid: int
+    vcpus: int
+    processes: tuple[ProcessRates, ...]
+    """Sorted by CPU use, highest first."""
+    totals: Totals
+    host: HostRates
+    unavailable: tuple[Signal, ...] = ()
+
+    @property
+    def seconds(self) -> float:
+        return self.t1 - self.t0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule that fired, with its evidence and the fix."""
+
+    rule: Rule
+    """Stable rule id, e.g. "oversubscribed-pools" (`oversub.core.rules`, documented in README)."""
+    severity: Severity
+    verdict: Verdict
+    """The verdict this finding argues for (hazards may argue for at-risk)."""
+    message: str
+    """One sentence."""
+    pids: tuple[int, ...]
+    evidence: Mapping[str, float | int | str | None]
+    """The numbers that triggered the rule."""
+    fix: str
+    """What to change, concretely."""
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """Verdict and findings for an interval or a run."""
+
+    verdict: Verdict
+    findings: tuple[Finding, ...]
+    """Worst first."""
+
+
+@dataclass(frozen=True)
+class ProcessSummary:
+    """One process over the whole run: mean and peak of each metric."""
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: str
+    threads: int
+    """Peak thread count."""
+    cpu_percent: float
+    cpu_percent_peak: float
+    demand: float
+    demand_peak: float
+    run_delay_ratio: float | None
+    run_delay_ratio_peak: float | None
+    involuntary_ctx_per_s: float | None
+    involuntary_ctx_per_s_peak: float | None
+    voluntary_ctx_per_s: float | None
+    voluntary_ctx_per_s_peak: float | None
+    active_threads_peak: int
+    pools: tuple[str, ...] | None
+    thread_env: Mapping[str, str] | None
+    exited: bool
+    seconds: float
+    """How long the process was observed."""
+    live_pools: Mapping[str, int] | None = None
+    """Pool key -> threads it was last set to, read from its memory; None = unknown."""
+    owners: tuple[OwnerCount, ...] | None = None
+    """Threads by owner over the run (`analysis.owners.RunOwners`); None = not read."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A whole `watch`/`check` run (the `--format json` object)."""
+
+    root_pid: int
+    budget: Budget
+    verdict: Verdict | None
+    """The run's verdict; None when the run was not judged (`not_judged` says why)."""
+    findings: tuple[Finding, ...]
+    processes: tuple[ProcessSummary, ...]
+    totals: Totals
+    """Tree totals over the whole run (means)."""
+    totals_peak: Totals
+    """Peak of each total over the intervals."""
+    host: HostRates
+    """Host context over the whole run."""
+    samples: int
+    """Intervals measured (the JSON key `samples`: public, so not renamed)."""
+    duration_s: float
+    target_exited: bool
+    unavailable: tuple[Signal, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    """The thresholds the run was judged with (renderers need `min_wait` to tell a delay
+    ratio of almost nothing from real waiting)."""
+    preflight: bool = False
+    """A static preflight (`check --procs M --threads T`): a plan judged, nothing sampled."""
+    not_judged: str | None = None
+    """Why the run has no verdict (nothing measured, the command failed, ...); None when
+    judged. Findings may still be present: they describe what was measured."""
+
+    @property
+    def judged(self) -> bool:
+        """The run has a verdict: something was measured (or planned, for a preflight) and
+        nothing made the measurement meaningless."""
+        return self.verdict is not None
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """How a `check` run ended: what `analysis.policy` judges and the reports show."""
+
+    summary: Summary
+    command: tuple[str, ...] | None = None
+    """`check -- CMD`: the command as text for reports (None for --pid and the preflight)."""
+    command_status: int | None = None
+    """The command's exit status; negative = killed by that signal."""
+    timed_out: bool = False
+    """`--timeout` ended the command (not a failure)."""
+    interrupted: bool = False
+    """A stop signal ended the run (exit 130)."""
+    static: bool = False
+    """A preflight: no sample is expected."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A judged run against `--fail-on` (`analysis.policy.gate`): what fails the build."""
+
+    fail_on: Verdict
+    failing: tuple[Finding, ...]
+    """The findings at or above `fail_on`; none when the run was not judged."""
+
+    def fails(self, finding: Finding) -> bool:
+        return finding in self.failing

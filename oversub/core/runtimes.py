@@ -1,0 +1,284 @@
+"""The runtimes that own threads, and the knob that really sizes each (docs/pools.md).
+
+A thread's owner is found from outside (`oversub.probe.owners`): its name, or the shared
+object whose code it is blocked in. This catalogue says, per owner, how to recognise it,
+what its waiting threads do (spin or sleep: what oversubscribing it costs) and which knob
+sizes it: only that knob is ever offered as its fix. Pure data, standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    from oversub.core.results import OwnerCount
+
+UNATTRIBUTED = "unattributed"
+"""The owner of a thread no evidence names (never guessed from the mapped libraries)."""
+
+Waits = Literal["spin", "sleep", "none"]
+"""What an owner's threads do when oversubscribed: "spin" (waiting threads burn CPU: OpenMP
+teams, ORT's pool; costs multiples), "sleep" (they block: costs a few percent), "none" (not
+a compute pool: the interpreter, communication and allocator threads; no thread cap)."""
+
+
+class Runtime(NamedTuple):
+    """One owner of threads."""
+
+    key: str
+    """Stable id, in samples, JSON and recordings ("polars", "onnxruntime", ...)."""
+    label: str
+    """Human name for messages."""
+    waits: Waits
+    variables: tuple[str, ...] = ()
+    """Environment variables that size its pool, read at start (the first is the one
+    recommended); empty when none reaches it."""
+    code: str | None = None
+    """The call that sizes it from inside the process, with {t} for the threads."""
+    names: tuple[str, ...] = ()
+    """Prefixes of the names its threads carry (`/proc/PID/task/TID/comm`)."""
+    objects: tuple[str, ...] = ()
+    """Basename prefixes of the shared objects whose code its threads wait in."""
+    dirs: tuple[str, ...] = ()
+    """Directory names (a path component) of the objects whose code its threads wait in."""
+    pool: str | None = None
+    """The `pools.POOL_KINDS` key of the same runtime (live sizes, mapped-library
+    fallback); None when oversub had no row for it before threads were attributed."""
+    measured: str = ""
+    """What oversubscribing it cost, measured (2 processes on 2 vCPUs), for the wording."""
+    caller: bool = True
+    """Its size counts the calling thread (an OpenMP team, OpenBLAS, ORT's intra-op pool:
+    size n runs n - 1 threads of its own); False when it runs n threads of its own (polars,
+    Arrow, numexpr) while the caller waits."""
+
+
+_TPC = "threadpoolctl.threadpool_limits({t})"
+
+RUNTIMES: tuple[Runtime, ...] = (
+    Runtime(
+        "libgomp",
+        "GNU OpenMP (libgomp)",
+        "spin",
+        ("OMP_NUM_THREADS",),
+        _TPC,
+        objects=("libgomp.", "libgomp-"),
+        pool="libgomp",
+        measured="10.6x slower for torch's team",
+    ),
+    Runtime(
+        "libomp",
+        "LLVM OpenMP (libomp)",
+        "spin",
+        ("OMP_NUM_THREADS",),
+        _TPC,
+        objects=("libomp.", "libomp-"),
+        pool="libomp",
+    ),
+    Runtime(
+        "libiomp5",
+        "Intel OpenMP (libiomp5)",
+        "spin",
+        ("OMP_NUM_THREADS",),
+        _TPC,
+        objects=("libiomp5",),
+        pool="libiomp5",
+    ),
+    Runtime(
+        "openblas",
+        "OpenBLAS",
+        "spin",
+        ("OPENBLAS_NUM_THREADS",),
+        _TPC,
+        objects=("libopenblas", "libscipy_openblas"),
+        pool="openblas",
+        measured="3-80x slower scikit-learn fits",
+    ),
+    Runtime(
+        "mkl",
+        "Intel MKL",
+        "spin",
+        ("MKL_NUM_THREADS",),
+        _TPC,
+        objects=("libmkl_",),
+        pool="mkl",
+    ),
+    Runtime(
+        "blis",
+        "BLIS",
+        "spin",
+        ("BLIS_NUM_THREADS",),
+        _TPC,
+        objects=("libblis",),
+        pool="blis",
+    ),
+    Runtime(
+        "tbb",
+        "oneTBB",
+        "spin",
+        (),
+        "tbb.global_control(tbb.global_control.max_allowed_parallelism, {t})",
+        objects=("libtbb.", "libtbb-", "libtbbmalloc"),
+        pool="tbb",
+    ),
+    Runtime(
+        "torch",
+        "PyTorch inter-op pool",
+        "sleep",
+        (),
+        "torch.set_num_interop_threads({t})",
+        names=("pt_",),
+        objects=("libtorch_cpu", "libc10.", "libtorch_python"),
+        caller=False,
+    ),
+    Runtime(
+        "onnxruntime",
+        "ONNX Runtime intra-op pool",
+        "spin",
+        (),
+        "SessionOptions.intra_op_num_threads = {t}",
+        objects=("onnxruntime_pybind11_state", "libonnxruntime"),
+        pool="onnxruntime",
+        measured="1.21-1.57x slower",
+    ),
+    Runtime(
+        "polars",
+        "polars (rayon)",
+        "sleep",
+        ("POLARS_MAX_THREADS",),
+        None,
+        names=("polars-",),
+        objects=("_polars_runtime", "polars.abi3"),
+        measured="2 % slower",
+        caller=False,
+    ),
+    Runtime(
+        "pyarrow",
+        "Arrow CPU pool (pyarrow)",
+        "sleep",
+        ("OMP_NUM_THREADS",),
+        "pyarrow.set_cpu_count({t})",
+        objects=("libarrow", "libparquet"),
+        measured="2 % slower",
+        caller=False,
+    ),
+    Runtime(
+        "numexpr",
+        "numexpr",
+        "sleep",
+        ("NUMEXPR_NUM_THREADS",),
+        "numexpr.set_num_threads({t})",
+        dirs=("numexpr",),
+        measured="2 % slower",
+        caller=False,
+    ),
+    Runtime(
+        "numba",
+        "numba parallel team",
+        "sleep",
+        ("NUMBA_NUM_THREADS",),
+        "numba.set_num_threads({t})",
+        dirs=("numba",),
+        pool="numba",
+        measured="8 % slower",
+    ),
+    Runtime("gloo", "gloo communication (torch.distributed)", "none", names=("gloo_", "pt_gloo")),
+    Runtime("jemalloc", "jemalloc background", "none", names=("jemalloc_bg_thd",)),
+    Runtime(
+        "python",
+        "Python interpreter",
+        "none",
+        objects=("libpython", "python"),
+    ),
+)
+"""Every owner, most specific first: a thread name is matched against `names` in this order
+(gloo's `pt_gloo_*` before torch's `pt_*`)."""
+
+RUNTIMES_BY_KEY: Mapping[str, Runtime] = {r.key: r for r in RUNTIMES}
+
+_NAME_ORDER: tuple[Runtime, ...] = tuple(
+    sorted((r for r in RUNTIMES if r.names), key=lambda r: -max(len(n) for n in r.names))
+)
+
+NOT_EVIDENCE_NAMES: tuple[str, ...] = ("pt_main_thread",)
+"""Thread names that say nothing about the owner: torch renames the main thread."""
+
+SYSTEM_OBJECTS: tuple[str, ...] = (
+    "libc.so",
+    "libc-",
+    "libpthread",
+    "ld-linux",
+    "ld-musl",
+    "libc.musl",
+    "libstdc++",
+    "libgcc_s",
+    "libm.so",
+    "librt.so",
+    "libdl.so",
+    "[vdso]",
+)
+"""Objects every runtime calls into to wait (the C library, the C++ runtime): a thread
+blocked there is attributed by the first return address outside them."""
+
+
+def owner_of_name(comm: str) -> str | None:
+    """The owner a thread name proves, or None (a name inherited from the process, or one
+    no runtime gives its threads)."""
+    if comm.startswith(NOT_EVIDENCE_NAMES):
+        return None
+    for runtime in _NAME_ORDER:
+        if comm.startswith(runtime.names):
+            return runtime.key
+    return None
+
+
+def is_system_object(path: str) -> bool:
+    """True for the C library and its kin (see SYSTEM_OBJECTS)."""
+    return path.rsplit("/", 1)[-1].startswith(SYSTEM_OBJECTS)
+
+
+_PACKAGE_ROOTS = frozenset({"site-packages", "dist-packages"})
+
+
+def owner_of_object(path: str) -> str | None:
+    """The owner whose code a shared object (or executable) holds, by its path."""
+    parts = path.split("/")
+    base = parts[-1]
+    # A package directory counts only right under site-packages (a user named "numba" has
+    # /home/numba/... in every path).
+    top = [parts[i + 1] for i, p in enumerate(parts[:-2]) if p in _PACKAGE_ROOTS]
+    for runtime in RUNTIMES:
+        if runtime.dirs and any(d in top for d in runtime.dirs):
+            return runtime.key
+    for runtime in RUNTIMES:
+        if runtime.objects and base.startswith(runtime.objects):
+            return runtime.key
+    return None
+
+
+def label(key: str) -> str:
+    """The human name of an owner key ("unattributed" and unknown keys as they are)."""
+    runtime = RUNTIMES_BY_KEY.get(key)
+    return runtime.label if runtime is not None else key
+
+
+def waits(key: str) -> Waits | None:
+    """What the owner's threads do when oversubscribed; None for unknown owners."""
+    runtime = RUNTIMES_BY_KEY.get(key)
+    return runtime.waits if runtime is not None else None
+
+
+def describe(counts: Sequence[OwnerCount]) -> str:
+    """ "ONNX Runtime intra-op pool: 2 busy, OpenBLAS: 1 idle, Python interpreter: 1"."""
+    parts = []
+    for c in counts:
+        if c.busy and c.busy == c.threads:
+            n = f"{c.busy} busy"
+        elif c.busy:
+            n = f"{c.threads} ({c.busy} busy)"
+        elif not c.ran:
+            n = f"{c.threads} idle"
+        else:
+            n = str(c.threads)
+        parts.append(f"{label(c.owner)}: {n}")
+    return ", ".join(parts)

@@ -1,0 +1,35 @@
+"""The numbers the verdict depends on, with their defaults from the settings table.
+
+Apart from `oversub.core.settings` so that listing the commands (`oversub --help`) builds the
+table's rows but not this dataclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oversub.core.settings import default
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every number the verdict depends on; each is a CLI flag and a pyproject key, and each
+    default is the one of `oversub.core.settings` (where the help text lives too)."""
+
+    margin: float = default("margin")
+    """Demand may exceed N by this fraction of N before it counts (measurement noise)."""
+    delay_ratio: float = default("delay_ratio")
+    """Share of runnable time spent waiting above which threads 'wait'."""
+    active_cpu: float = default("active_cpu")
+    """A thread runnable (running or waiting) this share of an interval counts as active.
+
+    Runnable, not running: under contention a busy thread gets little CPU but stays runnable."""
+    throttle_ratio: float = default("throttle_ratio")
+    """Share of cgroup periods throttled above which the quota 'bites'."""
+    outside_cpu: float = default("outside_cpu")
+    """CPUs used outside the tree above which other processes count as the cause."""
+    idle_seconds: float = default("idle_seconds")
+    """A forked child idle this long with OpenMP mapped is reported as hung."""
+    min_wait: float = default("min_wait")
+    """Threads 'wait' only when the tree also spends at least this many CPU-seconds per second
+    waiting: an idle tree's rare wake-ups can show a high delay ratio on almost nothing."""

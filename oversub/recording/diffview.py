@@ -1,0 +1,166 @@
+"""`oversub diff`: two runs side by side, in text, JSON or Markdown.
+
+Each row is a figure of BEFORE, of AFTER and the change; the closing line says whether
+AFTER is worse (`analysis.compare` decides) and why. Recorded strings (file names, the
+commands) are escaped for each sink.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oversub.recording.types import Comparison, Figures
+from oversub.render.escape import markdown as _md
+from oversub.render.escape import terminal
+
+Row = tuple[str, str, str, str]
+
+
+def _pct(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0%}"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "?" if value is None else f"{value:.{digits}f}"
+
+
+def _change(b: float | None, a: float | None, *, points: bool = False) -> str:
+    if a is None or b is None:
+        return ""
+    if points:
+        return f"{(a - b) * 100:+.0f} pts"
+    if b == 0:
+        return f"{a - b:+.2f}"
+    return f"{a - b:+.2f} ({(a - b) / abs(b):+.0%})"
+
+
+def _count(b: int, a: int) -> str:
+    return "" if a == b else f"{a - b:+d}"
+
+
+def _ratio(b: float | None, a: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return ""
+    return f"{(a - b) / b:+.0%}"
+
+
+def rows(c: Comparison) -> list[Row]:
+    b, a = c.before, c.after
+
+    out: list[Row] = [
+        (
+            "verdict",
+            b.verdict or "not judged",
+            a.verdict or "not judged",
+            "worse"
+            if any(r.startswith("verdict") for r in c.worse)
+            else "better"
+            if any(r.startswith("verdict") for r in c.better)
+            else "same",
+        ),
+        ("N (usable vCPUs)", str(b.vcpus), str(a.vcpus), _count(b.vcpus, a.vcpus)),
+        ("demand (runnable threads)", _num(b.demand), _num(a.demand), _change(b.demand, a.demand)),
+        (
+            "delay ratio",
+            _pct(b.run_delay_ratio),
+            _pct(a.run_delay_ratio),
+            _change(b.run_delay_ratio, a.run_delay_ratio, points=True),
+        ),
+        (
+            "active threads",
+            str(b.active_threads),
+            str(a.active_threads),
+            _count(b.active_threads, a.active_threads),
+        ),
+        (
+            "involuntary switches per CPU-second",
+            _num(b.involuntary_ctx_per_cpu_s, 0),
+            _num(a.involuntary_ctx_per_cpu_s, 0),
+            _ratio(b.involuntary_ctx_per_cpu_s, a.involuntary_ctx_per_cpu_s),
+        ),
+        ("CPU %", f"{b.cpu_percent:.0f}", f"{a.cpu_percent:.0f}", ""),
+        ("seconds measured", f"{b.seconds:.1f}", f"{a.seconds:.1f}", ""),
+    ]
+    if c.metric is not None:
+        out.append(
+            (
+                c.metric,
+                "not recorded" if b.metric is None else f"{b.metric:g}",
+                "not recorded" if a.metric is None else f"{a.metric:g}",
+                _change(b.metric, a.metric),
+            )
+        )
+    return out
+
+
+def closing(c: Comparison) -> str:
+    if c.unjudged:
+        return (
+            f"oversub diff: cannot compare: {' and '.join(c.unjudged).upper()} has no verdict "
+            "(nothing measured, or the command failed), exit 3"
+        )
+    if c.worse:
+        return "oversub diff: AFTER is worse: " + "; ".join(c.worse) + ", exit 1"
+    better = ("; better: " + "; ".join(c.better)) if c.better else ""
+    return f"oversub diff: AFTER is not worse{better}, exit 0"
+
+
+def diff_text(c: Comparison, before: str, after: str) -> str:
+    table = [("", "BEFORE", "AFTER", "change"), *rows(c)]
+    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    lines = [
+        f"BEFORE: {terminal(before)}",
+        f"AFTER:  {terminal(after)}",
+        "",
+        *("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in table),
+        "",
+        terminal(closing(c)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def diff_markdown(c: Comparison, before: str, after: str) -> str:
+    lines = [
+        "## oversub diff",
+        "",
+        f"BEFORE: <code>{_md(before)}</code>, AFTER: <code>{_md(after)}</code>",
+        "",
+        "| | BEFORE | AFTER | change |",
+        "|---|---|---|---|",
+        *(f"| {' | '.join(_md(cell) for cell in r)} |" for r in rows(c)),
+        "",
+        f"**{_md(closing(c))}**",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _figures(f: Figures) -> dict[str, Any]:
+    return {
+        "verdict": f.verdict,
+        "vcpus": f.vcpus,
+        "demand": round(f.demand, 3),
+        "run_delay_ratio": None if f.run_delay_ratio is None else round(f.run_delay_ratio, 3),
+        "active_threads": f.active_threads,
+        "involuntary_ctx_per_cpu_s": None
+        if f.involuntary_ctx_per_cpu_s is None
+        else round(f.involuntary_ctx_per_cpu_s, 3),
+        "cpu_percent": round(f.cpu_percent, 3),
+        "seconds": round(f.seconds, 3),
+        "metric": f.metric,
+    }
+
+
+def diff_dict(c: Comparison, before: str, after: str) -> dict[str, Any]:
+    """`diff --format json`: `before`, `after` (file and figures: `verdict`, `vcpus`, `demand`,
+    `run_delay_ratio`, `active_threads`, `involuntary_ctx_per_cpu_s`, `cpu_percent`,
+    `seconds`, `metric`), `metric` (the name, or null), `worse` and `better` (reasons, in
+    words), `unjudged` (which run has no verdict), `exit_status`."""
+    return {
+        "before": {"file": before, **_figures(c.before)},
+        "after": {"file": after, **_figures(c.after)},
+        "metric": c.metric,
+        "worse": list(c.worse),
+        "better": list(c.better),
+        "unjudged": list(c.unjudged),
+        "exit_status": 3 if c.unjudged else 1 if c.worse else 0,
+    }

@@ -1,0 +1,179 @@
+"""`watch` and `check` for people: the final report of a run, as a rich renderable for a
+terminal and as plain text for stderr in CI.
+
+Pure: returns a renderable or a string. `summary_text` (the non-terminal path) costs no
+rich import. Every line goes through `escape.terminal` (see `richparts`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oversub.core.plural import count
+from oversub.core.results import Summary
+from oversub.render import richparts
+from oversub.render.escape import terminal
+from oversub.render.phrases import (
+    budget_limit_line,
+    delay_text,
+    finding_line,
+    headline,
+    host_phrases,
+    live_pools_line,
+    number,
+    rate,
+    target_name,
+    totals_line,
+    unavailable_text,
+)
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+
+def _summary_table(s: Summary) -> richparts.FitOrList:
+    from rich import box
+    from rich.table import Table
+
+    th = s.thresholds
+    # One space between columns and two-line headers keep it inside 80 columns.
+    table = Table(box=box.SIMPLE, header_style="bold", padding=(0, 1, 0, 0), pad_edge=False)
+    headers = (
+        "PID",
+        "Name",
+        "Threads peak\nactive/total",
+        "CPU%\nmean/peak",
+        "Demand\nmean/peak",
+        "Delay\nmean/peak",
+        "Invol/s\nmean/peak",
+    )
+    richparts.add_columns(table, headers)
+    ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
+    labels = richparts.process_labels(s.processes)
+
+    def delays(ratio: float | None, demand: float, peak: float | None, top: float) -> str:
+        # The peak ratio and the peak demand may come from different intervals: the peak
+        # demand bounds the demand behind the peak ratio, so "low" stays true.
+        return f"{delay_text(ratio, demand, th)}/{delay_text(peak, top, th)}"
+
+    for p in ordered:
+        richparts.add_row(
+            table,
+            (
+                str(p.pid),
+                labels[p.pid] + (" (exited)" if p.exited else ""),
+                f"{p.active_threads_peak}/{p.threads}",
+                f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}",
+                f"{p.demand:.2f}/{p.demand_peak:.2f}",
+                delays(p.run_delay_ratio, p.demand, p.run_delay_ratio_peak, p.demand_peak),
+                f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
+            ),
+        )
+    table.add_section()
+    t, peak = s.totals, s.totals_peak
+    richparts.add_row(
+        table,
+        (
+            "total",
+            count(t.processes, "proc"),
+            f"{peak.active_threads}/{peak.threads}",
+            f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
+            f"{t.demand:.2f}/{peak.demand:.2f}",
+            delays(t.run_delay_ratio, t.demand, peak.run_delay_ratio, peak.demand),
+            f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
+        ),
+        "bold",
+    )
+    rows = [
+        f"pid {p.pid} {labels[p.pid]}{' (exited)' if p.exited else ''}: peak threads "
+        f"{p.active_threads_peak}/{p.threads} active/total, mean/peak CPU "
+        f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}%, "
+        f"demand {p.demand:.2f}/{p.demand_peak:.2f}, "
+        f"delay {delays(p.run_delay_ratio, p.demand, p.run_delay_ratio_peak, p.demand_peak)}"
+        for p in ordered
+    ]
+    rows.append(
+        f"total {count(t.processes, 'proc')}: peak threads {peak.active_threads}/{peak.threads} "
+        f"active/total, mean/peak CPU {t.cpu_percent:.0f}/{peak.cpu_percent:.0f}%, "
+        f"demand {t.demand:.2f}/{peak.demand:.2f}, "
+        f"delay {delays(t.run_delay_ratio, t.demand, peak.run_delay_ratio, peak.demand)}"
+    )
+    return richparts.FitOrList(table, rows)
+
+
+def _run_line(s: Summary, sep: str = " · ") -> str:
+    if s.preflight:
+        return "static preflight, nothing sampled"
+    exited = f"{sep}target exited" if s.target_exited else ""
+    samples = count(s.samples, "sample")
+    return f"{target_name(s.root_pid, s.budget)}{sep}{s.duration_s:.1f} s{sep}{samples}{exited}"
+
+
+def summary_renderable(s: Summary) -> RenderableType:
+    """The final terminal report: run line, N, verdict banner, findings with fixes, per-process
+    mean/peak table with totals, host context, and dim notes."""
+    from rich.console import Group
+
+    parts: list[RenderableType] = [
+        richparts.text(f"oversub summary · {_run_line(s)}", "bold"),
+        richparts.text(budget_limit_line(s.budget)),
+        richparts.banner(s.verdict, headline(s)[1]),
+        richparts.findings_renderable(s.findings),
+    ]
+    if s.samples:  # a preflight or an unmeasured run has no table, totals or host context
+        ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
+        extra = richparts.pools_and_vars(ordered)
+        parts += [
+            _summary_table(s),
+            *([extra] if extra is not None else []),
+            richparts.text(
+                f"totals: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}; "
+                f"peak demand {number(s.totals_peak.demand)}"
+            ),
+            richparts.text(richparts.host_line(s.host), "dim"),
+        ]
+        live = live_pools_line(s.processes, s.budget.vcpus)
+        if live is not None:
+            parts.append(richparts.text(f"pool sizes read live: {live}", "dim"))
+    if s.unavailable:
+        parts.append(richparts.text(f"unavailable: {unavailable_text(s.unavailable)}", "dim"))
+    for note in s.notes:
+        parts.append(richparts.text(f"note: {note}", "dim"))
+    return Group(*parts)
+
+
+def summary_text(s: Summary) -> str:
+    """A short plain report for stderr in CI (no colour, no rich, ASCII punctuation), without
+    a trailing newline:
+
+        oversub: oversubscribed (the tree keeps ...), pid 1234, 10.0 s, 20 samples
+        N = 2 usable vCPUs (limited by affinity: 2 CPUs)
+        [critical] oversubscribed-pools: message
+          fix: ...
+        totals: 3 processes, 7 threads (4 active), CPU 200%, demand 4.00 ...; peak demand 4.20
+    """
+    word, meaning = headline(s)
+    lines = [
+        f"oversub: {word} ({meaning}), {_run_line(s, ', ')}",
+        budget_limit_line(s.budget),
+    ]
+    for f in s.findings:
+        lines.append(finding_line(f))
+        lines.append(f"  fix: {f.fix}")
+    if s.samples:
+        lines.append(
+            f"totals: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}; "
+            f"peak demand {number(s.totals_peak.demand)}"
+        )
+        live = live_pools_line(s.processes, s.budget.vcpus)
+        if live is not None:
+            lines.append(f"pool sizes read live: {live}")
+        host = host_phrases(s.host)
+        if host:
+            lines.append("host: " + ", ".join(host))
+    if s.unavailable:
+        lines.append(f"unavailable here: {unavailable_text(s.unavailable)}")
+    lines.extend(f"note: {note}" for note in s.notes)
+    # One line each whatever they hold: a newline in a thread variable must not forge a
+    # line of the CI log (`::error::…`, `oversub check: pass`).
+    return "\n".join(terminal(line) for line in lines)

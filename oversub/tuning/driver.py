@@ -1,0 +1,251 @@
+"""`oversub tune`'s work: candidates, one trial as `check -- CMD` runs it, the report.
+
+Kept apart from `cli.tune` (the click command) so that only `oversub tune` pays for these
+imports. A trial: the candidate's variables set (`run.tune.environment`), CMD's `{procs}` and
+`{threads}` replaced, its stdout discarded (or passed to stderr with --show-output) and, with
+--metric, read through `cli.metrics.StdoutMetrics` (check --metric's parser); then
+`run.tune.run_trial`, which is `run.check.run_command`: check's sampler, verdict and stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from oversub.core.errors import ExitStatus, OversubError, ReportError, UsageError
+from oversub.tuning.trials import TuneOptions
+
+if TYPE_CHECKING:
+    from oversub.tuning.trials import Candidate, Trial, TunePlan, TuneResult
+
+PREFIX = "oversub tune: "
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class _Say:
+    """The loop's events as lines on stderr."""
+
+    def __init__(self, err: TextIO, candidates: tuple[Candidate, ...], budget_s: float) -> None:
+        self.err = err
+        self.candidates = candidates
+        self.budget_s = budget_s
+
+    def _line(self, text: str) -> None:
+        from oversub.render.escape import terminal
+
+        with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+            self.err.write(PREFIX + terminal(text) + "\n")
+            self.err.flush()
+
+    def planned(self, plan: TunePlan) -> None:
+        kept = "" if plan.candidates == plan.asked else f" ({plan.asked} asked, fewer fit)"
+        self._line(
+            f"{plan.candidates} candidates{kept} x ({plan.warmup} warm-up + {plan.runs} timed)"
+            f" = {plan.trials} trials of ~{plan.trial_s:.1f} s, interleaved: about "
+            f"{_clock(plan.seconds)} of the {_clock(self.budget_s)} budget"
+        )
+
+    def trial_started(self, index: int, total: int, candidate: int, elapsed: float) -> None:
+        pass
+
+    def trial_ended(self, trial: Trial, total: int, elapsed: float, eta: float) -> None:
+        c = self.candidates[trial.candidate]
+        what = f"failed ({trial.failure})" if trial.value is None else f"{trial.value:.4g}"
+        kind = "warm-up" if trial.warmup else f"round {trial.round}"
+        verdict = trial.verdict.value if trial.verdict is not None else "not judged"
+        self._line(
+            f"trial {trial.index} of {total}: {c.label} ({kind}) {what} [{verdict}], "
+            f"{_clock(elapsed)} elapsed, eta {_clock(eta)}"
+        )
+
+
+def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
+    """Plan, run and report a tuning run; the exit status of `oversub tune`."""
+    from oversub.analysis.launcher import plan_for_launcher, procs_from_env
+    from oversub.analysis.plans import make_plan, thread_env
+    from oversub.cli.check.metric import check_names
+    from oversub.cli.config import load_config, resolve_float, thresholds_from
+    from oversub.cli.target import budget_of
+    from oversub.run.session import SessionOptions
+    from oversub.tuning.candidates import (
+        make_candidates,
+        parse_env_dimension,
+        parse_procs_values,
+        rank,
+    )
+    from oversub.tuning.loop import run_tuning
+    from oversub.tuning.trialrun import TrialRunner, inherited_threads
+    from oversub.tuning.trials import TuneResult
+
+    err = opts.err if opts.err is not None else sys.stderr
+    if opts.metric is not None:
+        check_names([opts.metric])
+    if opts.trial_seconds is not None and opts.trial_seconds > opts.budget_s:
+        raise UsageError(
+            f"--trial-seconds {opts.trial_seconds:g} is longer than the --budget "
+            f"({opts.budget_s:g} s): not one trial would fit"
+        )
+    dims = [parse_env_dimension(text) for text in opts.env_dims]
+    if len({name for name, _ in dims}) != len(dims):
+        raise UsageError("--env: each variable may be given once (list its values: NAME=1,2)")
+    procs_values = parse_procs_values(opts.procs_values) if opts.procs_values else ()
+    if opts.json_path is not None:
+        from oversub.cli.reportfiles import check_report_path
+
+        check_report_path("--json", opts.json_path)
+    if opts.record_dir is not None:
+        _prepare_record_dir(opts.record_dir)
+    config = load_config(Path.cwd())
+    budget = budget_of(None)
+    n = budget.vcpus
+    info = None
+    if opts.procs == "auto" or opts.procs is None:
+        try:
+            info = procs_from_env(os.environ)
+        except UsageError:
+            if opts.procs == "auto":
+                raise
+    if isinstance(opts.procs, int):
+        m, source = opts.procs, "--procs"
+    elif info is not None:
+        m, source = info.procs, info.source
+    else:
+        m, source = 1, None
+
+    def recommended(count: int) -> int:
+        if info is not None and count == info.procs:
+            return plan_for_launcher(budget, info).threads_per_process
+        return make_plan(budget, count).threads_per_process
+
+    candidates = make_candidates(
+        n,
+        m,
+        thread_env,
+        recommended,
+        procs_values=procs_values,
+        env_dims=dims,
+        max_candidates=opts.max_candidates,
+    )
+    session = SessionOptions(
+        interval=resolve_float("interval", opts.interval, config),
+        warmup=0.0,
+        thresholds=thresholds_from(config, {}),
+    )
+    default_threads = inherited_threads(n)
+    say = _Say(err, candidates, opts.budget_s)
+    runner = TrialRunner(argv, candidates, budget, session, opts, m, default_threads)
+    result = run_tuning(
+        candidates,
+        runner,
+        say,
+        warmup=opts.warmup,
+        runs=opts.runs,
+        budget_s=opts.budget_s,
+    )
+    ranking = rank(candidates, result.trials, higher_is_better=opts.metric is not None, vcpus=n)
+    notes = []
+    if any("{threads}" in a for a in argv):
+        notes.append(f"{{threads}} of the default candidate is {default_threads} (inherited)")
+    from oversub.run.checking import report_command
+
+    tuned = TuneResult(
+        command=report_command(argv),
+        vcpus=n,
+        procs=m,
+        procs_source=source,
+        metric=opts.metric,
+        metric_stat=opts.metric_stat,
+        higher_is_better=opts.metric is not None,
+        candidates=candidates,
+        trials=result.trials,
+        plan=result.plan,
+        ranking=ranking,
+        ended=result.ended,
+        elapsed_s=result.elapsed_s,
+        notes=tuple(notes),
+    )
+    return _report(tuned, opts, runner.record_failures)
+
+
+def _prepare_record_dir(path: Path) -> None:
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise UsageError(f"--record {path}: not a directory")
+    try:
+        if path.exists() and any(path.iterdir()):
+            raise UsageError(
+                f"--record {path}: not empty (each tuning run needs a directory of its own)"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--record {path}: {exc.strerror or exc}") from exc
+
+
+def _color(stream: TextIO) -> bool:
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def _width(stream: TextIO) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 100
+
+
+def _report(r: TuneResult, opts: TuneOptions, record_failures: list[str]) -> ExitStatus:
+    """Write the outputs (also for a partial run), then the exit status."""
+    from oversub.cli.output import emit
+    from oversub.render import TuneFormat, render_tune
+    from oversub.run import stopsignals
+    from oversub.tuning.candidates import fails_gate
+
+    with stopsignals.deferred() as during:
+        if opts.json_path is not None:
+            from oversub.cli.reportfiles import write_atomic
+            from oversub.tuning.exports import tune_json
+
+            write_atomic("--json", opts.json_path, tune_json(r))
+        emit(
+            render_tune(r, TuneFormat(opts.fmt), width=_width(sys.stdout), color=_color(sys.stdout))
+        )
+    if r.ended == "interrupted" or during.received:
+        return ExitStatus.INTERRUPTED
+    if r.ended == "default-failed" or r.ranking.best is None:
+        first = next((t for t in r.trials if r.candidates[t.candidate].is_default), None)
+        why = first.failure if first is not None and first.failure else "nothing was measured"
+        if (
+            opts.metric is not None
+            and first is not None
+            and first.failure
+            and "line" in first.failure
+        ):
+            raise MetricMissing(
+                f"the default run printed no {opts.metric}=<number> line on stdout: fixed-time "
+                f"mode (--metric {opts.metric}) needs CMD to print one"
+            )
+        raise DefaultFailed(f"the default run failed ({why}): nothing to compare with")
+    if record_failures:
+        raise ReportError(record_failures[0])
+    if opts.fail_if_slower is not None and fails_gate(r.ranking, opts.fail_if_slower):
+        return ExitStatus.FOUND
+    return ExitStatus.OK
+
+
+class DefaultFailed(OversubError):
+    """The default candidate's run gave no figure: exit 3."""
+
+    status = ExitStatus.UNOBSERVABLE
+
+
+class MetricMissing(DefaultFailed):
+    """Fixed time, and the default run printed no NAME= line."""

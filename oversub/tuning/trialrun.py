@@ -1,0 +1,247 @@
+"""One trial of `oversub tune`: the candidate's arguments and variables, CMD's stdout
+discarded (or passed to stderr) and read for the metric, the recording, the figure.
+
+The run itself is `run.tune.run_trial`, that is `run.check.run_command`: check's sampler,
+verdict, containment and stop. The metric is read by check --metric's parser
+(`cli.metrics.StdoutMetrics`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from oversub.cli.check.metric import StdoutMetrics
+    from oversub.core.model import Budget
+    from oversub.core.results import CheckOutcome, Summary
+    from oversub.recording.writer import Recorder
+    from oversub.run.checking import Progress
+    from oversub.run.session import SessionOptions
+    from oversub.tuning.loop import TrialOutcome
+    from oversub.tuning.trials import Candidate, TuneOptions
+
+
+class _Quiet:
+    """check's Progress, silent: tune says its own progress, once per trial."""
+
+    def started(self, *_args: object) -> None:
+        pass
+
+    def attached(self, *_args: object) -> None:
+        pass
+
+    def interval(self, *_args: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _stdout_to(fd: int) -> Iterator[None]:
+    """While inside, fd 1 (which the trial's command inherits) is `fd`."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(fd, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def inherited_threads(vcpus: int) -> int:
+    """What `{threads}` means for the default candidate: the inherited OMP_NUM_THREADS
+    (its first level), else N (what the pools use by default)."""
+    from oversub.core.pools import first_level
+
+    value = (
+        first_level(os.environ.get("OMP_NUM_THREADS", ""))
+        if "OMP_NUM_THREADS" in os.environ
+        else None
+    )
+    return value if value is not None else vcpus
+
+
+def _status_text(status: int | None) -> str:
+    if status is None:
+        return "did not start"
+    if status < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exit status {status}"
+
+
+_SLUG = re.compile(r"[^A-Za-z0-9_.=-]+")
+
+
+class TrialRunner:
+    """One trial: the candidate's environment and arguments, stdout handled, run as check."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        candidates: tuple[Candidate, ...],
+        budget: Budget,
+        session: SessionOptions,
+        opts: TuneOptions,
+        procs: int,
+        default_threads: int,
+    ) -> None:
+        self.argv = argv
+        self.candidates = candidates
+        self.budget = budget
+        self.session = session
+        self.opts = opts
+        self.procs = procs
+        self.default_threads = default_threads
+        self.record_failures: list[str] = []
+
+    def __call__(
+        self, index: int, candidate: int, round: int, warmup: bool, limit: float | None
+    ) -> TrialOutcome:
+        from oversub.analysis.policy import judge
+        from oversub.tuning.candidates import substitute
+        from oversub.tuning.loop import TrialOutcome, run_trial
+        from oversub.tuning.trials import Trial
+
+        c = self.candidates[candidate]
+        argv = substitute(
+            self.argv,
+            c.procs if c.procs is not None else self.procs,
+            c.threads if c.threads is not None else self.default_threads,
+        )
+        env = dict(c.env)
+        metric = self.opts.metric
+        if metric is not None and "PYTHONUNBUFFERED" not in os.environ:
+            env["PYTHONUNBUFFERED"] = "1"  # a stopped Python must not lose its last lines
+        timeout = limit
+        if self.opts.trial_seconds is not None:
+            timeout = (
+                self.opts.trial_seconds if limit is None else min(limit, self.opts.trial_seconds)
+            )
+        recorder, progress = self._recorder(index, c, argv)
+        captured: StdoutMetrics | None = None
+        with contextlib.ExitStack() as stack:
+            sink = os.open(os.devnull, os.O_WRONLY) if not self.opts.show_output else 2
+            if sink != 2:
+                stack.callback(os.close, sink)
+            stack.enter_context(_stdout_to(sink))
+            if metric is not None:
+                from oversub.cli.check.metric import StdoutMetrics
+
+                captured = stack.enter_context(StdoutMetrics([metric]))
+            try:
+                ran = run_trial(argv, env, self.budget, self.session, progress, timeout=timeout)
+            except BaseException:  # CMD could not start, or a signal before it did
+                if recorder is not None:
+                    recorder.close()
+                raise
+        outcome = ran.outcome
+        judged = judge(outcome).summary
+        status = outcome.command_status
+        value: float | None = None
+        failure: str | None = None
+        cut = False
+        if outcome.interrupted:
+            failure = "interrupted"
+        elif self.opts.trial_seconds is None:
+            if outcome.timed_out:
+                failure, cut = "stopped at the end of the budget", True
+            elif status != 0:
+                failure = _status_text(status)
+            else:
+                value = ran.wall_s
+        else:
+            assert metric is not None and captured is not None
+            stopped_early = (
+                outcome.timed_out and timeout is not None and timeout < self.opts.trial_seconds
+            )
+            if stopped_early:
+                failure, cut = "stopped at the end of the budget", True
+            elif not outcome.timed_out and status != 0:
+                failure = _status_text(status)
+            elif metric not in captured.values:
+                failure = f"no {metric}=<number> line on stdout"
+            elif self.opts.metric_stat == "mean":
+                value = captured.sums[metric] / captured.counts[metric]
+            else:
+                value = captured.values[metric]
+        if recorder is not None:
+            self._finish_record(recorder, outcome, judged, captured)
+        trial = Trial(
+            index=index,
+            candidate=candidate,
+            round=round,
+            warmup=warmup,
+            value=value,
+            seconds=ran.seconds,
+            status=status,
+            failure=failure,
+            verdict=judged.verdict,
+            delay_ratio=judged.totals.run_delay_ratio,
+            record=None if recorder is None else str(self._record_path(index, c)),
+        )
+        return TrialOutcome(trial=trial, interrupted=outcome.interrupted, cut=cut)
+
+    def _record_path(self, index: int, c: Candidate) -> Path:
+        assert self.opts.record_dir is not None
+        slug = _SLUG.sub("_", c.label)[:60]
+        return self.opts.record_dir / f"trial-{index:03d}-{slug}.ndjson"
+
+    def _recorder(
+        self, index: int, c: Candidate, argv: list[str]
+    ) -> tuple[Recorder | None, Progress]:
+        quiet = _Quiet()
+        if self.opts.record_dir is None:
+            return None, quiet
+        from oversub.recording.writer import RecordingProgress, open_recorder
+        from oversub.run.checking import report_command
+
+        recorder = open_recorder(
+            self._record_path(index, c),
+            50.0,
+            mode="check-command",
+            pid=None,
+            command=report_command(argv),
+            interval=self.session.interval,
+            budget=self.budget,
+            thresholds=self.session.thresholds,
+            err=self.opts.err,
+        )
+        return recorder, RecordingProgress(quiet, recorder)
+
+    def _finish_record(
+        self,
+        recorder: Recorder,
+        outcome: CheckOutcome,
+        judged: Summary,
+        captured: StdoutMetrics | None,
+    ) -> None:
+        from oversub.recording.writer import finish_quietly, summary_record
+        from oversub.run import stopsignals
+
+        with stopsignals.deferred():
+            failure = finish_quietly(
+                recorder,
+                summary_record(
+                    judged,
+                    command_status=outcome.command_status,
+                    timed_out=outcome.timed_out,
+                    interrupted=outcome.interrupted,
+                    metrics=None if captured is None else captured.values,
+                ),
+            )
+        if failure is not None:
+            self.record_failures.append(failure)

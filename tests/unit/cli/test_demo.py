@@ -1,0 +1,29 @@
+"""`make demo`'s closing words match what the reports above them showed (issue 11 item 9)."""
+
+from __future__ import annotations
+
+from oversub.cli.demo import outcome_line, plans_line
+from oversub.core.plural import count
+from oversub.probe.budget import read_budget
+
+
+def test_a_green_run_that_was_starved_is_not_called_healthy() -> None:
+    # On a busy machine the second run printed STARVED and pass, then "(0 = healthy)".
+    text = outcome_line("green", 0, "starved")
+    assert "healthy" not in text
+    assert "passed" in text and "starved" in text and "--fail-on starved" in text
+
+
+def test_each_outcome_names_its_verdict() -> None:
+    assert outcome_line("green", 0, "ok").endswith("verdict ok (healthy)")
+    assert outcome_line("red", 1, "oversubscribed").endswith("failed, verdict oversubscribed")
+    assert "not judged" in outcome_line("red", 3, None)
+
+
+def test_the_plans_are_one_line_from_the_real_cli() -> None:
+    # issue 20: one line for several M instead of one near-identical export block each.
+    n = read_budget().vcpus
+    line = plans_line([1, n + 1], n)
+    assert len(line.strip().splitlines()) == 1
+    assert f"M = 1: {count(n, 'thread')};" in line
+    assert f"M = {n + 1}: over budget even at 1 thread, run at most {n}." in line

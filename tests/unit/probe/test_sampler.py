@@ -1,0 +1,599 @@
+"""TreeSampler and proctree on fake /proc trees, then on real process trees."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oversub.core import errors
+from oversub.core.names import DENIED as DENIED_UNAVAILABLE
+from oversub.probe import cmdline, proctree, sampler
+from oversub.probe.proctree import CLK_TCK
+from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE
+from oversub.probe.sampler import TreeSampler
+from tests.support.fake_proc import FakeProc, FakeThread, deny_open, stat_line
+
+# --------------------------------------------------------------------------- proctree
+
+
+def test_descendants_include_grandchildren_not_siblings() -> None:
+    ppids = {1: 0, 10: 1, 11: 10, 12: 10, 13: 11, 14: 13, 20: 1, 21: 20}
+    assert proctree.descendants(10, ppids) == {11, 12, 13, 14}
+    assert proctree.descendants(14, ppids) == set()
+    assert proctree.subtree([11, 20, 99], ppids) == {11, 13, 14, 20, 21}
+
+
+def test_stat_comm_with_spaces_and_parentheses() -> None:
+    line = stat_line(42, "my ) (odd) proc)", "R", 7, utime=3, stime=4, start_ticks=555)
+    st = proctree.parse_stat(line.encode())
+    assert (st.comm, st.state, st.ppid) == ("my ) (odd) proc)", "R", 7)
+    assert (st.utime_ticks, st.stime_ticks, st.start_ticks) == (3, 4, 555)
+    with pytest.raises(ValueError):
+        proctree.parse_stat(b"42 (truncated")
+
+
+def test_read_ppids_scans_fake_proc(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path)
+    fake.add_process(1, 0, comm="init")
+    fake.add_process(10, 1, comm="a b) c")
+    fake.add_process(11, 10)
+    fake.add_process(12, 11)
+    fake.write_host()  # /proc/stat and /proc/pressure must not be taken for processes
+    ppids = proctree.read_ppids(str(tmp_path))
+    assert ppids == {1: 0, 10: 1, 11: 10, 12: 11}
+    assert proctree.descendants(10, ppids) == {11, 12}
+
+
+# --------------------------------------------------------------------------- fake trees
+
+
+def _tree(tmp_path: Path) -> FakeProc:
+    """init(1) -> root(100) -> child(200) -> grandchild(300); unrelated(900) under init."""
+    fake = FakeProc(tmp_path)
+    fake.write_host()
+    fake.add_process(1, 0, comm="init")
+    fake.add_process(
+        100,
+        1,
+        comm="python main",
+        cmdline=("python", "train.py", "--x", "1"),
+        threads=[
+            FakeThread(100, state="R", cpu_ns=1000, run_delay_ns=10, voluntary=5, involuntary=1),
+            FakeThread(101, state="S", cpu_ns=2000, run_delay_ns=20, voluntary=7, involuntary=9),
+        ],
+    )
+    fake.add_process(200, 100, comm="worker", start_ticks=2000)
+    fake.add_process(300, 200, comm="grand", start_ticks=3000)
+    fake.add_process(900, 1, comm="other")
+    return fake
+
+
+def test_sample_finds_tree_and_per_thread_counters(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    sample = TreeSampler(100, root=str(tmp_path), clock=lambda: 12.5).sample()
+    assert sample.t == 12.5 and sample.root_pid == 100
+    assert set(sample.processes) == {100, 200, 300}
+    root = sample.processes[100]
+    assert (root.ppid, root.name, root.cmdline, root.start_ticks) == (
+        1,
+        "python main",
+        "python train.py --x 1",
+        1000,
+    )
+    threads = {t.tid: t for t in root.threads}
+    assert set(threads) == {100, 101}
+    # The second thread's switches come from its own task status, not /proc/100/status.
+    assert (threads[101].voluntary_ctx, threads[101].involuntary_ctx) == (7, 9)
+    assert (threads[101].state, threads[101].cpu_ns, threads[101].run_delay_ns) == ("S", 2000, 20)
+    assert threads[100].state == "R"
+    assert sample.unavailable == ()
+    assert sample.host.psi_some_us == 123456
+
+
+def test_cmdline_truncated(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, cmdline=("python", "x" * 500))
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert len(sample.processes[400].cmdline) == sampler.CMDLINE_MAX
+
+
+def test_cmdline_stops_at_the_argv_area(tmp_path: Path) -> None:
+    # A process that overwrote the NULs of its argv area (setproctitle style) makes the
+    # kernel go on into its environment: only the argv area's bytes may be shown.
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, cmdline=("python", "title"))  # argv area: 13 bytes
+    (tmp_path / "proc" / "400" / "cmdline").write_bytes(b"python title SECRET_TOKEN=s3cr3t\0")
+    cmdline = TreeSampler(100, root=str(tmp_path)).sample().processes[400].cmdline
+    assert cmdline.startswith("python title")
+    assert "SECRET" not in cmdline and "s3cr3t" not in cmdline
+
+
+def test_cmdline_of_one_string_without_argv_bounds_is_not_shown(tmp_path: Path) -> None:
+    # Another user's process as non-root: stat hides the bounds. One string may be argv
+    # running into the environment, so it is not shown; separate arguments cannot be.
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, cmdline=("python title SECRET_TOKEN=s3cr3t",), args_shown=False)
+    fake.add_process(500, 100, cmdline=("python", "worker.py"), args_shown=False)
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert sample.processes[400].cmdline == ""
+    assert sample.processes[500].cmdline == "python worker.py"
+
+
+def test_cmdline_read_across_an_exec_is_not_cut_by_the_old_bounds(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, cmdline=("python", "x"))
+    proc_dir = str(tmp_path / "proc" / "400")
+    before = (tmp_path / "proc" / "400" / "stat").read_bytes()
+    assert cmdline.read_cmdline(proc_dir, before) == "python x"
+    fake.add_process(400, 100, cmdline=("python", "a-longer-command-line"))  # exec'd
+    assert cmdline.read_cmdline(proc_dir, before) == ""  # bounds changed between the reads
+
+
+def test_a_fake_tree_has_no_observer_cpu(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    assert TreeSampler(100, root=str(tmp_path)).sample().host.observer_cpu_ns is None
+
+
+def test_adopted_orphans_belong_to_the_tree(tmp_path: Path) -> None:
+    # oversub (pid 50 here) is the child subreaper of the command (100): an orphan of the
+    # tree is re-parented to it, maybe before any sample saw it.
+    fake = _tree(tmp_path)
+    fake.add_process(50, 1, comm="oversub")
+    fake.reparent(100, 50)
+    fake.add_process(600, 50, comm="daemon", start_ticks=4000)
+    fake.add_process(601, 600, comm="daemon-child", start_ticks=4001)
+    sample = TreeSampler(100, root=str(tmp_path), adopter=50).sample()
+    assert set(sample.processes) == {100, 200, 300, 600, 601}
+    assert set(TreeSampler(100, root=str(tmp_path)).sample().processes) == {100, 200, 300}
+
+
+def test_vanishing_thread_and_process_are_skipped(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_vanishing_thread(200, 201)  # listed, files already gone
+    task = tmp_path / "proc" / "300" / "task" / "300"
+    (task / "schedstat").write_text("")  # empty read: exited while being read
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert [t.tid for t in sample.processes[200].threads] == [200]
+    assert sample.processes[300].threads == ()
+
+
+def test_zombie_is_kept_without_threads(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, comm="defunct", state="Z", threads=[], cmdline=())
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert sample.processes[400].threads == ()
+    assert sample.processes[400].name == "defunct"
+
+
+def test_missing_schedstat_falls_back_to_ticks(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_process(
+        400, 100, threads=[FakeThread(400, utime_ticks=30, stime_ticks=12, schedstat=False)]
+    )
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    (thread,) = sample.processes[400].threads
+    assert thread.cpu_ns == 42 * 1_000_000_000 // CLK_TCK
+    assert thread.run_delay_ns is None
+    assert "schedstat" in sample.unavailable
+
+
+def test_environ_filtered_and_secrets_nowhere(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    env = {
+        "SECRET": "s3cr3t-value",
+        "AWS_SECRET_ACCESS_KEY": "AKIAsecretkey",
+        "OMP_NUM_THREADS": "2",
+    }
+    fake.add_process(400, 100, environ=env)
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert sample.processes[400].thread_env == {"OMP_NUM_THREADS": "2"}
+    for leak in ("SECRET", "s3cr3t", "AWS_", "AKIA"):
+        assert leak not in repr(sample)
+
+
+def test_unreadable_environ_is_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tree(tmp_path)
+    deny_open(monkeypatch, tmp_path / "proc" / "200" / "environ")
+    sampler = TreeSampler(100, root=str(tmp_path))
+    sample = sampler.sample()
+    assert sample.processes[200].thread_env is None
+    assert sample.processes[200].pools is None  # one refusal: both unknown, never "none"
+    assert sample.processes[100].thread_env == {}
+    assert set(DENIED_UNAVAILABLE) <= set(sample.unavailable)
+    # Cached: later samples keep saying why, without asking the kernel again.
+    assert set(DENIED_UNAVAILABLE) <= set(sampler.sample().unavailable)
+
+
+def test_a_vanished_environ_is_not_called_refused(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    (tmp_path / "proc" / "200" / "environ").unlink()
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert sample.processes[200].thread_env is None
+    assert not set(DENIED_UNAVAILABLE) & set(sample.unavailable)
+
+
+def test_pools_cached_until_thread_count_changes_or_refresh(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    now = [0.0]
+    s = TreeSampler(100, root=str(tmp_path), clock=lambda: now[0])
+    assert s.sample().processes[200].pools == ()
+
+    # numpy imported: OpenBLAS mapped, same thread count -> still cached at t=1.
+    proc = fake.processes[200]
+    proc.libraries = ("/site/numpy.libs/libscipy_openblas64_-ff651d7f.so",)
+    proc.environ = {"OMP_NUM_THREADS": "1"}
+    fake.write(proc)
+    now[0] = 1.0
+    assert s.sample().processes[200].pools == ()
+
+    # Its pool starts a thread: maps re-read at once; environ is still the first read.
+    proc.threads.append(FakeThread(201))
+    fake.write(proc)
+    now[0] = 2.0
+    got = s.sample().processes[200]
+    assert got.pools == ("openblas",)
+    assert got.thread_env == {}
+
+    # No new thread, but the refresh period passed.
+    proc.libraries += ("/torch/lib/libtorch_cpu.so", "/torch/lib/libgomp-a34b3233.so.1")
+    fake.write(proc)
+    now[0] = 2.0 + sampler.MAPS_REFRESH_S
+    assert s.sample().processes[200].pools == ("libgomp", "openblas", "torch")
+
+
+def test_orphans_stay_tracked_after_reparenting(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    s = TreeSampler(100, root=str(tmp_path))
+    assert set(s.sample().processes) == {100, 200, 300}
+
+    fake.remove(200)  # the worker died; the kernel re-parents its child to init
+    fake.reparent(300, 1)
+    fake.add_process(301, 300, start_ticks=3100)  # the orphan's new child belongs too
+    assert set(s.sample().processes) == {100, 300, 301}
+
+    # pid 300 reused by an unrelated process: not the one we tracked.
+    fake.remove(301)
+    fake.add_process(300, 1, comm="stranger", start_ticks=9999)
+    assert set(s.sample().processes) == {100}
+
+
+def test_first_sample_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tree(tmp_path)
+    with pytest.raises(errors.NoSuchProcess, match="no process with pid 555"):
+        TreeSampler(555, root=str(tmp_path)).sample()
+
+    deny_open(monkeypatch, tmp_path / "proc" / "100" / "task")
+    with pytest.raises(errors.PermissionDenied):
+        TreeSampler(100, root=str(tmp_path)).sample()
+
+
+def test_later_samples_survive_target_exit(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    s = TreeSampler(100, root=str(tmp_path))
+    s.sample()
+    fake.remove(100)
+    fake.reparent(200, 1)
+    later = s.sample()
+    assert 100 not in later.processes
+    assert set(later.processes) == {200, 300}
+    fake.remove(200)
+    fake.remove(300)
+    assert s.sample().processes == {}
+
+
+def test_psutil_fallback_without_proc(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_exists = os.path.exists
+    monkeypatch.setattr(
+        os.path, "exists", lambda p: False if p == "/proc/self/stat" else real_exists(p)
+    )
+    s = TreeSampler(os.getpid())
+    monkeypatch.undo()
+    sample = s.sample()
+    me = sample.processes[os.getpid()]
+    assert sample.unavailable == PSUTIL_UNAVAILABLE
+    assert me.pools is None and me.thread_env is None
+    assert me.threads and all(t.state == "?" and t.run_delay_ns is None for t in me.threads)
+    assert sample.host.psi_some_us is None
+    monkeypatch.setattr(os.path, "exists", lambda p: False)
+    missing = TreeSampler(2**22 + 12345)  # above any pid_max
+    monkeypatch.undo()
+    with pytest.raises(errors.NoSuchProcess):
+        missing.sample()
+
+
+def test_counters_move_between_samples_through_held_files(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    with TreeSampler(100, root=str(tmp_path)) as s:
+        s.sample()
+        proc = fake.processes[100]
+        proc.threads[1].cpu_ns, proc.threads[1].involuntary = 9000, 40
+        proc.threads[0].state = "D"
+        fake.write(proc)
+        got = {t.tid: t for t in s.sample().processes[100].threads}
+    assert (got[101].cpu_ns, got[101].involuntary_ctx, got[100].state) == (9000, 40, "D")
+
+
+def test_held_files_bounded_and_closed(tmp_path: Path) -> None:
+    files = [tmp_path / f"f{i}" for i in range(3)]
+    for i, f in enumerate(files):
+        f.write_text(f"v{i}")
+    held = proctree.HeldFiles(max_fds=2)
+    assert [held.read(i, str(f)) for i, f in enumerate(files)] == [b"v0", b"v1", b"v2"]
+    assert len(held) == 2  # the third was opened, read and closed
+    held.end_sample()
+    assert len(held) == 2
+    files[0].write_text("new")
+    assert held.read(0, str(files[0])) == b"new"  # re-read through the held descriptor
+    held.end_sample()
+    assert len(held) == 1  # key 1 was not read in this sample
+    with pytest.raises(FileNotFoundError):
+        held.read(9, str(tmp_path / "missing"))
+    held.close()
+    assert len(held) == 0
+    unbounded = proctree.HeldFiles(max_fds=0)
+    assert unbounded.read(0, str(files[1])) == b"v1" and len(unbounded) == 0
+
+
+# --------------------------------------------------------------------------- real trees
+
+CHILD = """
+import hashlib, os, sys, threading
+ready, busy, idle = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+buf = b"x" * (16 << 20)
+stop = threading.Event()
+def spin():
+    while not stop.is_set():
+        hashlib.sha256(buf).digest()  # releases the GIL: threads really run in parallel
+for _ in range(busy):
+    threading.Thread(target=spin, daemon=True).start()
+for _ in range(idle):
+    threading.Thread(target=stop.wait, daemon=True).start()
+open(os.path.join(ready, f"{os.getpid()}.tmp"), "w").close()
+os.rename(os.path.join(ready, f"{os.getpid()}.tmp"), os.path.join(ready, str(os.getpid())))
+stop.wait()
+"""
+
+PARENT = """
+import os, signal, subprocess, sys, time
+ready, busy, idle, child, short = sys.argv[1:6]
+kids = [subprocess.Popen([sys.executable, "-c", child, ready, busy, idle]) for _ in range(2)]
+def stop(*_):
+    for k in kids:
+        k.kill()
+    for k in kids:
+        k.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+if float(short) > 0:
+    while not os.path.exists(os.path.join(ready, "go")):
+        time.sleep(0.01)
+    subprocess.run([sys.executable, "-c", f"import time; time.sleep({short})"])
+while True:
+    time.sleep(1)
+"""
+
+BUSY, IDLE = 2, 3
+
+
+def _start_tree(ready: Path, short_child_s: float) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-c", PARENT, str(ready), str(BUSY), str(IDLE), CHILD]
+    return subprocess.Popen([*argv, str(short_child_s)], start_new_session=True)
+
+
+def _stop_tree(parent: subprocess.Popen[bytes]) -> None:
+    """SIGTERM lets the parent kill and reap its children; SIGKILL the group if it hangs."""
+    try:
+        parent.terminate()
+        parent.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+
+
+def _wait_ready(ready: Path, n: int) -> list[int]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pids = [int(p.name) for p in ready.iterdir() if p.name.isdigit()]
+        if len(pids) >= n:
+            return pids
+        time.sleep(0.05)
+    raise AssertionError(f"only {len(list(ready.iterdir()))} of {n} children became ready")
+
+
+@pytest.fixture
+def real_tree(tmp_path: Path) -> Iterator[tuple[int, list[int]]]:
+    parent = _start_tree(tmp_path, 0)
+    try:
+        yield parent.pid, _wait_ready(tmp_path, 2)
+    finally:
+        _stop_tree(parent)
+
+
+@pytest.mark.integration
+def test_real_tree_threads_and_cpu_grow(real_tree: tuple[int, list[int]]) -> None:
+    root, children = real_tree
+    s = TreeSampler(root)
+    first = s.sample()
+    assert {root, *children} <= set(first.processes)
+    for pid in children:
+        assert len(first.processes[pid].threads) >= 1 + BUSY + IDLE
+        assert first.processes[pid].ppid == root
+    time.sleep(0.3)
+    second = s.sample()
+    assert second.t > first.t
+    for pid in children:
+        before = sum(t.cpu_ns for t in first.processes[pid].threads)
+        after = sum(t.cpu_ns for t in second.processes[pid].threads)
+        assert after > before
+        assert all(t.voluntary_ctx is not None for t in second.processes[pid].threads)
+    if "schedstat" not in second.unavailable:
+        assert any(t.run_delay_ns is not None for t in second.processes[children[0]].threads)
+    # oversub's own CPU is read beside /proc/stat, to be left out of "outside the tree".
+    assert first.host.observer_cpu_ns is not None
+    assert second.host.observer_cpu_ns >= first.host.observer_cpu_ns  # type: ignore[operator]
+
+
+@pytest.mark.integration
+def test_real_short_lived_child_exits_between_samples(tmp_path: Path) -> None:
+    parent = _start_tree(tmp_path, 1.0)
+    try:
+        children = set(_wait_ready(tmp_path, 2))
+        s = TreeSampler(parent.pid)
+        s.sample()
+        (tmp_path / "go").touch()
+        seen: set[int] = set()
+        deadline = time.monotonic() + 30
+        short: set[int] = set()
+        while time.monotonic() < deadline:
+            current = set(s.sample().processes)  # must never raise while the child exits
+            seen |= current
+            short = seen - children - {parent.pid}
+            if short and not short & current:
+                break
+            time.sleep(0.01)
+        assert short, "the short-lived child was never sampled"
+        assert not short & set(s.sample().processes)
+        assert parent.pid in s.sample().processes
+    finally:
+        _stop_tree(parent)
+
+
+@pytest.mark.integration
+def test_real_thread_churn_and_no_fd_leak() -> None:
+    import threading
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    stop = threading.Event()
+    first_batch = [threading.Thread(target=stop.wait) for _ in range(3)]
+    for t in first_batch:
+        t.start()
+    s = TreeSampler(os.getpid())
+    try:
+        tids = {t.tid for t in s.sample().processes[os.getpid()].threads}
+        old = {t.native_id for t in first_batch}
+        assert old <= tids
+        stop.set()
+        for t in first_batch:
+            t.join()
+        # join() returns when the Python thread is done, a moment before the kernel removes
+        # the task: wait (bounded) until it has, or the test would race the kernel.
+        deadline = time.monotonic() + 10
+        while old & {int(n) for n in os.listdir("/proc/self/task")}:
+            assert time.monotonic() < deadline, "exited threads still listed after 10 s"
+            time.sleep(0.01)
+        stop2 = threading.Event()
+        second_batch = [threading.Thread(target=stop2.wait) for _ in range(2)]
+        for t in second_batch:
+            t.start()
+        try:
+            now = {t.tid for t in s.sample().processes[os.getpid()].threads}
+            new = {t.native_id for t in second_batch}
+            assert new <= now
+            assert not (old - new) & now  # exited threads are gone (unless a tid was reused)
+        finally:
+            stop2.set()
+            for t in second_batch:
+                t.join()
+    finally:
+        s.close()
+    assert open_fds() == before
+
+
+def test_read_ppids(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path)
+    fake.add_process(5, 1)
+    assert proctree.read_ppids(str(tmp_path)) == {5: 1}
+
+
+def test_zombie_keeps_what_was_seen_while_it_lived(tmp_path: Path) -> None:
+    # A zombie's cmdline, maps and environ read empty; the fork-hang rule compares command
+    # lines and the summary names pools, so what the live process showed must stay.
+    fake = _tree(tmp_path)
+    proc = fake.add_process(
+        400,
+        100,
+        cmdline=("python", "train.py"),
+        environ={"OMP_NUM_THREADS": "2"},
+        libraries=("/usr/lib/libgomp-a34b3233.so.1",),
+    )
+    sampler = TreeSampler(100, root=str(tmp_path))
+    alive = sampler.sample().processes[400]
+    proc.state, proc.cmdline, proc.environ, proc.libraries = "Z", (), {}, ()
+    proc.threads = []
+    fake.write(proc)
+    dead = sampler.sample().processes[400]
+    assert (dead.cmdline, dead.pools, dead.thread_env) == (
+        alive.cmdline,
+        alive.pools,
+        alive.thread_env,
+    )
+    assert alive.pools == ("libgomp",)
+
+
+def test_children_cpu_of_reaped_children_is_sampled(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.add_process(400, 100, children_ticks=(30, 12))
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert sample.processes[400].children_cpu_ns == 42 * 1_000_000_000 // CLK_TCK
+    assert sample.processes[100].children_cpu_ns == 0
+
+
+@pytest.mark.integration
+def test_oversub_does_not_sample_itself() -> None:
+    # `oversub watch $$` from a shell: the shell's tree holds oversub; its sampling is not
+    # the job's load. Here the test process plays oversub, its parent plays the shell.
+    parent = os.getppid()
+    sample = TreeSampler(parent).sample()
+    assert os.getpid() not in sample.processes
+    assert os.getpid() in TreeSampler(os.getpid()).sample().processes  # unless it is the target
+
+
+def test_attach_reads_the_throttling_of_the_budgets_quota_cgroup() -> None:
+    from oversub.analysis.plans import synthetic_budget
+    from oversub.core.model import CpuQuota
+    from oversub.core.targets import Target
+    from oversub.run.sources import attach
+
+    budget = synthetic_budget(2)
+    source = attach(Target.tree(os.getpid()), budget)
+    assert source.sampler.throttle_stat_path is None  # type: ignore[attr-defined]
+    source.close()
+    quota = CpuQuota(0.5, 50_000, 100_000, "/job", 2, "/sys/fs/cgroup/job/cpu.stat")
+    source = attach(Target.tree(os.getpid()), dataclasses.replace(budget, quota=quota))
+    assert source.sampler.throttle_stat_path == quota.stat_path  # type: ignore[attr-defined]
+    source.close()
+
+
+def test_a_thread_that_did_not_run_keeps_its_switch_counts_and_reads_only_its_state(
+    tmp_path: Path,
+) -> None:
+    # status costs twice stat in the kernel; a thread whose CPU time and run count did not
+    # move was never switched out, so only its state (it may have been woken) is read again.
+    fake = _tree(tmp_path)
+    proc = fake.processes[100]
+    idle = proc.threads[1]
+    with TreeSampler(100, root=str(tmp_path)) as s:
+        s.sample()
+        idle.state, idle.voluntary = "R", 99  # woken, waiting for a CPU; status not read
+        fake.write(proc)
+        again = {t.tid: t for t in s.sample().processes[100].threads}[101]
+        assert (again.state, again.voluntary_ctx, again.involuntary_ctx) == ("R", 7, 9)
+        idle.cpu_ns += 500  # it ran: status is read again
+        fake.write(proc)
+        ran = {t.tid: t for t in s.sample().processes[100].threads}[101]
+        assert (ran.state, ran.voluntary_ctx, ran.cpu_ns) == ("R", 99, 2500)

@@ -1,0 +1,353 @@
+"""CI reports: Markdown (GitHub step summary), JUnit XML, GitHub workflow annotations, and
+the shared fail-on rule.
+
+`github.annotations` is called through its module: with `from __future__ import annotations`
+in force, importing the bare name would clash with the future feature."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import pytest
+
+from oversub.analysis.policy import fails, gate
+from oversub.core.names import Severity, Verdict
+from oversub.core.results import Finding, Summary
+from oversub.core.rules import PREFLIGHT_RULES, RUNTIME_RULES, Rule
+from oversub.render import github
+from oversub.render.junit import summary_junit
+from oversub.render.markdown import summary_markdown
+from tests.support.builders import (
+    make_finding,
+    make_host_rates,
+    make_process_summary,
+    make_summary,
+)
+
+RULES = {
+    rule: RUNTIME_RULES[rule]
+    for rule in (Rule.OVERSUBSCRIBED_POOLS, Rule.POOL_DEFAULT, Rule.ORPHAN)
+}
+
+
+def junit(s: Summary, *, fail_on: Verdict, **kwargs: Any) -> str:
+    return summary_junit(s, gate(s, fail_on), **kwargs)
+
+
+def annotate(s: Summary, *, fail_on: Verdict) -> list[str]:
+    return github.annotations(s, gate(s, fail_on))
+
+
+def markdown(s: Summary, *, fail_on: Verdict, **kwargs: Any) -> str:
+    return summary_markdown(s, gate=gate(s, fail_on), **kwargs)
+
+
+def critical() -> Finding:
+    return make_finding()
+
+
+def hazard() -> Finding:
+    return make_finding(
+        rule="pool-default",
+        severity=Severity.WARNING,
+        verdict=Verdict.AT_RISK,
+        message="2 processes map libgomp sized by default.",
+        pids=(2001,),
+        evidence={"processes": 2},
+        fix="Set OMP_NUM_THREADS=1.",
+    )
+
+
+def info() -> Finding:
+    return make_finding(
+        rule="orphan",
+        severity=Severity.INFO,
+        verdict=Verdict.OK,
+        message="pid 7 lost its parent.",
+        fix="Nothing to do.",
+    )
+
+
+def mixed_summary() -> Summary:
+    return make_summary(findings=(critical(), hazard(), info()))
+
+
+@pytest.mark.parametrize("fail_on", [v for v in Verdict if v is not Verdict.OK])
+@pytest.mark.parametrize("verdict", list(Verdict))
+def test_fails_compares_ranks(fail_on: Verdict, verdict: Verdict) -> None:
+    # The one pass/fail policy (issue 13 item 3): "ok" never fails, the rest by rank.
+    assert fails(verdict, fail_on) is (verdict is not Verdict.OK and verdict.rank >= fail_on.rank)
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def test_markdown_has_heading_findings_processes_and_budget() -> None:
+    md = markdown(
+        mixed_summary(),
+        command=["python", "train.py", "--lr", "0.1"],
+        exit_status=1,
+        command_status=0,
+        fail_on=Verdict.OVERSUBSCRIBED,
+    )
+    assert md.startswith("## oversub: OVERSUBSCRIBED (FAILED)\n")
+    assert md.endswith("\n")
+    assert "1 of 3 findings at or above `--fail-on oversubscribed`" in md
+    assert "exit status 1" in md
+    assert "Command: <code>python train.py --lr 0.1</code> (exit status 0)" in md
+    assert "N = 2 usable vCPUs (limited by affinity: 2 CPUs)" in md
+    rows = [line for line in md.splitlines() if line.startswith("| oversubscribed-pools")]
+    assert len(rows) == 1
+    assert "critical" in rows[0] and "oversubscribed (fails)" in rows[0]
+    assert "export OMP_NUM_THREADS=1 before starting the job." in rows[0]
+    assert "| pool-default | warning | at-risk |" in md  # below fail-on: no "(fails)"
+    assert any(line.startswith("| 2001 | python train.py --worker |") for line in md.splitlines())
+    assert "### Totals" in md and "demand 4.00 runnable threads on N = 2" in md
+
+
+def test_markdown_escapes_pipes_and_newlines_in_cells() -> None:
+    weird = make_finding(message="a|b\nc", fix="use `x | y`")
+    s = make_summary(
+        findings=(weird,),
+        processes=(make_process_summary(cmdline="py|thon", thread_env={"OMP_NUM_THREADS": "1|2"}),),
+    )
+    md = markdown(
+        s, command=None, exit_status=0, command_status=None, fail_on=Verdict.OVERSUBSCRIBED
+    )
+    row = next(line for line in md.splitlines() if line.startswith("| oversubscribed-pools"))
+    assert "a\\|b<br>c" in row and "use \\`x \\| y\\`" in row
+    # Unescaped pipes split cells: the row keeps exactly 5 cells (6 separators).
+    assert row.replace("\\|", "").count("|") == 6
+    assert "py\\|thon" in md and "OMP_NUM_THREADS=1\\|2" in md
+    assert "Command:" not in md
+
+
+def test_markdown_passing_run_and_backticks_in_command() -> None:
+    s = make_summary(verdict=Verdict.OK, findings=(), processes=())
+    md = markdown(
+        s,
+        command=["sh", "-c", "echo `date`"],
+        exit_status=0,
+        command_status=None,
+        fail_on=Verdict.AT_RISK,
+    )
+    assert md.startswith("## oversub: OK (passed)")
+    assert "No findings." in md and "No process was observed." in md
+    assert "<code>sh -c 'echo \\`date\\`'</code>" in md and "(no exit status)" in md
+
+
+# --------------------------------------------------------------------------- junit
+
+
+def parse(xml: str) -> ET.Element:
+    assert xml.startswith('<?xml version="1.0" encoding="UTF-8"?>\n') and xml.endswith("\n")
+    return ET.fromstring(xml.split("\n", 1)[1])
+
+
+def cases(suite: ET.Element) -> dict[str, ET.Element]:
+    return {case.get("name", ""): case for case in suite.iter("testcase")}
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "failing_rules"),
+    [
+        (Verdict.OVERSUBSCRIBED, {"oversubscribed-pools"}),
+        (Verdict.AT_RISK, {"oversubscribed-pools", "pool-default"}),
+    ],
+)
+def test_junit_failure_per_failing_finding(fail_on: Verdict, failing_rules: set[str]) -> None:
+    suite = parse(junit(mixed_summary(), fail_on=fail_on, rules=RULES))
+    assert suite.tag == "testsuite" and suite.get("name") == "oversub"
+    by_name = cases(suite)
+    assert list(by_name) == list(RULES)
+    assert all(case.get("classname") == "oversub" for case in by_name.values())
+    assert suite.get("tests") == str(len(RULES))
+    assert suite.get("failures") == str(len(failing_rules))
+    for name, case in by_name.items():
+        failures = case.findall("failure")
+        if name in failing_rules:
+            assert len(failures) == 1
+            assert case.find("system-out") is None
+        else:
+            assert failures == []
+            out = case.find("system-out")
+            assert out is not None and "below --fail-on" in (out.text or "")
+
+
+def test_junit_failure_content() -> None:
+    suite = parse(junit(mixed_summary(), fail_on=Verdict.AT_RISK, rules=RULES))
+    failure = cases(suite)["pool-default"].find("failure")
+    assert failure is not None
+    assert failure.get("message") == hazard().message
+    assert failure.get("type") == "warning"
+    body = failure.text or ""
+    assert (
+        RUNTIME_RULES[Rule.POOL_DEFAULT].summary in body and "fix: Set OMP_NUM_THREADS=1." in body
+    )
+    assert "pids: 2001" in body and "processes: 2" in body
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["verdict"] == "oversubscribed" and props["fail_on"] == "at-risk"
+    assert props["vcpus"] == "2"
+
+
+def test_junit_several_findings_of_one_rule_and_unknown_rules() -> None:
+    s = make_summary(
+        findings=(
+            make_finding(pids=(1,), message="first <&>"),
+            make_finding(pids=(2,), message="second\x01"),
+            make_finding(rule="new-rule", message="not in the catalogue"),
+        )
+    )
+    suite = parse(junit(s, fail_on=Verdict.AT_RISK, rules=RULES))
+    by_name = cases(suite)
+    messages = [f.get("message") for f in by_name["oversubscribed-pools"].findall("failure")]
+    assert messages == ["first <&>", "second\ufffd"]
+    assert "new-rule" in by_name  # a finding of an unlisted rule is never dropped
+    assert suite.get("tests") == str(len(RULES) + 1)
+    assert suite.get("failures") == "2"
+
+
+def test_junit_lists_only_the_rules_of_the_mode_that_ran() -> None:
+    # Issue 11 item 8: a run listed the preflight rules as passing test cases.
+    suite = parse(junit(make_summary(findings=()), fail_on=Verdict.AT_RISK))
+    assert list(cases(suite)) == list(RUNTIME_RULES)
+    assert suite.get("failures") == "0"
+    static = make_summary(findings=(), preflight=True, samples=0, processes=())
+    suite = parse(junit(static, fail_on=Verdict.AT_RISK))
+    assert list(cases(suite)) == list(PREFLIGHT_RULES)
+
+
+def test_junit_evidence_has_no_python_reprs() -> None:
+    finding = make_finding(evidence={"throttled_ratio": None, "demand": 3.5, "processes": 2})
+    text = junit(make_summary(findings=(finding,)), fail_on=Verdict.OVERSUBSCRIBED)
+    assert "None" not in text
+    assert "throttled_ratio: unknown (not measured)" in text and "demand: 3.5" in text
+
+
+# --------------------------------------------------------------------------- github
+
+
+def test_annotations_error_for_failing_warning_for_others() -> None:
+    lines = annotate(mixed_summary(), fail_on=Verdict.OVERSUBSCRIBED)
+    assert lines == [
+        "::error title=oversub oversubscribed-pools::"
+        "2 processes run OpenMP pools of 2 threads each on 2 vCPUs. "
+        "Fix: export OMP_NUM_THREADS=1 before starting the job.",
+        "::warning title=oversub pool-default::"
+        "2 processes map libgomp sized by default. Fix: Set OMP_NUM_THREADS=1.",
+    ]
+    # With fail_on at-risk the hazard fails too; the ok finding never does.
+    assert [
+        line.split(" ", 1)[0] for line in annotate(mixed_summary(), fail_on=Verdict.AT_RISK)
+    ] == ["::error", "::error"]
+
+
+def test_annotations_escape_workflow_command_syntax() -> None:
+    f = make_finding(rule="a:b,c", message="100% busy\r\nline two", fix="x: y")
+    (line,) = annotate(make_summary(findings=(f,)), fail_on=Verdict.AT_RISK)
+    assert line == "::error title=oversub a%3Ab%2Cc::100%25 busy%0D%0Aline two Fix: x: y"
+    assert "\n" not in line and "\r" not in line
+
+
+def test_escape_functions_escape_percent_first() -> None:
+    assert github.escape_data("%0A") == "%250A"
+    assert github.escape_property("a:%,\n") == "a%3A%25%2C%0A"
+
+
+def test_markdown_multiline_command_stays_one_line() -> None:
+    # A newline in an argument must not start a line of Markdown (a heading, raw HTML): the
+    # command stays on its line, its line breaks as <br>, its HTML as entities.
+    script = "import os\nprint(os.getpid())\n<script>alert(1)</script>"
+    md = markdown(
+        make_summary(),
+        command=["python", "-c", script],
+        exit_status=0,
+        command_status=-15,
+        fail_on=Verdict.OVERSUBSCRIBED,
+    )
+    (line,) = [line for line in md.splitlines() if line.startswith("Command:")]
+    assert line == (
+        "Command: <code>python -c 'import os<br>print(os.getpid())<br>"
+        "&lt;script&gt;alert(1)&lt;/script&gt;'</code> (exit status -15)"
+    )
+    assert not any(line.startswith("<script>") for line in md.splitlines())
+
+
+def test_markdown_host_line_leaves_out_unknown_signals() -> None:
+    s = make_summary(host=make_host_rates(psi_some=None, throttled_ratio=0.2, throttled_s=1.0))
+    md = markdown(
+        s, command=None, exit_status=0, command_status=None, fail_on=Verdict.OVERSUBSCRIBED
+    )
+    host = next(line for line in md.splitlines() if line.startswith("- Host:"))
+    assert host == (
+        "- Host: outside the tree 0.05 CPUs, steal 0.00 CPUs, throttled 20% of periods (1.00 s)"
+    )
+    bare = make_summary(host=make_host_rates(outside_cpus=None, steal_cpus=None, psi_some=None))
+    bare_md = markdown(
+        bare, command=None, exit_status=0, command_status=None, fail_on=Verdict.OVERSUBSCRIBED
+    )
+    assert "- Host:" not in bare_md
+
+
+# --------------------------------------------------------------------------- hostile text
+
+FORGED = "8\x1b]0;x\x07\x1b[2J\n::error::forged\r\noversub check: pass <script>alert(1)</script>"
+"""A thread-variable value (or process name) that would drive a terminal, forge workflow
+commands and a verdict line, and inject HTML."""
+
+
+def hostile_summary() -> Summary:
+    finding = make_finding(message=f"pid 7 {FORGED}", fix=f"unset `{FORGED}` | & [x](y)")
+    # No command line: the name (comm) labels the process (a zombie, a kernel thread).
+    name = "\x1b[2J<b>x</b>"
+    process = make_process_summary(name=name, cmdline="", thread_env={"OMP_NUM_THREADS": FORGED})
+    return make_summary(findings=(finding,), processes=(process,), notes=(FORGED,))
+
+
+def test_markdown_has_no_raw_html_and_no_line_of_its_own_for_untrusted_text() -> None:
+    md = markdown(
+        hostile_summary(),
+        command=["sh", "-c", FORGED],
+        exit_status=1,
+        command_status=0,
+        fail_on=Verdict.OVERSUBSCRIBED,
+    )
+    assert "<script>" not in md and "<b>" not in md and "\x1b" not in md and "\r" not in md
+    assert "&lt;script&gt;" in md and "&lt;b&gt;" in md
+    assert not any(line.startswith(("::", "oversub check", "&lt;")) for line in md.splitlines())
+    row = next(line for line in md.splitlines() if line.startswith("| oversubscribed-pools"))
+    assert row.replace("\\|", "").count("|") == 6  # one row, five cells: nothing broke out
+    assert "\\[x\\](y)" in row and "\\`" in row and "&amp;" in row
+
+
+def test_annotations_cannot_forge_a_workflow_command() -> None:
+    lines = annotate(hostile_summary(), fail_on=Verdict.AT_RISK)
+    assert len(lines) == 1
+    (line,) = lines
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\x07" not in line
+    assert "%0A::error::forged%0D%0Aoversub check: pass" in line
+    assert "\\x1b]0;x\\x07" in line
+
+
+def test_markdown_fits_the_job_summary_limit_by_leaving_out_processes() -> None:
+    processes = tuple(
+        make_process_summary(pid=10_000 + i, cpu_percent=float(i % 97), thread_env={"OMP_X": "y"})
+        for i in range(20_000)
+    )
+    s = make_summary(processes=processes)
+    common = {"command": ["python", "train.py"], "exit_status": 0, "command_status": 0}
+    whole = markdown(s, fail_on=Verdict.OVERSUBSCRIBED, **common)  # type: ignore[arg-type]
+    assert len(whole.encode()) > 1 << 20
+    limit = (1 << 20) - 5000
+    cut = markdown(s, fail_on=Verdict.OVERSUBSCRIBED, max_bytes=limit, **common)  # type: ignore[arg-type]
+    assert len(cut.encode()) <= limit
+    assert "### Totals" in cut and "more processes (the lowest CPU) left out" in cut
+    kept = {int(m[1]) for m in re.finditer(r"^\| (\d+) \| python", cut, re.MULTILINE)}
+    assert 1000 < len(kept) < 20_000
+    # The busiest are kept: every kept process used at least as much CPU as any left out.
+    by_pid = {p.pid: p.cpu_percent for p in processes}
+    assert min(by_pid[pid] for pid in kept) >= max(
+        cpu for pid, cpu in by_pid.items() if pid not in kept
+    )
