@@ -173,7 +173,7 @@ def _flush_stdout(code: int) -> int:
     except (ValueError, AttributeError):
         return code
     except BrokenPipeError:
-        pass  # the reader left: not an error (README, "Exit codes")
+        pass  # the reader left: not an error (docs/guarantees.md, "Exit codes")
     except OSError as exc:
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.write(f"oversub: error: cannot write to stdout: {exc.strerror or exc}\n")

@@ -2,7 +2,7 @@
 
 The one place that decides it: the stderr report, the JSON, JUnit and Markdown reports and
 the GitHub annotations all show the `Gate` computed here, and `exit_status` turns the
-outcome into the documented code (README, "Exit codes"). Pure: no I/O.
+outcome into the documented code (docs/guarantees.md, "Exit codes"). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def gate(summary: Summary, fail_on: Verdict) -> Gate:
 
 
 def exit_status(outcome: CheckOutcome, fail_on: Verdict) -> ExitStatus:
-    """The documented exit code for a finished check (see README, "Exit codes")."""
+    """The documented exit code for a finished check (docs/guarantees.md, "Exit codes")."""
     if outcome.interrupted:
         return ExitStatus.INTERRUPTED
     verdict = outcome.summary.verdict

@@ -2,7 +2,7 @@
 
 A project pins its thresholds next to its code so that CI and developers judge a run by
 the same numbers. Flags override the file; the file overrides the built-in defaults. Every
-key, its range and its default is a row of `oversub.core.settings` (README lists them all), and
+key, its range and its default is a row of `oversub.core.settings` (docs/cli.md lists them all), and
 `resolve` is the one place a value is chosen: flag, else key, else default.
 
 Every mistake (unknown key, wrong type, out-of-range value, invalid TOML, a file that is not

@@ -137,7 +137,7 @@ def setting_option(name: str) -> Callable[[F], F]:
 
 
 def threshold_options(command: str) -> Callable[[F], F]:
-    """The verdict thresholds, as flags of `command` (defaults in README)."""
+    """The verdict thresholds, as flags of `command` (defaults in docs/rules.md)."""
 
     from oversub.core.settings import SETTINGS
 

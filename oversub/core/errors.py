@@ -10,7 +10,7 @@ import enum
 
 
 class ExitStatus(enum.IntEnum):
-    """Documented exit codes of every `oversub` command (listed in README)."""
+    """Documented exit codes of every `oversub` command (docs/guarantees.md)."""
 
     OK = 0
     """Success; for `check`, the verdict did not reach `--fail-on`."""

@@ -179,7 +179,7 @@ class Finding:
     """One rule that fired, with its evidence and the fix."""
 
     rule: Rule
-    """Stable rule id, e.g. "oversubscribed-pools" (`oversub.core.rules`, documented in README)."""
+    """Stable rule id, e.g. "oversubscribed-pools" (`oversub.core.rules`, docs/rules.md)."""
     severity: Severity
     verdict: Verdict
     """The verdict this finding argues for (hazards may argue for at-risk)."""

@@ -3,12 +3,12 @@
 The run-time rules (`analysis.verdict.assess`, over an interval or a whole run) and the
 static preflight's (`analysis.preflight.preflight`, over a plan). Reports are built from
 this table (JUnit lists one test case per rule of the mode that ran), and tests check the
-README's two rule tables and the `assess` docstring against it, so a rule added here and
+the two rule tables of docs/rules.md and the `assess` docstring against it, so a rule added here and
 not documented fails the build.
 
 To add a rule: a member of `Rule` (its value is the public id, in JSON and reports), an
 entry in `RUNTIME_RULES` or `PREFLIGHT_RULES` at its place in report order, the function
-that fires it in `oversub/analysis/`, and a row in README's table.
+that fires it in `oversub/analysis/`, and a row in docs/rules.md's table.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class RuleInfo:
 
     rule: Rule
     severity: str
-    """Its severity as README's table gives it ("critical", "critical when T ≥ 2, else
+    """Its severity as docs/rules.md's table gives it ("critical", "critical when T ≥ 2, else
     warning")."""
     verdict: Verdict
     """The verdict its findings argue for."""

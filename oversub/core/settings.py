@@ -1,14 +1,14 @@
 """Every setting a run is judged or paced by, declared once.
 
 One row per setting: its name, kind, default, allowed range, the help text (word for word
-the README's), its `[tool.oversub]` key and the commands that take it as a flag. From this
-table come the click options of `watch` and `check` (`oversub.cli.options`), the validation
-of `[tool.oversub]` (`oversub.cli.config`), the defaults of `thresholds.Thresholds`, and the
-README check (tests/unit/core/test_catalogue.py). A value is resolved in one place
+docs/rules.md's or docs/cli.md's), its `[tool.oversub]` key and the commands that take it as
+a flag. From this table come the click options of `watch` and `check`
+(`oversub.cli.options`), the validation of `[tool.oversub]` (`oversub.cli.config`), the
+defaults of `thresholds.Thresholds`, and the docs check (tests/unit/core/test_catalogue.py). A value is resolved in one place
 (`cli.config.resolve`): the flag, else the pyproject key, else the default here.
 
 To add a setting: a row here (and a field of `thresholds.Thresholds` when the verdict uses it),
-a row in README's table; the flag, the key and their validation follow.
+a row in the table of docs/rules.md or docs/cli.md; the flag, the key and their validation follow.
 
 Pure data; imported by `watch` and `check` at start, not by `recommend` or `cpus`.
 """
@@ -56,7 +56,7 @@ class Setting(NamedTuple):
     default: float | str | None
     """Value when neither flag nor key is given (None: no default, e.g. no timeout)."""
     help: str
-    """What it means: `--help` adds " [DEFAULT]."; README's table has the same words."""
+    """What it means: `--help` adds " [DEFAULT]."; the docs' table has the same words."""
     commands: tuple[str, ...]
     """The commands that take it as a flag."""
     allowed: Range | None = None
@@ -189,7 +189,7 @@ SETTINGS: tuple[Setting, ...] = (
         seconds=True,
     ),
 )
-"""Every setting, in the order of README's tables and of `--help`."""
+"""Every setting, in the order of the docs' tables and of `--help`."""
 
 BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}
 BY_KEY: Mapping[str, Setting] = {s.key: s for s in SETTINGS}

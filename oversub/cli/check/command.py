@@ -130,7 +130,7 @@ def command(
     metrics: tuple[str, ...],
     **kwargs: Any,
 ) -> ExitStatus:
-    """CI gate: exit 1 when a job oversubscribes its CPUs (see README for all exit codes).
+    """CI gate: exit 1 when a job oversubscribes its CPUs (docs/guarantees.md has every exit code).
 
     \b
     Three ways:
