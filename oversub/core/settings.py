@@ -4,8 +4,9 @@ One row per setting: its name, kind, default, allowed range, the help text (word
 docs/rules.md's or docs/cli.md's), its `[tool.oversub]` key and the commands that take it as
 a flag. From this table come the click options of `watch` and `check`
 (`oversub.cli.options`), the validation of `[tool.oversub]` (`oversub.cli.config`), the
-defaults of `thresholds.Thresholds`, and the docs check (tests/unit/core/test_catalogue.py). A value is resolved in one place
-(`cli.config.resolve`): the flag, else the pyproject key, else the default here.
+defaults of `thresholds.Thresholds`, and the docs check (tests/unit/core/test_catalogue.py).
+A value is resolved in one place (`cli.config.resolve`): the flag, else the pyproject key,
+else the default here.
 
 To add a setting: a row here (and a field of `thresholds.Thresholds` when the verdict uses it),
 a row in the table of docs/rules.md or docs/cli.md; the flag, the key and their validation follow.
