@@ -1,11 +1,11 @@
 """Many targets at once (`watch --all`, `serve`): which hold load, their state, their order.
 
-Pure functions of an interval's results; the node loop (`run.node`) calls them.
+Pure functions of an interval's results; the one loop (`run.session.follow`) calls them.
 """
 
 from __future__ import annotations
 
-from oversub.core.names import Verdict
+from oversub.core.names import Signal, Verdict
 from oversub.core.results import Assessment, Interval
 from oversub.core.rules import Rule
 
@@ -16,11 +16,14 @@ STATES = ("oversubscribed", "starved", "at-risk", "ok", NOT_JUDGED)
 """Every state of a target's last interval, worst first."""
 
 
-def state(assessment: Assessment) -> str:
-    """The verdict as a state: `not-judged` when the kernel gave no run delay and no hazard
-    fired (the analysis then says "ok" with a `no-schedstat` finding, which is no green)."""
+def state(assessment: Assessment, interval: Interval | None = None) -> str:
+    """The verdict as a state: `not-judged` for an "ok" that is no green, when the kernel
+    gave no run delay and no hazard fired (a `no-schedstat` finding) or when processes of the
+    target could not be read (`processes` in the interval's `unavailable`: a hidepid /proc,
+    refused task directories): an ok is never given for a target not seen whole."""
     unmeasured = any(f.rule is Rule.NO_SCHEDSTAT for f in assessment.findings)
-    if assessment.verdict is Verdict.OK and unmeasured:
+    unseen = interval is not None and Signal.PROCESSES in interval.unavailable
+    if assessment.verdict is Verdict.OK and (unmeasured or unseen):
         return NOT_JUDGED
     return assessment.verdict.value
 
@@ -34,7 +37,7 @@ def holds_load(interval: Interval, assessment: Assessment) -> bool:
 
 def rank(target: str, interval: Interval, assessment: Assessment) -> tuple[int, float, str]:
     """Sort key: worst state first, then the highest demand, then the target's name."""
-    return (STATES.index(state(assessment)), -interval.totals.demand, target)
+    return (STATES.index(state(assessment, interval)), -interval.totals.demand, target)
 
 
 def worst_finding(assessment: Assessment) -> Rule | None:

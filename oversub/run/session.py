@@ -186,7 +186,7 @@ def follow(
                     continue
                 cgroup = source.cgroup_of(target)
                 results.append(
-                    TargetResult(target, source.kind, cgroup, budget, iv, a, fleet.state(a))
+                    TargetResult(target, source.kind, cgroup, budget, iv, a, fleet.state(a, iv))
                 )
             node = None
             if curr.node is not None and prev.node is not None:
