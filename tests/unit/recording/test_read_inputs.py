@@ -28,7 +28,7 @@ from oversub.cli.app import main
 try:
     main(sys.argv[1:])
 except SystemExit as exc:
-    code = exc.code
+    code = int(exc.code or 0)  # an IntEnum: str() of it is its name on Python 3.10
 with open("/proc/self/io") as f:
     io = dict(line.split(": ") for line in f.read().splitlines())
 peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
