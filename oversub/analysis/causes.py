@@ -24,6 +24,12 @@ GIL_CPU_PERCENT = 130.0
 """A process whose busy threads are all the interpreter's and that uses at most this much
 CPU (100 = one CPU) runs them one at a time: the GIL, not the CPUs, is what they wait for."""
 
+GIL_DEMAND = 1.6
+"""...and that keeps at most this many threads runnable on average: the GIL's holder and a
+waiter it just woke (1.4-1.5 measured for 8 pure-Python threads per process). Threads that
+release the GIL in native code (dask tasks doing BLAS: 1.75-2 per process measured) keep
+more runnable and are the application's threads, which a thread count does help."""
+
 _NOT_POOLS = frozenset({"python", "jemalloc", UNATTRIBUTED})
 
 
@@ -99,6 +105,9 @@ def cause(procs: Sequence[ProcessRates], threads: int) -> Cause | None:
     # Left: the interpreter's threads (and idle helpers). One CPU at most per process while
     # several are busy: they take turns on the GIL.
     gil = all(
-        p.cpu_percent <= GIL_CPU_PERCENT and busy_owners(p).get("python", 0) >= 2 for p in procs
+        p.cpu_percent <= GIL_CPU_PERCENT
+        and p.demand <= GIL_DEMAND
+        and busy_owners(p).get("python", 0) >= 2
+        for p in procs
     )
     return Cause("gil" if gil else "app", (), owners)

@@ -172,7 +172,8 @@ def test_torchs_openmp_team_is_critical_with_torchs_call() -> None:
 
 def test_gil_bound_threads_get_no_thread_cap() -> None:
     counts = (oc("python", 8, 8),)
-    f, _ = finding_of(tree(worker(11, counts), worker(12, counts), demand=2.9))
+    gil = [worker(p, counts, demand=1.45) for p in (11, 12)]  # 1.4-1.5 each, measured
+    f, _ = finding_of(tree(*gil, demand=2.9))
     assert f.severity is Severity.WARNING and "GIL" in f.message
     assert "not CPU oversubscription" in f.message
     assert "processes instead of threads" in f.fix and "free-threaded" in f.fix
@@ -315,3 +316,12 @@ def test_over_a_run_a_thread_counts_for_its_last_known_owner() -> None:
             )
         )
     assert describe(run.counts()) == "Python interpreter: 3 (2 busy), OpenBLAS: 1 idle"
+
+
+def test_python_threads_that_keep_two_runnable_each_are_not_the_gil() -> None:
+    """dask task threads doing BLAS (the GIL released) under oversubscription: each process
+    gets about one CPU, like a GIL-bound one, but keeps about two threads runnable."""
+    counts = (oc("python", 3, 2),)
+    procs = [worker(p, counts, cpu_percent=100.0, demand=1.75) for p in (11, 12)]
+    f, _ = finding_of(tree(*procs, demand=3.5))
+    assert "GIL" not in f.message and "application's own" in f.message, f.message
