@@ -49,7 +49,7 @@ def test_dask_task_threads_are_application_threads(tmp_path: Path, figure: Any) 
     assert run.summary["command_status"] == 0, run.describe()
     assert "oversubscribed-pools" not in run.rules(), run.describe()
     [finding] = run.findings("oversubscribed-threads")
-    assert "application's own threads" in finding["message"], finding
+    assert "application's own" in finding["message"], finding
     assert "threads_per_worker" in finding["fix"], finding
     for variable in VARIABLES:
         assert f"set {variable}" not in finding["fix"] and variable not in finding["fix"]
