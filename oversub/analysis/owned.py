@@ -150,9 +150,10 @@ def owned_finding(
         said = (
             f"{head}the busy threads are the Python interpreter's, and no process uses more "
             f"than {most:.1f} {noun(round(most, 1), 'CPU')} while several of "
-            "its threads are busy: they take "
-            f"turns on the GIL ({cause.owners}). That is not CPU oversubscription, and a "
-            "thread cap does not help (1 thread per process measured 0.93x)."
+            "its threads are busy, most of which give up the CPU more often than they are "
+            f"preempted: they take turns on the GIL ({cause.owners}). That is not CPU "
+            "oversubscription, and a thread cap does not help (1 thread per process "
+            "measured 0.93x)."
         )
         fix = (
             "For CPU-bound Python code use processes instead of threads "

@@ -155,13 +155,11 @@ class Encoder:
         }
         # Per thread, runnable nanoseconds (what `active_cpu` is compared with), idle ones left
         # out: they are never active whatever the threshold (it is > 0).
-        runs = [
-            [tid, round(r * _NS)]
-            for tid, r in zip(p.thread_ids, p.thread_runnable_s, strict=True)
-            if round(r * _NS) > 0
-        ]
-        if runs:
-            out["run"] = runs
+        kept = [i for i, r in enumerate(p.thread_runnable_s) if round(r * _NS) > 0]
+        if kept:
+            out["run"] = [[p.thread_ids[i], round(p.thread_runnable_s[i] * _NS)] for i in kept]
+            if p.thread_switches:
+                out["sw"] = [list(p.thread_switches[i]) for i in kept]
         if p.exited:
             out["exited"] = True
         if p.wait is not None:
@@ -267,6 +265,9 @@ class Decoder:
         runs = [array(r, "run") for r in array(d.get("run", []), "run")]
         if any(len(r) != 2 for r in runs):
             raise BadRecord("run is not a list of [tid, nanoseconds]")
+        switches = [array(r, "sw") for r in array(d.get("sw", []), "sw")]
+        if switches and (len(switches) != len(runs) or any(len(r) != 2 for r in switches)):
+            raise BadRecord("sw is not a list of [voluntary, involuntary] per run entry")
         wait = d.get("wait")
         pools = desc.get("pools")
         m = _raw_measures(d, seconds)
@@ -293,6 +294,9 @@ class Decoder:
             parent_threads_at_start=opt_whole(d.get("pf"), "pf"),
             thread_runnable_s=tuple(
                 per_second(whole(r[1], "runnable") / _NS, "runnable", seconds) for r in runs
+            ),
+            thread_switches=tuple(
+                (whole(r[0], "voluntary"), whole(r[1], "involuntary")) for r in switches
             ),
             **m._asdict(),
         )
