@@ -29,24 +29,24 @@ def owner_counts(
     """Counts per owner of the threads in `owners` (tid -> owner), with each thread's
     runnable seconds from `runnable` (absent: 0); a thread is busy at `floor_s` or more
     (compared in whole nanoseconds, as `rates.interval` does). With `switches` (tid ->
-    voluntary, involuntary), the busy threads that yield are counted. Most runnable first."""
+    voluntary, involuntary), the runnable seconds of the threads that yield are summed.
+    Most runnable first."""
     if owners is None:
         return None
     floor_ns = floor_s * _NS
     acc: dict[str, list[float]] = {}
-    yielding: dict[str, int | None] = {}
+    yielding: dict[str, float | None] = {}
     for tid, owner in owners.items():
         r = runnable.get(tid, 0.0)
         c = acc.setdefault(owner, [0, 0, 0, 0.0])
-        busy = r > 0 and round(r * _NS) >= floor_ns
         c[0] += 1
-        c[1] += 1 if busy else 0
+        c[1] += 1 if r > 0 and round(r * _NS) >= floor_ns else 0
         c[2] += 1 if r > 0 else 0
         c[3] += r
-        y = yielding.setdefault(owner, 0)
-        if busy and y is not None:
+        y = yielding.setdefault(owner, 0.0)
+        if r > 0 and y is not None:
             gave = yields(switches.get(tid) if switches is not None else None)
-            yielding[owner] = None if gave is None else y + gave
+            yielding[owner] = None if gave is None else y + (r if gave else 0.0)
     counts = [
         OwnerCount(k, int(v[0]), int(v[1]), int(v[2]), v[3], yielding[k]) for k, v in acc.items()
     ]
@@ -91,13 +91,13 @@ class RunOwners:
     def counts(self) -> tuple[OwnerCount, ...]:
         acc: dict[str, list[float]] = {}
         for tid, owner in self.owner_of.items():
-            c = acc.setdefault(owner, [0, 0, 0.0, 0])
+            c = acc.setdefault(owner, [0, 0, 0.0, 0.0])
             r = self.runnable.get(tid, 0.0)
             c[0] += 1 if tid in self.busy else 0
             c[1] += 1 if r > 0 else 0
             c[2] += r
-            if tid in self.busy and self.switches is not None:
-                c[3] += 1 if yields(self.switches.get(tid, (0, 0))) else 0
+            if r > 0 and self.switches is not None and yields(self.switches.get(tid, (0, 0))):
+                c[3] += r
         counts = [
             OwnerCount(
                 k,
@@ -105,7 +105,7 @@ class RunOwners:
                 int(v[0]),
                 int(v[1]),
                 v[2],
-                None if self.switches is None else int(v[3]),
+                None if self.switches is None else v[3],
             )
             for k, v in acc.items()
             if self.peak.get(k, 0) or v[1]

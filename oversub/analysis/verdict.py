@@ -16,7 +16,7 @@ Every number comes from `Thresholds`. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from oversub.analysis.causes import cause
+from oversub.analysis.causes import cause, gil_bound
 from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
 from oversub.analysis.owned import cheap_finding, owned_finding, spin_cost
@@ -65,8 +65,13 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
     contending = [p for p in interval.processes if p.demand >= BUSY_DEMAND]
     if not contending:  # many small processes: all of them share the CPUs
         contending = [p for p in interval.processes if p.demand > 0]
-    # Several threads at once: two active ones, or more runnable than one thread can be.
-    multi = [p for p in contending if p.active_threads >= 2 or p.demand > ONE_THREAD_DEMAND]
+    # Several threads at once: two active ones, or more runnable than one thread can be; or
+    # interpreter threads taking turns on the GIL, each runnable too briefly to count.
+    multi = [
+        p
+        for p in contending
+        if p.active_threads >= 2 or p.demand > ONE_THREAD_DEMAND or gil_bound(p)
+    ]
     # M = processes busy *at the same time*: over a whole run, workers that came and went
     # (a DataLoader per epoch, Pool(maxtasksperchild)) must not all count at once.
     m = max(1, min(len(contending), t.busy_processes or len(contending)))

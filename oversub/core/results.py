@@ -25,10 +25,11 @@ class OwnerCount:
     """Threads that ran or waited for a CPU at all: 0 = the pool sat idle."""
     runnable_s: float
     """Seconds its threads were running or waiting for a CPU, summed."""
-    yielding: int | None = None
-    """Busy threads that gave up the CPU more often than they were preempted (voluntary
-    switches above involuntary ones): they wait for something other than a CPU, a lock such
-    as the GIL. None when the switches were not counted."""
+    yielding_s: float | None = None
+    """Of `runnable_s`, the seconds of its threads that gave up the CPU more often than they
+    were preempted (voluntary switches above involuntary ones): threads that wait for
+    something other than a CPU, a lock such as the GIL. None when the switches were not
+    counted."""
 
 
 @dataclass(frozen=True)
