@@ -81,6 +81,10 @@ class _Process:
     calls: dict[int, bool] = field(default_factory=dict)
     """Address -> a call instruction ends right before it (read once per address)."""
     tid_offset: int | None = None
+    below: int | None = None
+    """Where this process's thread descriptors lie below their stacks' ends (learnt)."""
+    fresh: bool = False
+    """Its maps were read during this sample."""
     refused: bool = False
     """syscall or mem refused: only names count."""
     seen: bool = True
@@ -167,7 +171,7 @@ class OwnerReader:
         for key in [k for k, p in self._known.items() if not p.seen]:
             del self._known[key]
         for p in self._known.values():
-            p.seen = False
+            p.seen = p.fresh = False
 
     def read(self, pid: int, start_ticks: int, threads: tuple[ThreadSample, ...]) -> dict[int, str]:
         """tid -> owner key (`runtimes`), or `runtimes.UNATTRIBUTED`, for `threads`."""
@@ -213,8 +217,9 @@ class OwnerReader:
         self, pid: int, proc: _Process, wanted: dict[int, _Thread], alive: set[int]
     ) -> None:
         """Step 2 of the module docstring for the threads `wanted`, in one pass over the
-        process's stacks (maps read again: new threads have new stacks)."""
-        self._load_maps(pid, proc)
+        process's stacks (maps read again, once per sample: new threads have new stacks)."""
+        if not proc.fresh:
+            self._load_maps(pid, proc)
         for entry in wanted.values():
             entry.top_tries += 1
         # A stack whose thread still lives and is not wanted is not read again.
@@ -241,9 +246,11 @@ class OwnerReader:
                     proc.calls[address] = ok
                 return ok
 
-            tops = StackTops(fd, lambda a: self._object_at(pid, proc, a), follows, proc.tid_offset)
+            tops = StackTops(
+                fd, lambda a: self._object_at(pid, proc, a), follows, proc.tid_offset, proc.below
+            )
             found = tops.read(stacks, alive)
-            proc.tid_offset = tops.tid_offset
+            proc.tid_offset, proc.below = tops.tid_offset, tops.below
         finally:
             os.close(fd)
         proc.stack_tid = {s: tid for s, tid in proc.stack_tid.items() if tid in alive}
@@ -332,6 +339,7 @@ class OwnerReader:
         proc.text = parse_text_maps(maps)
         proc.starts = [m[0] for m in proc.text]
         proc.stacks = stack_mappings(maps)
+        proc.fresh = True
 
     def _stack_owner(self, pid: int, proc: _Process, sp: int) -> str | None:
         pointer = _POINTER.get(self._machine)
