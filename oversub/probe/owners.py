@@ -192,7 +192,7 @@ class OwnerReader:
             if not entry.proven:
                 unproven.append((t, entry))
         wanted = {t.tid: e for t, e in unproven if t.tid != pid and e.top_tries < TOP_TRIES}
-        if wanted and not proc.refused:
+        if wanted and not proc.refused and self._machine == "x86_64":  # glibc's layout there
             self._start_routines(pid, proc, wanted, alive)
         for t, entry in unproven:
             if entry.proven:
