@@ -178,3 +178,14 @@ def test_stack_mappings_are_anonymous_rw_right_above_a_guard() -> None:
         + "zz-yy rw-p 0 0 0\n"
     )
     assert stack_mappings(maps.encode()) == [(0x2000, 0x9000)]
+
+
+def test_the_layout_is_read_on_x86_64_only(tmp_path: Path) -> None:
+    proc = process(tmp_path, NUMEXPR)
+    proc.call_site(NUMEXPR[0] + 0x40)
+    thread = proc.thread(101)
+    proc.stack_top(101, (CLONE3, START_THREAD, NUMEXPR[0] + 0x40))
+    proc.flush()
+    arm = OwnerReader(str(tmp_path), machine="aarch64")  # another TLS layout there
+    assert owners(tmp_path, [thread], arm) == {101: "unattributed"}
+    assert owners(tmp_path, [thread]) == {101: "numexpr"}
