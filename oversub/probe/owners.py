@@ -81,6 +81,8 @@ class _Process:
     calls: dict[int, bool] = field(default_factory=dict)
     """Address -> a call instruction ends right before it (read once per address)."""
     tid_offset: int | None = None
+    main_name: str | None = None
+    """The main thread's name (`/proc/PID/comm`), read once."""
     below: int | None = None
     """Where this process's thread descriptors lie below their stacks' ends (learnt)."""
     fresh: bool = False
@@ -185,7 +187,7 @@ class OwnerReader:
         for t in threads:
             entry = proc.threads.get(t.tid)
             if entry is None:
-                entry = self._new_thread(f"{base}/{t.tid}")
+                entry = self._new_thread(f"{base}/{t.tid}", self._main_name(pid, proc))
                 if t.tid == pid and self._interpreter(pid, proc):
                     entry.owner, entry.proven = "python", True
                 proc.threads[t.tid] = entry
@@ -266,7 +268,21 @@ class OwnerReader:
             else:
                 wants.top_tries = TOP_TRIES  # started by no runtime's code: other evidence
 
-    def _new_thread(self, base: str) -> _Thread:
+    def _main_name(self, pid: int, proc: _Process) -> str | None:
+        """The process's main thread's name, read once: a thread carrying it inherited it."""
+        if proc.main_name is None:
+            try:
+                raw = _read(f"{self._proc}/{pid}/comm", 64)
+            except PermissionError:
+                raw = None
+            proc.main_name = (raw or b"").strip().decode("utf-8", "replace")
+        return proc.main_name or None
+
+    def _new_thread(self, base: str, inherited: str | None = None) -> _Thread:
+        """A thread first seen; its name is evidence unless it is `inherited`, the main
+        thread's (a thread is named after its creator until it renames itself: torch names
+        a DataLoader worker's main thread `pt_data_worker`, and the OpenBLAS threads that
+        worker starts later carry that name too)."""
         try:
             comm = (_read(f"{base}/comm", 64) or b"").strip().decode("utf-8", "replace")
             stat = _read(f"{base}/stat")
@@ -279,7 +295,7 @@ class OwnerReader:
                 start = int(rest[19])  # field 22: start time in clock ticks after boot
             except (IndexError, ValueError):
                 start = None
-        owner = runtimes.owner_of_name(comm)
+        owner = None if comm == inherited else runtimes.owner_of_name(comm)
         return _Thread(comm, start, owner, proven=owner is not None)
 
     def _interpreter(self, pid: int, proc: _Process) -> bool:

@@ -240,3 +240,21 @@ def test_the_main_thread_of_an_interpreter_is_pythons_even_inside_a_pool(tmp_pat
     main = proc.thread(PID, "app", pc=GOMP[0] + 0x10)
     proc.flush()
     assert read_owners(other, [main]) == {PID: "libgomp"}
+
+
+def test_a_name_inherited_from_the_main_thread_proves_nothing(tmp_path: Path) -> None:
+    """torch names a DataLoader worker's main thread pt_data_worker; the OpenBLAS threads the
+    worker starts afterwards carry that name, which is torch's `pt_` prefix."""
+    proc = FakeProcess(tmp_path, [LIBC])
+    (proc.base / "comm").write_text("pt_data_worker\n")
+    threads = [
+        proc.thread(PID, "pt_data_worker"),
+        proc.thread(101, "pt_data_worker"),
+        proc.thread(102, "pt_autograd_0"),
+    ]
+    proc.flush()
+    assert read_owners(tmp_path, threads) == {
+        PID: "unattributed",
+        101: "unattributed",
+        102: "torch",
+    }
