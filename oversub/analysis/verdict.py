@@ -16,10 +16,12 @@ Every number comes from `Thresholds`. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from oversub.analysis.causes import cause, gil_bound
 from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
-from oversub.analysis.owned import cheap_finding, owned_finding, spin_cost
+from oversub.analysis.owned import cheap_finding, owned_finding, spin_cost, unattributed_note
 from oversub.analysis.plans import threads_for
 from oversub.analysis.poolsize import app_threads, blamed
 from oversub.analysis.rates import BUSY_DEMAND
@@ -98,7 +100,8 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         if m > n:
             fix += f"; and run at most {count(n, 'busy process')} at a time"
         if pools and all(waits(k) == "sleep" for k in pools):
-            return cheap_finding(pools, pids_of(contending), head, evidence, fix + ".")
+            found = cheap_finding(pools, pids_of(contending), head, evidence, fix + ".")
+            return replace(found, message=found.message + unattributed_note(pooled))
         return Finding(
             rule=Rule.OVERSUBSCRIBED_POOLS,
             severity=Severity.CRITICAL,
@@ -111,7 +114,8 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
                 if pools
                 else "several busy threads each"
             )
-            + spin_cost(pools),
+            + spin_cost(pools)
+            + unattributed_note(pooled),
             pids=pids_of(contending),
             evidence=evidence,
             fix=fix + ".",

@@ -394,3 +394,15 @@ def test_gil_threads_each_runnable_too_briefly_to_be_busy_are_still_the_gil() ->
     procs = [worker(p, single, demand=1.4, active_threads=1, cpu_percent=99.0) for p in (11, 12)]
     f, _ = finding_of(tree(*procs, demand=2.8))
     assert "single-thread" in f.message and "GIL" not in f.message, f.message
+
+
+def test_a_fallback_to_the_mapped_pools_says_the_busy_threads_were_not_attributed() -> None:
+    counts = (oc("unattributed", 2, 2), oc("python", 1, 1))
+    f, _ = finding_of(tree(worker(11, counts), worker(12, counts), demand=4.0))
+    assert f.rule == "oversubscribed-pools" and "OpenBLAS" in f.message, f.message
+    assert "could not be attributed to a runtime (pid 11: unattributed: 2 busy" in f.message
+    assert "not observed running" in f.message
+    # Owners not read at all (no /proc owners, an old recording): nothing to say about them.
+    bare = [worker(p, counts, owner_counts=None, owners=None) for p in (11, 12)]
+    f, _ = finding_of(tree(*bare, demand=4.0))
+    assert "could not be attributed" not in f.message, f.message
