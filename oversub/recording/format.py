@@ -32,6 +32,7 @@ from oversub.analysis.rates import Measures, measures, tree_totals
 from oversub.core.errors import NotARecording
 from oversub.core.model import MAX_VCPUS, Budget, CpuQuota
 from oversub.core.names import Signal, WaitKind
+from oversub.core.pools import POOLS_BY_KEY
 from oversub.core.results import HostRates, Interval, ProcessRates
 from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED
 from oversub.core.thresholds import Thresholds
@@ -282,13 +283,13 @@ class Decoder:
             cmdline=text(field(desc, "cmdline"), "cmdline"),
             threads=whole(field(d, "threads"), "threads"),
             active_threads=0,
-            pools=None if pools is None else tuple(text(x, "pool") for x in array(pools, "pools")),
+            pools=None if pools is None else tuple(_pool(x) for x in array(pools, "pools")),
             thread_env=text_map(desc.get("thread_env"), "thread_env"),
             exited=d.get("exited") is True,
             wait=kind,
             start_ticks=start,
-            live_pools=whole_map(desc.get("live_pools"), "live_pools"),
-            live_threads=whole_map(desc.get("live_threads"), "live_threads"),
+            live_pools=_pool_map(desc.get("live_pools"), "live_pools"),
+            live_threads=_pool_map(desc.get("live_threads"), "live_threads"),
             owners=_owners_of(desc.get("owners")),
             thread_ids=tuple(whole(r[0], "tid") for r in runs),
             parent_threads_at_start=opt_whole(d.get("pf"), "pf"),
@@ -300,6 +301,22 @@ class Decoder:
             ),
             **m._asdict(),
         )
+
+
+def _pool(v: Any) -> str:
+    """A pool key of the catalogue (`core.pools`); anything else is not oversub's."""
+    key = text(v, "pool")
+    if key not in POOLS_BY_KEY:
+        raise BadRecord(f"unknown pool {key[:40]!r}")
+    return key
+
+
+def _pool_map(v: Any, what: str) -> dict[str, int] | None:
+    """Live sizes by pool key: keys of the catalogue only."""
+    sizes = whole_map(v, what)
+    for key in sizes or ():
+        _pool(key)
+    return sizes
 
 
 def _owners_of(v: Any) -> dict[int, str] | None:

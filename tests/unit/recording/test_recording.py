@@ -233,3 +233,17 @@ def test_malformed_switches_are_refused(sw: object) -> None:
             p["sw"] = sw
     with pytest.raises(BadRecord):
         Decoder().interval(record)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("live_pools", {"": 0}), ("live_threads", {"x": 1}), ("pools", ["nope"])]
+)
+def test_pools_outside_the_catalogue_are_refused(key: str, value: object) -> None:
+    """A report indexes the catalogue by these keys: an unknown one is bad input, never a
+    KeyError (found by the field fuzz)."""
+    record = loads(dumps(Encoder().interval(run_of(1)[0], "T")))
+    for p in record["p"]:
+        if "d" in p:
+            p["d"][key] = value
+    with pytest.raises(BadRecord, match="unknown pool"):
+        Decoder().interval(record)
