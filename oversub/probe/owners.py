@@ -77,6 +77,9 @@ class _Process:
     stacks: list[tuple[int, int]] = field(default_factory=list)
     """Anonymous mappings above a guard page (thread stacks), from the same maps read."""
     stack_tid: dict[tuple[int, int], int] = field(default_factory=dict)
+    bare: dict[tuple[int, int], int] = field(default_factory=dict)
+    """Stack-like mappings found without a thread descriptor, and how often: twice (not a
+    stack being set up by pthread_create at that moment) and it is not read again."""
     """The thread each stack was found to belong to."""
     calls: dict[int, bool] = field(default_factory=dict)
     """Address -> a call instruction ends right before it (read once per address)."""
@@ -226,7 +229,7 @@ class OwnerReader:
             entry.top_tries += 1
         # A stack whose thread still lives and is not wanted is not read again.
         known = {s for s, tid in proc.stack_tid.items() if tid in alive and tid not in wanted}
-        stacks = [s for s in proc.stacks if s not in known]
+        stacks = [s for s in proc.stacks if s not in known and proc.bare.get(s, 0) < 2]
         if not stacks:
             return
         try:
@@ -253,6 +256,8 @@ class OwnerReader:
             )
             found = tops.read(stacks, alive)
             proc.tid_offset, proc.below = tops.tid_offset, tops.below
+            for s in tops.bare:
+                proc.bare[s] = proc.bare.get(s, 0) + 1
         finally:
             os.close(fd)
         proc.stack_tid = {s: tid for s, tid in proc.stack_tid.items() if tid in alive}

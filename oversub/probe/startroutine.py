@@ -70,6 +70,10 @@ def stack_mappings(maps: bytes) -> list[tuple[int, int]]:
     return out
 
 
+def _word(data: bytes, index: int) -> int:
+    return int(struct.unpack_from("<Q", data, 8 * index)[0])
+
+
 def _descriptor(words: tuple[int, ...], base: int) -> int | None:
     """Index in `words` (read at address `base`, 8-byte words) of the highest 16-byte
     aligned word whose value is its own address and whose third word equals it."""
@@ -105,7 +109,10 @@ class StackTops:
         holds exactly one live thread id."""
         self.below = below
         """How far below its mapping's end the last descriptor lay: one process's threads
-        all have the same (2,368 bytes measured), so it is tried first."""
+        all have the same (2,368 bytes measured), so once known only that place is read."""
+        self.bare: list[tuple[int, int]] = []
+        """The stacks of the last `read` that hold no descriptor: no glibc thread's, never
+        worth reading again."""
 
     def read(
         self, stacks: Iterable[tuple[int, int]], tids: Collection[int]
@@ -114,6 +121,7 @@ class StackTops:
         are not the layout above) for the live `tids` whose stack is among `stacks`."""
         found: dict[int, tuple[tuple[int, int], str | None]] = {}
         twice: set[int] = set()
+        self.bare = []
         for n, (start, end) in enumerate(stacks):
             if n >= MAX_STACKS:
                 break
@@ -124,14 +132,17 @@ class StackTops:
             except (OSError, OverflowError, ValueError):
                 continue
             count = len(top) // 8
-            words = struct.unpack_from(f"<{count}Q", top)
+            words: tuple[int, ...] | None = None
             if self.below is None:
+                words = struct.unpack_from(f"<{count}Q", top)
                 i = _descriptor(words, base)
             else:  # one C library per process: its descriptors all lie there, or nowhere
                 at = (len(top) - self.below) // 8
-                ok = 0 <= at < count - 2 and words[at] == base + 8 * at == words[at + 2]
+                ok = 0 <= at < count - 2 and _word(top, at) == base + 8 * at == _word(top, at + 2)
                 i = at if ok else None
             if i is None:
+                if len(top) == size:
+                    self.bare.append((start, end))
                 continue
             self.below = end - (base + 8 * i)
             tid = self._tid(top, 8 * i, tids)
@@ -140,6 +151,8 @@ class StackTops:
             if tid in found:
                 twice.add(tid)
                 continue
+            if words is None:
+                words = struct.unpack_from(f"<{i}Q", top)
             found[tid] = ((start, end), self._start_object(words, i, base, start))
         for tid in twice:
             del found[tid]

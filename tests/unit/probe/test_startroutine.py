@@ -189,3 +189,35 @@ def test_the_layout_is_read_on_x86_64_only(tmp_path: Path) -> None:
     arm = OwnerReader(str(tmp_path), machine="aarch64")  # another TLS layout there
     assert owners(tmp_path, [thread], arm) == {101: "unattributed"}
     assert owners(tmp_path, [thread]) == {101: "numexpr"}
+
+
+def test_mappings_without_a_descriptor_are_reported_bare(tmp_path: Path) -> None:
+    import os
+
+    from oversub.probe.startroutine import StackTops
+
+    proc = process(tmp_path, NUMEXPR)
+    proc.call_site(NUMEXPR[0] + 0x40)
+    real = proc.stack_top(101, (CLONE3, START_THREAD, NUMEXPR[0] + 0x40))
+    fake = proc.stack_top(999, (), descriptor=False)
+    proc.flush()
+    fd = os.open(proc.base / "mem", os.O_RDONLY)
+    try:
+        texts = {m[0]: m for m in (LIBC, NUMEXPR)}
+
+        def object_at(address: int) -> str | None:
+            for lo, hi, path in texts.values():
+                if lo <= address < hi:
+                    return path
+            return None
+
+        tops = StackTops(fd, object_at, lambda a: True)
+        found = tops.read([real, fake], {101})
+        assert found == {101: (real, NUMEXPR[2])}
+        assert tops.bare == [fake] and tops.below == DESCRIPTOR_BELOW
+        # Learnt: the next pass reads one place per stack, and still finds it.
+        assert StackTops(fd, object_at, lambda a: True, tops.tid_offset, tops.below).read(
+            [fake, real], {101}
+        ) == {101: (real, NUMEXPR[2])}
+    finally:
+        os.close(fd)
