@@ -21,7 +21,7 @@ from oversub.analysis.jobmerge import (
     parse_report,
 )
 from oversub.core.errors import ExitStatus
-from oversub.core.names import Verdict
+from oversub.core.names import FailOn, Verdict
 from oversub.core.nodes import JobReport
 from oversub.render import MergeFormat, render_merge
 from tests.support.harness import run_cli
@@ -58,7 +58,7 @@ def report(node: Any, verdict: str | None = "ok", **overrides: Any) -> dict[str,
     return doc
 
 
-def job(*docs: dict[str, Any], fail_on: Verdict = Verdict.OVERSUBSCRIBED) -> JobReport:
+def job(*docs: dict[str, Any], fail_on: FailOn = FailOn.OVERSUBSCRIBED) -> JobReport:
     return merge([parse_report(d, f"{d['node']}.json") for d in docs], fail_on)
 
 
@@ -91,7 +91,7 @@ def test_all_ok_passes() -> None:
 def test_fail_on_decides_as_in_check() -> None:
     j = job(report("a", "starved"), report("b"))
     assert merge_status(j) is ExitStatus.OK and j.verdict is Verdict.STARVED
-    j = job(report("a", "starved"), report("b"), fail_on=Verdict.AT_RISK)
+    j = job(report("a", "starved"), report("b"), fail_on=FailOn.AT_RISK)
     assert merge_status(j) is ExitStatus.FOUND
 
 
@@ -127,7 +127,9 @@ def test_no_node_judged() -> None:
 
 def test_a_copy_of_a_report_counts_once() -> None:
     doc = report("a", "oversubscribed")
-    j = merge([parse_report(doc, "a.json"), parse_report(dict(doc), "copy.json")], Verdict.OK)
+    j = merge(
+        [parse_report(doc, "a.json"), parse_report(dict(doc), "copy.json")], FailOn.OVERSUBSCRIBED
+    )
     assert len(j.rows) == 1
     assert j.notes == ("copy.json is the same report as a.json: counted once",)
 
@@ -138,7 +140,7 @@ def test_two_reports_of_one_node_are_two_rows() -> None:
             parse_report(report("a", "oversubscribed"), "rank0.json"),
             parse_report(report("a"), "rank1.json"),
         ],
-        Verdict.OVERSUBSCRIBED,
+        FailOn.OVERSUBSCRIBED,
     )
     assert [row.label for row in j.rows] == ["a (rank0.json)", "a (rank1.json)"]
     assert [row.label for row in j.failing] == ["a (rank0.json)"]
@@ -235,7 +237,7 @@ def hostile_job() -> JobReport:
     bad = report(HOSTILE, "oversubscribed", findings=[finding])
     return merge(
         [parse_report(bad, "dir/\x1b[2J\n.json"), parse_report(report("b", None), "b.json")],
-        Verdict.OVERSUBSCRIBED,
+        FailOn.OVERSUBSCRIBED,
     )
 
 
