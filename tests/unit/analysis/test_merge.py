@@ -95,6 +95,60 @@ def test_fail_on_decides_as_in_check() -> None:
     assert merge_status(j) is ExitStatus.FOUND
 
 
+CHEAP = {**OVER, "severity": "warning", "message": "polars' pool sleeps while it waits"}
+HANG = {"rule": "fork-hang", "severity": "critical", "verdict": "at-risk", "message": "hung"}
+
+
+def test_costly_fails_a_node_with_a_critical_finding_and_names_it() -> None:
+    j = job(report("gpu-1", "oversubscribed"), report("gpu-2"), fail_on=FailOn.COSTLY)
+    assert merge_status(j) is ExitStatus.FOUND
+    assert [row.label for row in j.failing] == ["gpu-1"]
+    assert [f.rule for f in j.failing[0].failing] == ["oversubscribed-threads"]
+    assert render_merge(j, ExitStatus.FOUND, MergeFormat.TEXT).splitlines()[-1] == (
+        "oversub merge: FAIL: a costly finding (--fail-on costly) on 1 of 2 nodes: gpu-1; "
+        "job verdict oversubscribed, exit 1"
+    )
+    xml = ET.fromstring(render_merge(j, ExitStatus.FOUND, MergeFormat.JUNIT))
+    (failure,) = xml.iter("failure")
+    assert failure.get("message") == (
+        "verdict oversubscribed, 1 costly finding: oversubscribed-threads (--fail-on costly) "
+        "in gpu-1.json"
+    )
+
+
+def test_costly_passes_a_cheap_oversubscription_and_says_why() -> None:
+    cheap = report("gpu-1", "oversubscribed", findings=[IDLE, CHEAP])
+    j = job(cheap, report("gpu-2"), fail_on=FailOn.COSTLY)
+    assert merge_status(j) is ExitStatus.OK and j.verdict is Verdict.OVERSUBSCRIBED
+    assert render_merge(j, ExitStatus.OK, MergeFormat.TEXT).splitlines()[-1] == (
+        "oversub merge: pass: job verdict oversubscribed, the worst of 2 nodes, no costly "
+        "finding (--fail-on costly), exit 0"
+    )
+    doc = json.loads(render_merge(j, ExitStatus.OK, MergeFormat.JSON))
+    assert doc["fail_on"] == "costly" and doc["failing_nodes"] == []
+    assert [node["fails"] for node in doc["nodes"]] == [False, False]
+    # --fail-on oversubscribed still fails on any oversubscription.
+    j = job(cheap, report("gpu-2"), fail_on=FailOn.OVERSUBSCRIBED)
+    assert merge_status(j) is ExitStatus.FOUND
+
+
+def test_costly_fails_a_certain_hang_whose_node_is_only_at_risk() -> None:
+    # The job's verdict comes from the node that passes: the line names the one that fails.
+    hung = report("gpu-2", "at-risk", findings=[HANG])
+    cheap = report("gpu-1", "oversubscribed", findings=[CHEAP])
+    j = job(cheap, hung, fail_on=FailOn.COSTLY)
+    assert [row.label for row in j.failing] == ["gpu-2"]
+    line = render_merge(j, ExitStatus.FOUND, MergeFormat.TEXT).splitlines()[-1]
+    assert "on 1 of 2 nodes: gpu-2; job verdict oversubscribed" in line
+    assert merge_status(job(cheap, hung, fail_on=FailOn.OVERSUBSCRIBED)) is ExitStatus.FOUND
+    assert [r.label for r in job(cheap, hung, fail_on=FailOn.OVERSUBSCRIBED).failing] == ["gpu-1"]
+
+
+def test_costly_does_not_pass_a_node_not_judged() -> None:
+    j = job(report("a"), report("b", None), fail_on=FailOn.COSTLY)
+    assert merge_status(j) is ExitStatus.UNOBSERVABLE
+
+
 def test_a_node_not_judged_is_not_ok() -> None:
     j = job(report("a"), report("b", None))
     assert not j.judged and j.verdict is Verdict.OK
@@ -312,6 +366,17 @@ def test_cli_exit_0_and_3(tmp_path: Path, capsys: Capture) -> None:
     assert run_cli(["merge", a], capsys)[0] == 0
     code, out, _ = run_cli(["merge", a, b, "--format", "markdown"], capsys)
     assert code == 3 and "## oversub merge: error, exit 3" in out
+
+
+def test_cli_default_gate_is_costly(tmp_path: Path, capsys: Capture) -> None:
+    cheap = write(tmp_path / "a.json", report("a", "oversubscribed", findings=[CHEAP]))
+    code, out, _ = run_cli(["merge", cheap], capsys)
+    assert code == 0 and "no costly finding (--fail-on costly)" in out
+    assert run_cli(["merge", cheap, "--fail-on", "oversubscribed"], capsys)[0] == 1
+    (tmp_path / "pyproject.toml").write_text('[tool.oversub]\nfail-on = "oversubscribed"\n')
+    assert run_cli(["merge", cheap], capsys)[0] == 1
+    (tmp_path / "pyproject.toml").write_text('[tool.oversub]\nfail-on = "costly"\n')
+    assert run_cli(["merge", cheap], capsys)[0] == 0
 
 
 def test_cli_fail_on_from_pyproject(tmp_path: Path, capsys: Capture) -> None:

@@ -417,3 +417,90 @@ def test_markdown_fits_the_job_summary_limit_by_leaving_out_processes() -> None:
     assert min(by_pid[pid] for pid in kept) >= max(
         cpu for pid, cpu in by_pid.items() if pid not in kept
     )
+
+
+# --------------------------------------------------------------------------- the gate's words
+# Issue 21 item 3: every sink that shows the gate says what is true under --fail-on costly.
+
+
+def closing(s: Summary, fail_on: FailOn, **kwargs: Any) -> str:
+    from oversub.analysis.policy import exit_status
+    from oversub.core.results import CheckOutcome
+    from oversub.render.checkreport import closing_lines
+
+    outcome = CheckOutcome(s, **kwargs)
+    return closing_lines(outcome, exit_status(outcome, fail_on), gate(s, fail_on))[-1]
+
+
+def test_closing_line_under_costly_says_why_a_run_passes_or_fails() -> None:
+    cheap = make_summary(findings=(CHEAP,))
+    assert closing(cheap, FailOn.COSTLY) == (
+        "oversub check: pass: verdict oversubscribed, no costly finding (--fail-on costly), exit 0"
+    )
+    assert closing(cheap, FailOn.OVERSUBSCRIBED) == (
+        "oversub check: FAIL: verdict oversubscribed (--fail-on oversubscribed), exit 1"
+    )
+    costly = make_summary(findings=(make_finding(), CHEAP, HANG))
+    assert closing(costly, FailOn.COSTLY) == (
+        "oversub check: FAIL: verdict oversubscribed, 2 costly findings: oversubscribed-pools, "
+        "fork-hang (--fail-on costly), exit 1"
+    )
+    hung = make_summary(verdict=Verdict.AT_RISK, findings=(HANG,))
+    assert closing(hung, FailOn.COSTLY).startswith(
+        "oversub check: FAIL: verdict at-risk, 1 costly finding: fork-hang"
+    )
+    ok = make_summary(verdict=Verdict.OK, findings=(info(),))
+    assert (
+        closing(ok, FailOn.COSTLY) == "oversub check: pass: verdict ok (--fail-on costly), exit 0"
+    )
+    assert closing(cheap, FailOn.COSTLY, interrupted=True) == (
+        "oversub check: interrupted: verdict oversubscribed, no costly finding (--fail-on "
+        "costly), exit 130"
+    )
+    unjudged = make_summary(verdict=None, findings=(make_finding(),), not_judged="it failed")
+    assert closing(unjudged, FailOn.COSTLY) == "oversub check: error: not judged: it failed, exit 3"
+
+
+def test_json_report_holds_the_gate_value() -> None:
+    from oversub.core.errors import ExitStatus
+    from oversub.core.results import CheckOutcome
+    from oversub.render.checkreport import check_dict
+
+    s = make_summary(findings=(CHEAP,))
+    for fail_on in FailOn:
+        doc = check_dict(CheckOutcome(s), ExitStatus.OK, gate(s, fail_on))
+        assert doc["fail_on"] == fail_on.value
+
+
+def test_markdown_under_costly_counts_the_critical_findings() -> None:
+    common: dict[str, Any] = {"command": None, "command_status": None}
+    md = markdown(
+        make_summary(findings=(CHEAP, info())), fail_on=FailOn.COSTLY, exit_status=0, **common
+    )
+    assert md.startswith("## oversub: OVERSUBSCRIBED (passed)\n")
+    assert "0 of 2 findings critical (`--fail-on costly` fails on a critical finding)" in md
+    assert "(fails)" not in md
+    md = markdown(mixed_summary(), fail_on=FailOn.COSTLY, exit_status=1, **common)
+    assert md.startswith("## oversub: OVERSUBSCRIBED (FAILED)\n")
+    assert "1 of 3 findings critical" in md and "oversubscribed (fails)" in md
+
+
+def test_annotations_under_costly_error_on_critical_warn_on_the_rest() -> None:
+    s = make_summary(findings=(make_finding(), CHEAP, HANG, info()))
+    commands = [line.split(" ", 1)[0] for line in annotate(s, fail_on=FailOn.COSTLY)]
+    assert commands == ["::error", "::warning", "::error"]
+    commands = [line.split(" ", 1)[0] for line in annotate(s, fail_on=FailOn.OVERSUBSCRIBED)]
+    assert commands == ["::error", "::error", "::warning"]
+
+
+def test_junit_under_costly_fails_critical_findings_and_says_why_the_rest_pass() -> None:
+    s = make_summary(findings=(make_finding(), CHEAP))
+    suite = parse(junit(s, fail_on=FailOn.COSTLY))
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["fail_on"] == "costly"
+    by_name = cases(suite)
+    assert len(by_name["oversubscribed-pools"].findall("failure")) == 1
+    assert by_name["oversubscribed-threads"].findall("failure") == []
+    out = by_name["oversubscribed-threads"].find("system-out")
+    assert out is not None
+    assert (out.text or "").startswith("not critical, passes --fail-on costly (severity warning)")
