@@ -14,9 +14,11 @@ temporary directory, waits until `sinfo` shows the node idle, and runs:
 - the batch recipe of docs/clusters.md, extracted from the page, submitted with
   `sbatch --wait` (`--nodes=1` on the command line: this cluster has one node): each task's
   `oversub check` report lands in out/, `oversub merge` names the node, the job's verdict is
-  oversubscribed and the job exits 1; with the page's fix line (the recommended thread
-  count) it exits 0;
-- the torchrun recipe of the page the same way (with the real-library venv's torch);
+  oversubscribed and the job exits 1 (its hashing threads are a warning: the job's
+  pyproject.toml gates on any oversubscription, `fail-on = "oversubscribed"`); with the
+  page's fix line (the recommended thread count) it exits 0;
+- the torchrun recipe of the page the same way (with the real-library venv's torch), under
+  the default gate, `--fail-on costly`: torch's OpenMP pool spins, a critical finding;
 - `oversub watch --all` names the running job's cgroup as the SLURM job (task/cgroup) and
   judges it against the job's own CPUs; where only task/affinity could run, the job's task
   is watched by pid instead (and the cgroup part is said to be untested).
@@ -553,6 +555,18 @@ def _write_train(directory: Path, source: str) -> None:
     (directory / "train.py").write_text(source)
 
 
+ANY_OVERSUBSCRIPTION = '[tool.oversub]\nfail-on = "oversubscribed"\n'
+"""TRAIN's hashing threads are the application's own (no native pool spins), a warning that
+the default gate, `--fail-on costly`, passes: its jobs gate on any oversubscription, set
+where a project sets it, in the pyproject.toml of the job's directory (read by the recipe's
+`oversub check` and `oversub merge`, which run there)."""
+
+
+def _write_hashing_train(directory: Path, seconds: int) -> None:
+    _write_train(directory, TRAIN.format(seconds=seconds))
+    (directory / "pyproject.toml").write_text(ANY_OVERSUBSCRIPTION)
+
+
 def check_torchrun(c: Cluster, page: str) -> list[str]:
     script, fix = recipe(page, "torchrun")
     lines = []
@@ -611,7 +625,7 @@ def check_running_job(c: Cluster, bin_dir: Path, page: str) -> list[str]:
     """A job that runs: `watch --all` names its cgroup as the job (task/cgroup), or its task
     is watched by pid (task/affinity); the page's recipe for a running job merges to exit 1."""
     directory = c.base / "running"
-    _write_train(directory, TRAIN.format(seconds=60))
+    _write_hashing_train(directory, 60)
     env = job_env(c, bin_dir)
     log = (directory / "srun.out").open("wb")
     job_srun = subprocess.Popen(
@@ -703,7 +717,7 @@ def main() -> int:
                 lines.append(f"{version}; task plugin: {plugin}; node {c.host}, {c.cpus} CPUs")
                 lines += check_budgets(c, oversub)
                 for directory in ("batch-hot", "batch-fixed"):
-                    _write_train(c.base / directory, TRAIN.format(seconds=8))
+                    _write_hashing_train(c.base / directory, 8)
                 lines += check_batch(c, Path(sys.executable).parent, page)
                 lines += check_running_job(c, Path(sys.executable).parent, page)
                 if (REAL_BIN / "torchrun").exists():

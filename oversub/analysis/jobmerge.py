@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from oversub.analysis.launcher import launcher_identity
-from oversub.analysis.policy import fails
+from oversub.analysis.policy import fails, finding_fails
 from oversub.core.errors import ExitStatus, UsageError
 from oversub.core.model import MAX_VCPUS
-from oversub.core.names import Name, Severity, Verdict
+from oversub.core.names import FailOn, Name, Severity, Verdict
 from oversub.core.nodes import JobReport, NodeFinding, NodeReport, NodeRow, RuleNodes
 
 MAX_TEXT = 300
@@ -187,7 +187,7 @@ def _unique(reports: Sequence[NodeReport], notes: list[str]) -> list[NodeReport]
     return list(first.values())
 
 
-def _rows(reports: Sequence[NodeReport], fail_on: Verdict, notes: list[str]) -> list[NodeRow]:
+def _rows(reports: Sequence[NodeReport], fail_on: FailOn, notes: list[str]) -> list[NodeRow]:
     by_node: dict[str, list[NodeReport]] = {}
     for r in reports:
         by_node.setdefault(r.node, []).append(r)
@@ -202,7 +202,10 @@ def _rows(reports: Sequence[NodeReport], fail_on: Verdict, notes: list[str]) -> 
         NodeRow(
             label=r.node if len(by_node[r.node]) == 1 else f"{r.node} ({r.source})",
             report=r,
-            fails=r.verdict is not None and fails(r.verdict, fail_on),
+            fails=fails(r.verdict, r.findings, fail_on),
+            failing=()
+            if r.verdict is None
+            else tuple(f for f in r.findings if finding_fails(f, fail_on)),
         )
         for r in reports
     ]
@@ -262,7 +265,7 @@ def _job(reports: Sequence[NodeReport], notes: list[str]) -> str | None:
 
 
 def merge(
-    reports: Sequence[NodeReport], fail_on: Verdict, *, notes: Sequence[str] = ()
+    reports: Sequence[NodeReport], fail_on: FailOn, *, notes: Sequence[str] = ()
 ) -> JobReport:
     """The job's report: a row per node report (copies counted once), the worst verdict of
     the judged nodes, the findings grouped by rule, `notes` then notes on duplicates and
@@ -285,7 +288,7 @@ def merge(
 
 
 def merge_status(job: JobReport) -> ExitStatus:
-    """`check`'s codes for the job: 1 when a node's verdict reaches `--fail-on` (a failure
+    """`check`'s codes for the job: 1 when a node fails `--fail-on` (a failure
     is certain whatever the other nodes say), else 3 when a node was not judged (a gate
     must not pass blind), else 0."""
     if job.failing:

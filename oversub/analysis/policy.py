@@ -1,42 +1,76 @@
 """`check`'s pass/fail policy: which runs are judged, what fails, and the exit status.
 
-The one place that decides it: the stderr report, the JSON, JUnit and Markdown reports and
-the GitHub annotations all show the `Gate` computed here, and `exit_status` turns the
-outcome into the documented code (docs/guarantees.md, "Exit codes"). Pure: no I/O.
+The one place that decides it (docs/cli.md, `--fail-on`): `--fail-on costly`, the default,
+fails a judged run with a critical finding, what costs multiples; `oversubscribed`,
+`starved` and `at-risk` fail a judged run whose verdict is at least that bad, so
+`--fail-on oversubscribed` fails on any oversubscription, cheap or not. The stderr report,
+the JSON, JUnit and Markdown reports and the GitHub annotations all show the `Gate`
+computed here, `exit_status` turns the outcome into the documented code (docs/guarantees.md,
+"Exit codes") and `merge` fails a node by `fails`. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
+from typing import Protocol
 
 from oversub.core.errors import ExitStatus
-from oversub.core.names import Verdict
+from oversub.core.names import FailOn, Severity, Verdict
 from oversub.core.results import CheckOutcome, Gate, Summary
 
 
-def fails(verdict: Verdict, fail_on: Verdict) -> bool:
-    """A verdict (of a run or of one finding) fails the build when it is at least as bad as
-    `--fail-on`; "ok" never fails."""
-    return verdict is not Verdict.OK and verdict.rank >= fail_on.rank
+class Graded(Protocol):
+    """A finding as the gate sees it: a `Finding` of a run, or a `NodeFinding` of a
+    report read back by `merge`."""
+
+    @property
+    def verdict(self) -> Verdict: ...
+
+    @property
+    def severity(self) -> Severity: ...
 
 
-def gate(summary: Summary, fail_on: Verdict) -> Gate:
+def finding_fails(finding: Graded, fail_on: FailOn) -> bool:
+    """A finding of a judged run fails the build: under `costly` when its severity is
+    critical (what costs multiples, docs/rules.md), else when the verdict it argues for is
+    at least as bad as `--fail-on` ("ok" never fails)."""
+    bar = fail_on.verdict
+    if bar is None:
+        return finding.severity is Severity.CRITICAL
+    return finding.verdict is not Verdict.OK and finding.verdict.rank >= bar.rank
+
+
+def fails(verdict: Verdict | None, findings: Iterable[Graded], fail_on: FailOn) -> bool:
+    """A run (or one node's report) fails the build: it is judged (`verdict` not None) and
+    either `--fail-on costly` and one of its findings is critical, or its verdict is at
+    least as bad as the verdict `--fail-on` names. A run not judged neither passes nor
+    fails (`exit_status`: 3)."""
+    if verdict is None:
+        return False
+    bar = fail_on.verdict
+    if bar is None:
+        return any(finding_fails(f, fail_on) for f in findings)
+    return verdict is not Verdict.OK and verdict.rank >= bar.rank
+
+
+def gate(summary: Summary, fail_on: FailOn) -> Gate:
     """The findings of a judged run that fail at `fail_on` (none when it is not judged:
     nothing passes or fails without a verdict)."""
     if not summary.judged:
         return Gate(fail_on, ())
-    return Gate(fail_on, tuple(f for f in summary.findings if fails(f.verdict, fail_on)))
+    return Gate(fail_on, tuple(f for f in summary.findings if finding_fails(f, fail_on)))
 
 
-def exit_status(outcome: CheckOutcome, fail_on: Verdict) -> ExitStatus:
+def exit_status(outcome: CheckOutcome, fail_on: FailOn) -> ExitStatus:
     """The documented exit code for a finished check (docs/guarantees.md, "Exit codes")."""
     if outcome.interrupted:
         return ExitStatus.INTERRUPTED
-    verdict = outcome.summary.verdict
-    if verdict is None:
+    s = outcome.summary
+    if s.verdict is None:
         # Not judged (nothing measured, or the command failed): a gate must not pass blind.
         return ExitStatus.UNOBSERVABLE
-    return ExitStatus.FOUND if fails(verdict, fail_on) else ExitStatus.OK
+    return ExitStatus.FOUND if fails(s.verdict, s.findings, fail_on) else ExitStatus.OK
 
 
 def judge(outcome: CheckOutcome) -> CheckOutcome:

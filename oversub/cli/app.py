@@ -78,7 +78,7 @@ def cli() -> None:
     oversub recommend --procs 4       threads per process, exports, binding
     oversub watch PID                 live verdict for a running process tree
     oversub watch --all               a verdict per cgroup of the node (or --cgroup PATH)
-    oversub check -- python train.py  CI gate: exit 1 when the job oversubscribes
+    oversub check -- python train.py  CI gate: exit 1 on costly oversubscription
     oversub serve --all               the verdicts as Prometheus metrics on :9808
     oversub merge out/*.json          one report for a multi-node job's per-node reports
     oversub report run.ndjson         a recording (--record) judged again, with charts

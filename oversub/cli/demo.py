@@ -4,6 +4,10 @@ Every number is computed from this machine's budget N: the oversubscribed run gi
 M processes N busy threads (what a native pool sized by default does), the fixed run gives
 each the recommended floor(N/M). Each step runs the real CLI, so what you see is what a
 user gets.
+
+The gate is `--fail-on oversubscribed` (any oversubscription): the stress threads are the
+application's own (they hash, no native pool spins), a warning that the default
+`--fail-on costly` passes; the closing line says what the default makes of the red run.
 """
 
 from __future__ import annotations
@@ -52,26 +56,41 @@ def plans_line(counts: list[int], n: int) -> str:
     return f"\nthreads per process for M processes on N = {n}: " + "; ".join(parts) + "."
 
 
-def _gate(args: list[str], report: Path) -> tuple[int, str | None]:
-    """Run `check` with a JSON report; (exit status, verdict or None when not judged)."""
+def _gate(args: list[str], report: Path) -> tuple[int, str | None, list[str]]:
+    """Run `check` with a JSON report; (exit status, verdict or None when not judged, the
+    rules of its critical findings)."""
     code = _run([*args[:1], "--json", str(report), *args[1:]])
     try:
-        verdict = json.loads(report.read_text("utf-8")).get("verdict")
-    except (OSError, ValueError):
-        verdict = None
-    return code, verdict
+        doc = json.loads(report.read_text("utf-8"))
+        verdict = doc.get("verdict")
+        critical = [f["rule"] for f in doc.get("findings", []) if f["severity"] == "critical"]
+    except (OSError, ValueError, TypeError, KeyError):
+        verdict, critical = None, []
+    return code, verdict, critical
 
 
-def outcome_line(name: str, code: int, verdict: str | None) -> str:
-    """What a run showed, in words that match the report above it."""
+def costly_words(critical: list[str]) -> str:
+    """What the default gate, `--fail-on costly`, makes of a judged run's findings."""
+    if not critical:
+        return "no costly (critical) finding, so the default --fail-on costly passes it"
+    rules = ", ".join(dict.fromkeys(critical))
+    return f"{count(len(critical), 'costly finding')} ({rules}): --fail-on costly fails it too"
+
+
+def outcome_line(
+    name: str, code: int, verdict: str | None, critical: list[str] | None = None
+) -> str:
+    """What a run showed, in words that match the report above it; with `critical` (the
+    rules of its critical findings), also what the default gate makes of it."""
     if verdict is None:
         return f"{name} run exit {code}: not judged (see the report above)"
     if code == 1:
-        return f"{name} run exit {code}: the gate failed, verdict {verdict}"
+        line = f"{name} run exit {code}: the gate failed, verdict {verdict}"
+        return line if critical is None else f"{line}; {costly_words(critical)}"
     if code == 0 and verdict == "ok":
         return f"{name} run exit {code}: the gate passed, verdict ok (healthy)"
     if code == 0:
-        # Starved or at-risk pass the default --fail-on oversubscribed: say why, or the words
+        # Starved or at-risk pass the demo's --fail-on oversubscribed: say why, or the words
         # "healthy" would sit under a STARVED banner on a busy machine.
         return (
             f"{name} run exit {code}: the gate passed, but the verdict is {verdict}: other "
@@ -88,7 +107,7 @@ def main() -> int:
     bad_threads = max(2, n)
     good_threads = threads_for(n, procs)
     stress = ["stress", "--procs", str(procs), "--seconds", str(SECONDS)]
-    gate = ["check", "--interval", "0.5", "--warmup", "1", "--"]
+    gate = ["check", "--fail-on", "oversubscribed", "--interval", "0.5", "--warmup", "1", "--"]
 
     print(f"oversub demo: this machine's budget is N = {count(n, 'vCPU')}.")
     _run(["cpus"])
@@ -97,10 +116,11 @@ def main() -> int:
 
     print(
         f"\n1) {count(procs, 'process')} x {count(bad_threads, 'busy thread')} on "
-        f"{count(n, 'vCPU')}: expect a red gate."
+        f"{count(n, 'vCPU')}: expect a red gate at --fail-on oversubscribed (any "
+        "oversubscription)."
     )
     with tempfile.TemporaryDirectory(prefix="oversub-demo-") as tmp:
-        red, red_verdict = _gate(
+        red, red_verdict, red_critical = _gate(
             [*gate, sys.executable, "-m", "oversub", *stress, "--threads", str(bad_threads)],
             Path(tmp, "red.json"),
         )
@@ -108,13 +128,13 @@ def main() -> int:
             f"\n2) the recommended {count(good_threads, 'thread')} per process: expect a green "
             "gate (exit 0; on a busy machine the verdict may still be starved)."
         )
-        green, green_verdict = _gate(
+        green, green_verdict, _ = _gate(
             [*gate, sys.executable, "-m", "oversub", *stress, "--threads", str(good_threads)],
             Path(tmp, "green.json"),
         )
 
     print(
-        f"\noversub demo: {outcome_line('red', red, red_verdict)}; "
+        f"\noversub demo: {outcome_line('red', red, red_verdict, red_critical)}; "
         f"{outcome_line('green', green, green_verdict)}."
     )
     return 0 if (red, green) == (1, 0) else 1

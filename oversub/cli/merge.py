@@ -112,8 +112,9 @@ def command(
     """Merge the per-node reports of one job (`check --json` or `watch --format json`).
 
     One row per node (N, demand, verdict, worst finding), the job's worst verdict, the
-    findings grouped by rule with their nodes. Exit status as `check`: 0 pass, 1 a node's
-    verdict reaches --fail-on, 2 a file is not a report, 3 a node was not judged. The
+    findings grouped by rule with their nodes. Exit status as `check`: 0 pass, 1 a node
+    fails --fail-on (default costly: a critical finding), 2 a file is not a report, 3 a
+    node was not judged. The
     verdict line also goes to stderr when the report goes to a file or is not text.
 
     \b
@@ -126,12 +127,12 @@ def command(
     from oversub.cli.config import load_config, resolve
     from oversub.cli.output import emit
     from oversub.cli.reportfiles import check_report_path, write_atomic
-    from oversub.core.names import Verdict
+    from oversub.core.names import FailOn
     from oversub.render import render_merge
     from oversub.render.escape import terminal
     from oversub.render.mergereport import verdict_line
 
-    chosen = Verdict(str(resolve("fail_on", fail_on, load_config(Path.cwd()))))
+    chosen = FailOn(str(resolve("fail_on", fail_on, load_config(Path.cwd()))))
     if output is not None:
         output = check_report_path("--output", output)
     seen: dict[tuple[int, int], str] = {}

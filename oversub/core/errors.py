@@ -13,9 +13,10 @@ class ExitStatus(enum.IntEnum):
     """Documented exit codes of every `oversub` command (docs/guarantees.md)."""
 
     OK = 0
-    """Success; for `check`, the verdict did not reach `--fail-on`."""
+    """Success; for `check`, the run passes `--fail-on` (`analysis.policy.fails`)."""
     FOUND = 1
-    """`check` only: a verdict at or above `--fail-on` was found."""
+    """A finding: for `check` and `merge`, the run fails `--fail-on` (a critical finding
+    under `costly`, else a verdict at or above it)."""
     USAGE = 2
     """Bad flag value, bad configuration, missing launcher variable."""
     UNOBSERVABLE = 3

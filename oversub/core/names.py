@@ -41,6 +41,28 @@ class Verdict(Name):
 _RANK = {"ok": 0, "at-risk": 1, "starved": 2, "oversubscribed": 3}
 
 
+class FailOn(Name):
+    """What fails `check` and `merge` (`--fail-on`): decided in `analysis.policy`
+    (docs/cli.md, `--fail-on`)."""
+
+    COSTLY = "costly"
+    """A judged run with a finding of severity critical: what costs multiples (spinning
+    pools that share CPUs, a certain fork-after-OpenMP hang, a plan of multi-thread teams
+    that share CPUs). The default."""
+    OVERSUBSCRIBED = "oversubscribed"
+    """The verdict oversubscribed: any oversubscription, cheap or not."""
+    STARVED = "starved"
+    """The verdict starved or worse."""
+    AT_RISK = "at-risk"
+    """Any verdict but ok."""
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The verdict at or above which the run fails; None for `costly`, which fails on
+        severity instead."""
+        return None if self is FailOn.COSTLY else Verdict(self.value)
+
+
 class Severity(Name):
     CRITICAL = "critical"
     WARNING = "warning"

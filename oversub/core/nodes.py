@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from oversub.core.names import Severity, Verdict
+from oversub.core.names import FailOn, Severity, Verdict
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,11 @@ class NodeRow:
     """The node's name; "node (file)" when the same node has several reports."""
     report: NodeReport
     fails: bool
-    """Its verdict reaches `--fail-on`."""
+    """It fails `--fail-on` (`analysis.policy.fails`: a critical finding for `costly`,
+    else its verdict)."""
+    failing: tuple[NodeFinding, ...] = ()
+    """Its findings that fail `--fail-on` (`analysis.policy.finding_fails`); none when it
+    was not judged."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ class JobReport:
 
     rows: tuple[NodeRow, ...]
     """One per report kept, ordered by node name (numbers in names by value), then file."""
-    fail_on: Verdict
+    fail_on: FailOn
     verdict: Verdict | None
     """The worst verdict of the judged nodes; None when no node was judged."""
     rules: tuple[RuleNodes, ...]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from oversub.core.model import Budget
-from oversub.core.names import Severity, Signal, Verdict, WaitKind
+from oversub.core.names import FailOn, Severity, Signal, Verdict, WaitKind
 from oversub.core.rules import Rule
 from oversub.core.thresholds import Thresholds
 
@@ -300,9 +300,10 @@ class CheckOutcome:
 class Gate:
     """A judged run against `--fail-on` (`analysis.policy.gate`): what fails the build."""
 
-    fail_on: Verdict
+    fail_on: FailOn
     failing: tuple[Finding, ...]
-    """The findings at or above `fail_on`; none when the run was not judged."""
+    """The findings that fail at `fail_on` (critical ones for `costly`, else those whose
+    verdict is at or above it); none when the run was not judged."""
 
     def fails(self, finding: Finding) -> bool:
         return finding in self.failing

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from oversub.core.names import Verdict
+from oversub.core.names import FailOn
 
 # NamedTuples, not dataclasses: this table is built at every start of the CLI, and a
 # dataclass costs about five times as much to create (bench/startup.py measures start-up).
@@ -151,10 +151,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "fail_on",
-        Verdict.OVERSUBSCRIBED.value,
-        "Fail on this verdict or worse",
+        FailOn.COSTLY.value,
+        "Fail on a costly (critical) finding, or on this verdict or worse",
         ("check", "merge"),
-        choices=tuple(v.value for v in Verdict if v is not Verdict.OK),
+        choices=tuple(v.value for v in FailOn),
     ),
     Setting(
         "interval",

@@ -57,7 +57,7 @@ def demand_chart(replay: Replay) -> list[str]:
 
 def report_markdown(replay: Replay) -> str:
     """The recording as Markdown (for a job summary or a PR comment), ending in a newline."""
-    from oversub.core.names import Verdict
+    from oversub.core.names import FailOn
     from oversub.core.results import Gate
     from oversub.recording.charts import about_lines
     from oversub.render.markdown import (
@@ -83,7 +83,7 @@ def report_markdown(replay: Replay) -> str:
         "### Findings",
         "",
         # A report gates nothing: no finding is marked as failing.
-        *findings_section(s.findings, Gate(Verdict.OVERSUBSCRIBED, ())),
+        *findings_section(s.findings, Gate(FailOn.OVERSUBSCRIBED, ())),
         "",
         "### Processes",
         "",

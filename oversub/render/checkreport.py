@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from oversub.core.errors import ExitStatus
+from oversub.core.names import FailOn, Verdict
+from oversub.core.plural import count
 from oversub.core.results import CheckOutcome, Gate
 
 if TYPE_CHECKING:
@@ -17,10 +19,11 @@ def closing_lines(
     outcome: CheckOutcome, status: ExitStatus, gate: Gate, *, unwritten: bool = False
 ) -> list[str]:
     """The lines after the summary: how the command ended, then pass/FAIL and the exit code
-    ("oversub check: FAIL: verdict oversubscribed (--fail-on oversubscribed), exit 1").
-    `unwritten`: a report file or the recording could not be written, which decides the
-    exit 3 ("oversub check: error: verdict ok (--fail-on oversubscribed), but a file could
-    not be written, exit 3")."""
+    ("oversub check: FAIL: verdict oversubscribed, 1 costly finding: oversubscribed-pools
+    (--fail-on costly), exit 1"; "oversub check: pass: verdict oversubscribed, no costly
+    finding (--fail-on costly), exit 0"; `gate_phrase`). `unwritten`: a report file or the
+    recording could not be written, which decides the exit 3 ("oversub check: error:
+    verdict ok (--fail-on costly), but a file could not be written, exit 3")."""
     tail = []
     if outcome.command is not None:
         how = "ended by --timeout" if outcome.timed_out else f"exit status {outcome.command_status}"
@@ -38,7 +41,7 @@ def _verdict_line(outcome: CheckOutcome, status: ExitStatus, gate: Gate, unwritt
         if status is ExitStatus.INTERRUPTED:
             return f"interrupted, not judged: {why}"
         return f"error: not judged: {why}"
-    judged = f"verdict {s.verdict.value} (--fail-on {gate.fail_on.value})"
+    judged = gate_phrase(s.verdict, gate)
     if status is ExitStatus.INTERRUPTED:
         return f"interrupted: {judged}"
     if unwritten and status is ExitStatus.UNOBSERVABLE:
@@ -47,10 +50,27 @@ def _verdict_line(outcome: CheckOutcome, status: ExitStatus, gate: Gate, unwritt
     return f"{word}: {judged}"
 
 
+def gate_phrase(verdict: Verdict, gate: Gate) -> str:
+    """The verdict against the gate: "verdict starved (--fail-on oversubscribed)". Under
+    `--fail-on costly` the verdict alone does not say why a run passes or fails, so the
+    phrase adds the costly (critical) findings: "verdict oversubscribed, no costly finding
+    (--fail-on costly)", "verdict oversubscribed, 1 costly finding: oversubscribed-pools
+    (--fail-on costly)"; a verdict ok without one needs no such words."""
+    why = ""
+    if gate.fail_on is FailOn.COSTLY:
+        rules = ", ".join(dict.fromkeys(str(f.rule) for f in gate.failing))
+        if gate.failing:
+            why = f", {count(len(gate.failing), 'costly finding')}: {rules}"
+        elif verdict is not Verdict.OK:
+            why = ", no costly finding"
+    return f"verdict {verdict.value}{why} (--fail-on {gate.fail_on.value})"
+
+
 def check_dict(
     outcome: CheckOutcome, status: ExitStatus, gate: Gate, identity: NodeIdentity | None = None
 ) -> dict[str, Any]:
-    """The `--json` report: `serialize.summary_dict` plus `exit_status`, `fail_on`,
+    """The `--json` report: `serialize.summary_dict` plus `exit_status`, `fail_on` (the
+    gate: "costly", "oversubscribed", "starved" or "at-risk"),
     `command` (list or null), `command_status` (negative: killed by that signal) and
     `timed_out`, then `serialize.identity_dict` (`node`, `launcher_env`) when given."""
     from oversub.render.serialize import identity_dict, summary_dict

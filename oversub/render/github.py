@@ -21,9 +21,10 @@ from oversub.render.escape import github_property as escape_property
 def annotations(s: Summary, gate: Gate) -> list[str]:
     """One workflow command per finding worth showing, worst first.
 
-    Failing findings (`gate`, from `analysis.policy`) give `::error title=oversub
-    RULE::MESSAGE Fix: FIX`; findings that do not fail but have severity warning or
-    critical give the same as `::warning`;
+    Failing findings (`gate`, from `analysis.policy`: the critical ones under `--fail-on
+    costly`, else those at or above its verdict) give `::error title=oversub RULE::MESSAGE
+    Fix: FIX`; findings that do not fail but have severity warning or critical give the
+    same as `::warning`;
     non-failing info findings give nothing (they are in the reports). A run that was not
     judged gives one `::error title=oversub::not judged: REASON`, and no finding fails.
     """

@@ -11,6 +11,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
+from oversub.core.names import FailOn
 from oversub.core.results import Finding, Gate, Summary
 from oversub.core.rules import PREFLIGHT_RULES, RUNTIME_RULES, Rule, RuleInfo
 from oversub.render.phrases import budget_limit_line
@@ -52,6 +53,13 @@ def _finding_text(f: Finding) -> str:
     return xml_text("\n".join(lines))
 
 
+def _passes(f: Finding, gate: Gate) -> str:
+    """Why a finding of a judged run does not fail."""
+    if gate.fail_on is FailOn.COSTLY:
+        return f"not critical, passes --fail-on costly (severity {f.severity.value})"
+    return f"below --fail-on {gate.fail_on.value} (verdict {f.verdict.value})"
+
+
 def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | None = None) -> str:
     """JUnit XML for the run, with an XML declaration and a trailing newline.
 
@@ -61,7 +69,8 @@ def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | No
     but is not listed, so no finding is ever dropped. Each failing finding (`gate`, from
     `analysis.policy`) becomes
     a `<failure message=MESSAGE type=SEVERITY>` of its rule's test case (body: fix, pids,
-    evidence); findings below `fail_on` become `<system-out>` text of their test case.
+    evidence); findings that do not fail (below `fail_on`; not critical under `costly`)
+    become `<system-out>` text of their test case.
     A run that was not judged fails nothing: every test case is `<skipped message="not
     judged: REASON">` (findings still go to `<system-out>`). Suite attributes: `tests` =
     test cases, `failures` = test cases with at least one failure, `errors` = 0,
@@ -111,11 +120,7 @@ def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | No
         if passing:
             out = ET.SubElement(case, "system-out")
             out.text = "\n\n".join(
-                (
-                    f"below --fail-on {gate.fail_on.value} (verdict {f.verdict.value})"
-                    if judged
-                    else f"measured, but the run is {not_judged}"
-                )
+                (_passes(f, gate) if judged else f"measured, but the run is {not_judged}")
                 + ":\n"
                 + _finding_text(f)
                 for f in passing

@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from oversub.core.names import FailOn
 from oversub.core.plural import count
 from oversub.core.results import Finding, Gate, Summary
 from oversub.render.escape import markdown as _md
@@ -125,6 +126,13 @@ def _fit_processes(head: list[str], table: list[str], tail: list[str], max_bytes
     return [*header, *rows[:kept], *_left_out(len(rows) - kept, max_bytes)]
 
 
+def _fail_rule(gate: Gate) -> str:
+    """What makes a finding fail, after "K of N findings"."""
+    if gate.fail_on is FailOn.COSTLY:
+        return "critical (`--fail-on costly` fails on a critical finding)"
+    return f"at or above `--fail-on {gate.fail_on.value}`"
+
+
 def summary_markdown(
     s: Summary,
     *,
@@ -161,8 +169,8 @@ def summary_markdown(
             f"## oversub: {_md(word.upper())} ({outcome})",
             "",
             f"**Verdict: {_md(word)}**: {_md(meaning)}. "
-            f"{len(failing)} of {count(len(s.findings), 'finding')} at or above "
-            f"`--fail-on {gate.fail_on.value}`; oversub exit status {exit_status}.",
+            f"{len(failing)} of {count(len(s.findings), 'finding')} {_fail_rule(gate)}; "
+            f"oversub exit status {exit_status}.",
             "",
         ]
     if command is not None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from oversub.core.errors import ExitStatus
+from oversub.core.names import FailOn, Verdict
 from oversub.core.nodes import JobReport, NodeRow
 from oversub.core.plural import count
 from oversub.render.escape import markdown, terminal
@@ -29,9 +30,17 @@ def verdict_line(job: JobReport, status: ExitStatus) -> str:
     """The job's answer in one line, with the exit status (unescaped: callers escape)."""
     n = len(job.rows)
     unjudged = job.not_judged
+    costly = job.fail_on is FailOn.COSTLY
     if job.failing:
         names = [row.label for row in job.failing]
         tail = f"; {count(len(unjudged), 'node')} not judged" if unjudged else ""
+        if costly:
+            # The job's verdict may come from a node that passes: name what fails.
+            return (
+                f"FAIL: a costly finding (--fail-on costly) on {len(names)} of "
+                f"{count(n, 'node')}: {_listed(names)}; job verdict {job.verdict}{tail}, "
+                f"exit {int(status)}"
+            )
         return (
             f"FAIL: job verdict {job.verdict} (--fail-on {job.fail_on}) on {len(names)} of "
             f"{count(n, 'node')}: {_listed(names)}{tail}, exit {int(status)}"
@@ -46,8 +55,9 @@ def verdict_line(job: JobReport, status: ExitStatus) -> str:
             f"error: not judged: {len(unjudged)} of {count(n, 'node')} without a verdict "
             f"({why}){rest}, exit {int(status)}"
         )
+    why = ", no costly finding" if costly and job.verdict is not Verdict.OK else ""
     return (
-        f"pass: job verdict {job.verdict}, the worst of {count(n, 'node')} "
+        f"pass: job verdict {job.verdict}, the worst of {count(n, 'node')}{why} "
         f"(--fail-on {job.fail_on}), exit {int(status)}"
     )
 
@@ -155,7 +165,8 @@ def merge_dict(job: JobReport, status: ExitStatus) -> dict[str, Any]:
     Keys:
       - `verdict` (str | null): the worst verdict of the judged nodes; null when none was.
       - `judged` (bool): every node has a verdict.
-      - `fail_on` (str), `exit_status` (int): the gate and its answer (as `check`).
+      - `fail_on` (str: costly, oversubscribed, starved, at-risk), `exit_status` (int): the
+        gate and its answer (as `check`).
       - `job` (str | null): "SLURM_JOB_ID=…" or "TORCHELASTIC_RUN_ID=…" when the reports
         agree on one.
       - `nodes` (list): one object per report kept, in row order: `node`, `label` (the
@@ -214,10 +225,22 @@ def merge_dict(job: JobReport, status: ExitStatus) -> dict[str, Any]:
     }
 
 
+def _row_gate(row: NodeRow, job: JobReport) -> str:
+    """A failing node against the gate: "verdict starved (--fail-on starved)", or under
+    `costly` "verdict at-risk, 1 costly finding: fork-hang (--fail-on costly)"."""
+    if job.fail_on is FailOn.COSTLY:
+        rules = ", ".join(dict.fromkeys(f.rule for f in row.failing))
+        found = f", {count(len(row.failing), 'costly finding')}: {rules}"
+    else:
+        found = ""
+    return f"verdict {row.report.verdict}{found} (--fail-on {job.fail_on})"
+
+
 def merge_junit(job: JobReport, status: ExitStatus) -> str:
     """JUnit XML: one `<testsuite name="oversub merge">`, one test case per node row
-    (classname "oversub.merge", name = the label): a `<failure>` when its verdict reaches
-    `--fail-on`, an `<error>` when it was not judged, its findings in `<system-out>`."""
+    (classname "oversub.merge", name = the label): a `<failure>` when it fails `--fail-on`
+    (its verdict, or under `costly` a critical finding), an `<error>` when it was not
+    judged, its findings in `<system-out>`."""
     import xml.etree.ElementTree as ET
 
     from oversub.render.junit import xml_text
@@ -239,7 +262,7 @@ def merge_junit(job: JobReport, status: ExitStatus) -> str:
             failure = ET.SubElement(
                 case,
                 "failure",
-                message=xml_text(f"verdict {r.verdict} (--fail-on {job.fail_on}) in {r.source}"),
+                message=xml_text(f"{_row_gate(row, job)} in {r.source}"),
                 type=r.verdict.value,
             )
             failure.text = xml_text(body)

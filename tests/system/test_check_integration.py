@@ -43,8 +43,11 @@ def oversub(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
 def check_json(
     tmp_path: Path, command: list[str], env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`oversub check --interval 0.5 --warmup 0.5 --json tmp_path/r.json -- COMMAND`."""
-    flags = ["--interval", "0.5", "--warmup", "0.5", "--json", str(tmp_path / "r.json")]
+    """`oversub check --fail-on oversubscribed --interval 0.5 --warmup 0.5 --json
+    tmp_path/r.json -- COMMAND`: stress's hashing threads are the application's own, a
+    warning the default gate (`costly`) passes, so these tests gate on any oversubscription."""
+    flags = ["--fail-on", "oversubscribed", "--interval", "0.5", "--warmup", "0.5"]
+    flags += ["--json", str(tmp_path / "r.json")]
     return oversub(["check", *flags, "--", *command], env=env)
 
 
@@ -53,6 +56,8 @@ def test_check_fails_an_oversubscribed_command_and_writes_reports(tmp_path: Path
     result = oversub(
         [
             "check",
+            "--fail-on",
+            "oversubscribed",  # any oversubscription: stress's threads are only a warning
             "--interval",
             "0.5",
             "--warmup",
@@ -85,6 +90,20 @@ def test_check_fails_an_oversubscribed_command_and_writes_reports(tmp_path: Path
     assert "oversubscribed-threads" in step_summary.read_text()
     assert "::error" in result.stderr
     assert "oversub stress: root pid" in result.stderr  # the command's stderr passed through
+
+
+def test_the_default_gate_passes_cheap_oversubscription_and_says_why(tmp_path: Path) -> None:
+    # Issue 21 item 3: --fail-on costly, the default, fails on critical findings only; 3
+    # hashing threads on 1 CPU are the application's own threads, a warning.
+    flags = ["--interval", "0.5", "--warmup", "0.5", "--json", str(tmp_path / "r.json")]
+    result = oversub(["check", *flags, "--", *stress(1, 3, 4)])
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["verdict"] == "oversubscribed" and doc["fail_on"] == "costly", result.stderr
+    assert not [f for f in doc["findings"] if f["severity"] == "critical"], doc["findings"]
+    assert result.returncode == ExitStatus.OK == doc["exit_status"], result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "oversub check: pass: verdict oversubscribed, no costly finding (--fail-on costly), exit 0"
+    )
 
 
 def test_a_variable_already_set_is_never_asked_for_again(tmp_path: Path) -> None:
@@ -234,7 +253,8 @@ def test_ctrl_c_kills_the_whole_tree(spawn: Spawner) -> None:
 def test_check_attaches_to_a_running_pid(spawn: Spawner) -> None:
     target = spawn(stress(1, 3, 30), stderr=subprocess.DEVNULL, preexec_fn=_pin)
     wait_until(lambda: busy_workers(target.pid, 1, 3), what="the stress workers")
-    result = oversub(["check", "--pid", str(target.pid), "--duration", "2.5", "--interval", "0.5"])
+    argv = ["check", "--pid", str(target.pid), "--duration", "2.5", "--interval", "0.5"]
+    result = oversub([*argv, "--fail-on", "oversubscribed"])
     assert result.returncode == ExitStatus.FOUND, result.stderr
 
 

@@ -255,12 +255,13 @@ def test_check_pid_of_a_root_tree(root_tree: Tree) -> None:
         os.chown(reports, NOBODY, NOBODY)
         report = reports / "report.json"
         argv = ["check", "--pid", str(root_tree.root), "--duration", "2", "--interval", "0.5"]
+        argv += ["--fail-on", "oversubscribed"]
         run = run_as_nobody([*argv, "--json", str(report)], root_tree.root)
         run.no_traceback()
         doc = json.loads(report.read_text())
     finally:
         shutil.rmtree(reports, ignore_errors=True)
-    # Default --fail-on oversubscribed: 1 only for that verdict (one busy thread on N >= 1
+    # --fail-on oversubscribed: 1 only for that verdict (one busy thread on N >= 1
     # cannot be self-inflicted oversubscription, but the code must follow the verdict).
     expected = ExitStatus.FOUND if doc["verdict"] == "oversubscribed" else ExitStatus.OK
     assert run.code == expected == doc["exit_status"], (doc["verdict"], run.err)

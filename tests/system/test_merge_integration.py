@@ -52,7 +52,15 @@ def test_merge_of_an_oversubscribed_and_a_healthy_node(tmp_path: Path) -> None:
     }
     assert "not-for-reports" not in hot.read_text()
 
+    # stress's hashing threads are a warning: the merge gates on any oversubscription, as in
+    # docs/fleet.md; the default gate (costly) passes them and says why.
     result = oversub(["merge", str(calm), str(hot)])
+    assert result.returncode == ExitStatus.OK, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "oversub merge: pass: job verdict oversubscribed, the worst of 2 nodes, no costly "
+        "finding (--fail-on costly), exit 0"
+    )
+    result = oversub(["merge", str(calm), str(hot), "--fail-on", "oversubscribed"])
     assert result.returncode == ExitStatus.FOUND, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "oversub merge: 2 reports, 2 nodes; job SLURM_JOB_ID=4242"
@@ -63,7 +71,9 @@ def test_merge_of_an_oversubscribed_and_a_healthy_node(tmp_path: Path) -> None:
     [hot_row] = [line for line in lines if line.startswith("node-hot ")]
     assert hot_row.split()[1:2] == ["1"] and "oversubscribed" in hot_row  # N = 1: pinned
 
-    result = oversub(["merge", str(calm), str(hot), "--format", "json"])
+    result = oversub(
+        ["merge", str(calm), str(hot), "--format", "json", "--fail-on", "oversubscribed"]
+    )
     assert result.returncode == ExitStatus.FOUND
     doc = json.loads(result.stdout)
     assert (doc["verdict"], doc["failing_nodes"], doc["job"]) == (

@@ -51,6 +51,8 @@ def same_judgement(live: dict[str, Any], replayed: dict[str, Any]) -> None:
 def test_an_oversubscribed_check_replays_to_its_verdict(tmp_path: Path) -> None:
     rec, doc = tmp_path / "run.ndjson", tmp_path / "r.json"
     flags = ["--interval", "0.5", "--warmup", "0.5", "--record", str(rec), "--json", str(doc)]
+    # Any oversubscription fails: stress's hashing threads are a warning the default passes.
+    flags += ["--fail-on", "oversubscribed"]
     # As in CI: beside every report file, the job summary and annotations.
     flags += ["--junit", str(tmp_path / "r.xml"), "--markdown", str(tmp_path / "r.md")]
     ci = {"GITHUB_STEP_SUMMARY": str(tmp_path / "step.md"), "GITHUB_ACTIONS": "true"}

@@ -25,7 +25,7 @@ from oversub.cli.options import (
     threshold_options,
 )
 from oversub.core.errors import ExitStatus, UsageError
-from oversub.core.names import CheckMode, Verdict
+from oversub.core.names import CheckMode, FailOn
 
 # check's modes -> the mode-specific flags each accepts, and what to say to someone who
 # gives a flag to the wrong mode (a silently ignored flag makes a gate lie).
@@ -130,7 +130,9 @@ def command(
     metrics: tuple[str, ...],
     **kwargs: Any,
 ) -> ExitStatus:
-    """CI gate: exit 1 when a job oversubscribes its CPUs (docs/guarantees.md has every exit code).
+    """CI gate: exit 1 when a job's oversubscription costs it time (docs/guarantees.md has
+    every exit code). --fail-on costly (the default) fails on a critical finding;
+    --fail-on oversubscribed on any oversubscription.
 
     \b
     Three ways:
@@ -183,7 +185,7 @@ def command(
     limit = resolve("timeout", timeout, config)
     assert limit is None or isinstance(limit, float | int)
     opts = CheckOptions(
-        fail_on=Verdict(resolve("fail_on", fail_on, config)),
+        fail_on=FailOn(resolve("fail_on", fail_on, config)),
         session=SessionOptions(
             interval=resolve_float("interval", interval, config),
             duration=duration,

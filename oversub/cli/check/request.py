@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oversub.core.names import Verdict
+from oversub.core.names import FailOn
 from oversub.run.session import SessionOptions
 
 
@@ -13,8 +13,8 @@ from oversub.run.session import SessionOptions
 class CheckOptions:
     """Everything `check` needs besides the target."""
 
-    fail_on: Verdict = Verdict.OVERSUBSCRIBED
-    """Fail (exit 1) when the verdict's rank is at least this one's."""
+    fail_on: FailOn = FailOn.COSTLY
+    """What fails the run (exit 1): `analysis.policy.fails`."""
     session: SessionOptions = field(default_factory=SessionOptions)
     timeout: float | None = None
     """`check -- CMD`: end the command after this many seconds (not a failure)."""

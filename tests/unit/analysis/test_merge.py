@@ -21,7 +21,7 @@ from oversub.analysis.jobmerge import (
     parse_report,
 )
 from oversub.core.errors import ExitStatus
-from oversub.core.names import Verdict
+from oversub.core.names import FailOn, Verdict
 from oversub.core.nodes import JobReport
 from oversub.render import MergeFormat, render_merge
 from tests.support.harness import run_cli
@@ -58,7 +58,7 @@ def report(node: Any, verdict: str | None = "ok", **overrides: Any) -> dict[str,
     return doc
 
 
-def job(*docs: dict[str, Any], fail_on: Verdict = Verdict.OVERSUBSCRIBED) -> JobReport:
+def job(*docs: dict[str, Any], fail_on: FailOn = FailOn.OVERSUBSCRIBED) -> JobReport:
     return merge([parse_report(d, f"{d['node']}.json") for d in docs], fail_on)
 
 
@@ -91,8 +91,62 @@ def test_all_ok_passes() -> None:
 def test_fail_on_decides_as_in_check() -> None:
     j = job(report("a", "starved"), report("b"))
     assert merge_status(j) is ExitStatus.OK and j.verdict is Verdict.STARVED
-    j = job(report("a", "starved"), report("b"), fail_on=Verdict.AT_RISK)
+    j = job(report("a", "starved"), report("b"), fail_on=FailOn.AT_RISK)
     assert merge_status(j) is ExitStatus.FOUND
+
+
+CHEAP = {**OVER, "severity": "warning", "message": "polars' pool sleeps while it waits"}
+HANG = {"rule": "fork-hang", "severity": "critical", "verdict": "at-risk", "message": "hung"}
+
+
+def test_costly_fails_a_node_with_a_critical_finding_and_names_it() -> None:
+    j = job(report("gpu-1", "oversubscribed"), report("gpu-2"), fail_on=FailOn.COSTLY)
+    assert merge_status(j) is ExitStatus.FOUND
+    assert [row.label for row in j.failing] == ["gpu-1"]
+    assert [f.rule for f in j.failing[0].failing] == ["oversubscribed-threads"]
+    assert render_merge(j, ExitStatus.FOUND, MergeFormat.TEXT).splitlines()[-1] == (
+        "oversub merge: FAIL: a costly finding (--fail-on costly) on 1 of 2 nodes: gpu-1; "
+        "job verdict oversubscribed, exit 1"
+    )
+    xml = ET.fromstring(render_merge(j, ExitStatus.FOUND, MergeFormat.JUNIT))
+    (failure,) = xml.iter("failure")
+    assert failure.get("message") == (
+        "verdict oversubscribed, 1 costly finding: oversubscribed-threads (--fail-on costly) "
+        "in gpu-1.json"
+    )
+
+
+def test_costly_passes_a_cheap_oversubscription_and_says_why() -> None:
+    cheap = report("gpu-1", "oversubscribed", findings=[IDLE, CHEAP])
+    j = job(cheap, report("gpu-2"), fail_on=FailOn.COSTLY)
+    assert merge_status(j) is ExitStatus.OK and j.verdict is Verdict.OVERSUBSCRIBED
+    assert render_merge(j, ExitStatus.OK, MergeFormat.TEXT).splitlines()[-1] == (
+        "oversub merge: pass: job verdict oversubscribed, the worst of 2 nodes, no costly "
+        "finding (--fail-on costly), exit 0"
+    )
+    doc = json.loads(render_merge(j, ExitStatus.OK, MergeFormat.JSON))
+    assert doc["fail_on"] == "costly" and doc["failing_nodes"] == []
+    assert [node["fails"] for node in doc["nodes"]] == [False, False]
+    # --fail-on oversubscribed still fails on any oversubscription.
+    j = job(cheap, report("gpu-2"), fail_on=FailOn.OVERSUBSCRIBED)
+    assert merge_status(j) is ExitStatus.FOUND
+
+
+def test_costly_fails_a_certain_hang_whose_node_is_only_at_risk() -> None:
+    # The job's verdict comes from the node that passes: the line names the one that fails.
+    hung = report("gpu-2", "at-risk", findings=[HANG])
+    cheap = report("gpu-1", "oversubscribed", findings=[CHEAP])
+    j = job(cheap, hung, fail_on=FailOn.COSTLY)
+    assert [row.label for row in j.failing] == ["gpu-2"]
+    line = render_merge(j, ExitStatus.FOUND, MergeFormat.TEXT).splitlines()[-1]
+    assert "on 1 of 2 nodes: gpu-2; job verdict oversubscribed" in line
+    assert merge_status(job(cheap, hung, fail_on=FailOn.OVERSUBSCRIBED)) is ExitStatus.FOUND
+    assert [r.label for r in job(cheap, hung, fail_on=FailOn.OVERSUBSCRIBED).failing] == ["gpu-1"]
+
+
+def test_costly_does_not_pass_a_node_not_judged() -> None:
+    j = job(report("a"), report("b", None), fail_on=FailOn.COSTLY)
+    assert merge_status(j) is ExitStatus.UNOBSERVABLE
 
 
 def test_a_node_not_judged_is_not_ok() -> None:
@@ -127,7 +181,9 @@ def test_no_node_judged() -> None:
 
 def test_a_copy_of_a_report_counts_once() -> None:
     doc = report("a", "oversubscribed")
-    j = merge([parse_report(doc, "a.json"), parse_report(dict(doc), "copy.json")], Verdict.OK)
+    j = merge(
+        [parse_report(doc, "a.json"), parse_report(dict(doc), "copy.json")], FailOn.OVERSUBSCRIBED
+    )
     assert len(j.rows) == 1
     assert j.notes == ("copy.json is the same report as a.json: counted once",)
 
@@ -138,7 +194,7 @@ def test_two_reports_of_one_node_are_two_rows() -> None:
             parse_report(report("a", "oversubscribed"), "rank0.json"),
             parse_report(report("a"), "rank1.json"),
         ],
-        Verdict.OVERSUBSCRIBED,
+        FailOn.OVERSUBSCRIBED,
     )
     assert [row.label for row in j.rows] == ["a (rank0.json)", "a (rank1.json)"]
     assert [row.label for row in j.failing] == ["a (rank0.json)"]
@@ -235,7 +291,7 @@ def hostile_job() -> JobReport:
     bad = report(HOSTILE, "oversubscribed", findings=[finding])
     return merge(
         [parse_report(bad, "dir/\x1b[2J\n.json"), parse_report(report("b", None), "b.json")],
-        Verdict.OVERSUBSCRIBED,
+        FailOn.OVERSUBSCRIBED,
     )
 
 
@@ -310,6 +366,17 @@ def test_cli_exit_0_and_3(tmp_path: Path, capsys: Capture) -> None:
     assert run_cli(["merge", a], capsys)[0] == 0
     code, out, _ = run_cli(["merge", a, b, "--format", "markdown"], capsys)
     assert code == 3 and "## oversub merge: error, exit 3" in out
+
+
+def test_cli_default_gate_is_costly(tmp_path: Path, capsys: Capture) -> None:
+    cheap = write(tmp_path / "a.json", report("a", "oversubscribed", findings=[CHEAP]))
+    code, out, _ = run_cli(["merge", cheap], capsys)
+    assert code == 0 and "no costly finding (--fail-on costly)" in out
+    assert run_cli(["merge", cheap, "--fail-on", "oversubscribed"], capsys)[0] == 1
+    (tmp_path / "pyproject.toml").write_text('[tool.oversub]\nfail-on = "oversubscribed"\n')
+    assert run_cli(["merge", cheap], capsys)[0] == 1
+    (tmp_path / "pyproject.toml").write_text('[tool.oversub]\nfail-on = "costly"\n')
+    assert run_cli(["merge", cheap], capsys)[0] == 0
 
 
 def test_cli_fail_on_from_pyproject(tmp_path: Path, capsys: Capture) -> None:

@@ -32,7 +32,7 @@ from oversub.analysis.verdict import assess
 from oversub.cli.check.reports import report
 from oversub.cli.check.request import CheckOptions
 from oversub.core.model import Budget
-from oversub.core.names import Verdict
+from oversub.core.names import FailOn, Verdict
 from oversub.core.results import Assessment, CheckOutcome, Finding, Interval
 from oversub.core.rules import PREFLIGHT_RULES
 from oversub.core.rules import RUNTIME_RULES as RULES
@@ -365,9 +365,9 @@ def test_every_report_reads_true(summary: object) -> None:
             command=["python", "train.py"],
             exit_status=1,
             command_status=0,
-            gate=gate(summary, Verdict.OVERSUBSCRIBED),
+            gate=gate(summary, FailOn.OVERSUBSCRIBED),
         ),
-        "junit": summary_junit(summary, gate(summary, Verdict.OVERSUBSCRIBED)),
+        "junit": summary_junit(summary, gate(summary, FailOn.OVERSUBSCRIBED)),
     }
     for name, text in texts.items():
         assert problems(text) == [], (name, text)

@@ -42,7 +42,7 @@ def test_unwritable_report_is_exit_3_and_the_closing_line_says_so(tmp_path: Path
     assert error.startswith("oversub check: error: cannot write the --json report"), error
     assert "r.json" in error
     assert last == (
-        "oversub check: error: verdict ok (--fail-on oversubscribed), "
+        "oversub check: error: verdict ok (--fail-on costly), "
         "but a file could not be written (above), exit 3"
     )
     assert "oversub check: pass" not in err.getvalue()

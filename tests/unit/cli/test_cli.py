@@ -260,12 +260,55 @@ def test_pyproject_fail_on_applies(
     monkeypatch.chdir(tmp_path)
     code, _, err = run(["check", "--procs", "2", "--threads", "1", "--cpus", "4"], capsys)
     assert code == ExitStatus.OK, err
-    assert "(--fail-on at-risk)" in err  # the file was read: the default is oversubscribed
+    assert "(--fail-on at-risk)" in err  # the file was read: the default is costly
     # A flag beats the file.
     argv = ["check", "--procs", "2", "--threads", "1", "--cpus", "4", "--fail-on", "starved"]
     code, _, err = run(argv, capsys)
     assert code == ExitStatus.OK, err
     assert "(--fail-on starved)" in err and "at-risk" not in err
+
+
+def test_default_gate_fails_a_plan_of_teams_sharing_cpus_not_single_threads(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Issue 21 item 3: --fail-on costly (the default) fails on what costs multiples.
+    monkeypatch.chdir(tmp_path)
+    teams = ["check", "--procs", "2", "--threads", "2", "--cpus", "2"]
+    code, _, err = run(teams, capsys)
+    assert code == ExitStatus.FOUND, err
+    assert err.splitlines()[-1] == (
+        "oversub check: FAIL: verdict oversubscribed, 1 costly finding: preflight-oversubscribed "
+        "(--fail-on costly), exit 1"
+    )
+    singles = ["check", "--procs", "4", "--threads", "1", "--cpus", "2"]
+    code, _, err = run(singles, capsys)
+    assert code == ExitStatus.OK, err
+    assert err.splitlines()[-1] == (
+        "oversub check: pass: verdict oversubscribed, no costly finding (--fail-on costly), exit 0"
+    )
+    code, _, err = run([*singles, "--fail-on", "oversubscribed"], capsys)
+    assert code == ExitStatus.FOUND, err
+    assert err.splitlines()[-1] == (
+        "oversub check: FAIL: verdict oversubscribed (--fail-on oversubscribed), exit 1"
+    )
+    (tmp_path / "pyproject.toml").write_text("[tool.oversub]\nfail-on = 'oversubscribed'\n")
+    assert run(singles, capsys)[0] == ExitStatus.FOUND
+    assert run([*singles, "--fail-on", "costly"], capsys)[0] == ExitStatus.OK
+
+
+@pytest.mark.parametrize("where", ["flag", "pyproject"])
+def test_a_bad_gate_value_is_a_one_line_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["check", "--procs", "2", "--threads", "2", "--cpus", "2"]
+    if where == "flag":
+        argv += ["--fail-on", "critical"]
+    else:
+        (tmp_path / "pyproject.toml").write_text("[tool.oversub]\nfail-on = 'critical'\n")
+    code, out, err = run(argv, capsys)
+    assert code == ExitStatus.USAGE and out == ""
+    assert len(err.strip().splitlines()) == 1 and "critical" in err and "costly" in err, err
 
 
 def test_watch_reads_pyproject_and_flags_win(

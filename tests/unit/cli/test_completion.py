@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from oversub.core.names import Verdict
 from tests.support.harness import run_cli as run
 
 SCRIPT = Path(sys.executable).with_name("oversub")
@@ -136,7 +135,7 @@ def _answers(
         ("oversub cpus --f", ["--format"]),
         ("oversub recommend --format ", ["text", "json", "env"]),
         ("oversub watch 1 --format ", ["live", "ndjson", "json"]),
-        ("oversub check --fail-on ", [v.value for v in Verdict if v is not Verdict.OK]),
+        ("oversub check --fail-on ", ["costly", "oversubscribed", "starved", "at-risk"]),
         ("oversub completion ", ["bash", "zsh", "fish"]),
         ("oversub completion f", ["fish"]),
     ],

@@ -30,7 +30,10 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "outside-cpu": (["0", "0.5", "16"], ["-0.5", "-inf", '"half"']),
     "idle-seconds": (["0.5", "3", "600"], ["0", "-3", "{ a = 1 }"]),
     "min-wait": (["0", "0.05", "2"], ["-0.01", "nan", "inf", "true"]),
-    "fail-on": (['"oversubscribed"', '"starved"', '"at-risk"'], ['"ok"', '"AT-RISK"', "1"]),
+    "fail-on": (
+        ['"costly"', '"oversubscribed"', '"starved"', '"at-risk"'],
+        ['"ok"', '"AT-RISK"', "1", '"critical"', '"Costly"'],
+    ),
     # Below 0.1 s oversub's own sampling becomes a CPU hog on a large tree.
     "interval": (["0.1", "1", "2.5"], ["0", "-1", '"1s"', "0.05", "0.099", "nan", "inf"]),
     "warmup": (["0", "2", "0.5"], ["-0.1", "true"]),

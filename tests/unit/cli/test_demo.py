@@ -27,3 +27,12 @@ def test_the_plans_are_one_line_from_the_real_cli() -> None:
     assert len(line.strip().splitlines()) == 1
     assert f"M = 1: {count(n, 'thread')};" in line
     assert f"M = {n + 1}: over budget even at 1 thread, run at most {n}." in line
+
+
+def test_the_red_line_says_what_the_default_gate_makes_of_it() -> None:
+    # Issue 21 item 3: the demo gates at --fail-on oversubscribed; the default, costly,
+    # passes the stress workload (a warning): the closing words must say which applies.
+    line = outcome_line("red", 1, "oversubscribed", [])
+    assert line.endswith("no costly (critical) finding, so the default --fail-on costly passes it")
+    line = outcome_line("red", 1, "oversubscribed", ["oversubscribed-pools"])
+    assert line.endswith("1 costly finding (oversubscribed-pools): --fail-on costly fails it too")

@@ -16,7 +16,7 @@ import pytest
 from oversub.analysis import verdict
 from oversub.analysis.policy import gate
 from oversub.cli.app import command
-from oversub.core.names import Verdict
+from oversub.core.names import FailOn
 from oversub.core.rules import PREFLIGHT_RULES, RUNTIME_RULES, Rule
 from oversub.core.settings import SETTINGS, THRESHOLDS
 from oversub.core.thresholds import Thresholds
@@ -73,7 +73,7 @@ def test_assess_docstring_lists_every_runtime_rule_in_order() -> None:
 @pytest.mark.parametrize("preflight", [False, True], ids=["run", "preflight"])
 def test_junit_has_one_testcase_per_rule_of_the_mode(preflight: bool) -> None:
     s = make_summary(preflight=preflight, findings=())
-    xml = ET.fromstring(summary_junit(s, gate(s, Verdict.OVERSUBSCRIBED)))
+    xml = ET.fromstring(summary_junit(s, gate(s, FailOn.OVERSUBSCRIBED)))
     names = [case.get("name") for case in xml.iter("testcase")]
     assert names == [rule.value for rule in (PREFLIGHT_RULES if preflight else RUNTIME_RULES)]
 

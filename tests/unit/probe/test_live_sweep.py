@@ -17,7 +17,7 @@ from oversub.analysis.rates import counted, interval
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
 from oversub.core.errors import NoSuchProcess, PermissionDenied
-from oversub.core.names import Signal, Verdict
+from oversub.core.names import FailOn, Signal, Verdict
 from oversub.core.results import Interval, ProcessRates, Totals
 from oversub.core.thresholds import Thresholds
 from oversub.probe.budget import read_budget
@@ -83,7 +83,7 @@ def test_sampling_the_whole_machine_twice_is_sane_and_never_raises() -> None:
     )
     assert isinstance(record, str) and json.loads(record)["root_pid"] == 1
     summary_text(summary)
-    judged = gate(summary, Verdict.OVERSUBSCRIBED)
+    judged = gate(summary, FailOn.OVERSUBSCRIBED)
     summary_markdown(summary, command=None, exit_status=0, command_status=None, gate=judged)
     summary_junit(summary, judged)
 
