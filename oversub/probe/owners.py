@@ -24,7 +24,9 @@ so every read is bounded, every failure is "no evidence", nothing raises. Readin
 and `mem` needs ptrace access (the same check as `probe.livepools`); refused, only names
 count. A running thread shows no PC, and a blocked one may wait where no runtime's frame is
 near its stack pointer: it is tried again (at most `MAX_TRIES` times) at later samples where
-it is blocked.
+it is blocked and ran since its last try (one that did not run waits where it waited, with
+the same stack). A thread's name and start time come from the sampler's own reading when it
+has them (`probe.threads`), so a new thread costs no file of its own until it blocks.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from oversub.core import runtimes
@@ -57,6 +60,8 @@ class _Thread:
     proven: bool = False
     """The owner came from the thread's own evidence (name, PC, stack): final."""
     tries: int = 0
+    tried_cpu: int | None = None
+    """The thread's CPU time at its last try: not run since, the same evidence."""
 
 
 @dataclass
@@ -153,8 +158,21 @@ class OwnerReader:
         for p in self._known.values():
             p.seen = False
 
-    def read(self, pid: int, start_ticks: int, threads: tuple[ThreadSample, ...]) -> dict[int, str]:
-        """tid -> owner key (`runtimes`), or `runtimes.UNATTRIBUTED`, for `threads`."""
+    def keep(self, pid: int, start_ticks: int) -> None:
+        """The process was not read in this sample (its last reading stands): remember it."""
+        proc = self._known.get((pid, start_ticks))
+        if proc is not None:
+            proc.seen = True
+
+    def read(
+        self,
+        pid: int,
+        start_ticks: int,
+        threads: tuple[ThreadSample, ...],
+        names: Mapping[int, str] | None = None,
+    ) -> dict[int, str]:
+        """tid -> owner key (`runtimes`), or `runtimes.UNATTRIBUTED`, for `threads`;
+        `names`: tid -> thread name where the caller read it already."""
         proc = self._known.setdefault((pid, start_ticks), _Process())
         proc.seen = True
         base = f"{self._proc}/{pid}/task"
@@ -165,7 +183,8 @@ class OwnerReader:
         for t in threads:
             entry = proc.threads.get(t.tid)
             if entry is None:
-                entry = self._new_thread(f"{base}/{t.tid}")
+                name = names.get(t.tid) if names is not None else None
+                entry = self._new_thread(f"{base}/{t.tid}", name, t.start_ticks)
                 if t.tid == pid and self._interpreter(pid, proc):
                     entry.owner, entry.proven = "python", True
                 proc.threads[t.tid] = entry
@@ -176,7 +195,10 @@ class OwnerReader:
                 continue
             if t.state not in ("S", "D"):
                 continue  # running: no PC to read now
+            if entry.tries and entry.tried_cpu == t.cpu_ns:
+                continue  # not run since its last try: blocked where it was
             entry.tries += 1
+            entry.tried_cpu = t.cpu_ns
             owner = self._blocked_owner(pid, t.tid, proc)
             if owner is not None:
                 entry.owner, entry.proven = owner, True
@@ -188,13 +210,15 @@ class OwnerReader:
             if t.tid in proc.threads
         }
 
-    def _new_thread(self, base: str) -> _Thread:
+    def _new_thread(self, base: str, name: str | None, start: int | None) -> _Thread:
+        comm, stat = name, None
         try:
-            comm = (_read(f"{base}/comm", 64) or b"").strip().decode("utf-8", "replace")
-            stat = _read(f"{base}/stat")
+            if comm is None:
+                comm = (_read(f"{base}/comm", 64) or b"").strip().decode("utf-8", "replace")
+            if start is None:
+                stat = _read(f"{base}/stat")
         except PermissionError:
-            comm, stat = "", None
-        start = None
+            comm, stat = comm or "", None
         if stat:
             rest = stat[stat.rfind(b")") + 2 :].split()
             try:

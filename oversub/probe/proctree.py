@@ -10,6 +10,7 @@ Everything takes `root` (default "/") prefixed to `/proc`, so tests can build fa
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -68,6 +69,27 @@ def _after_comm(data: bytes) -> tuple[int, list[bytes]]:
     return close, data[close + 2 :].split()
 
 
+_CPUCLOCK_SCHED = 2
+"""The CPU clock that counts the scheduler's runtime (linux/posix-timers.h)."""
+
+
+def process_cpu_ns(pid: int) -> int | None:
+    """CPU time of every thread of process `pid`, living and exited, in nanoseconds; None
+    when the process is gone (or the platform has no such clock).
+
+    The process's CPU clock (clock_gettime of the id glibc's clock_getcpuclockid(pid) makes,
+    `(~pid << 3) | CPUCLOCK_SCHED`): the sum of its threads' scheduler runtime, the field 1
+    of each thread's schedstat, at nanosecond resolution, where stat's utime + stime count
+    clock ticks. The kernel allows it for any process of the caller's pid namespace (no
+    ptrace check; the sampler refuses a /proc of another namespace) and answers EINVAL for a
+    pid without a process. One system call, about 1 µs from Python.
+    """
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | _CPUCLOCK_SCHED)
+    except (OSError, OverflowError, AttributeError):
+        return None
+
+
 def parse_stat(data: bytes) -> ProcStat:
     """Parse a stat line; raises ValueError when it is truncated or malformed."""
     close, rest = _after_comm(data)
@@ -87,6 +109,18 @@ def parse_stat(data: bytes) -> ProcStat:
         start_ticks=int(rest[19]),
         threads=int(rest[17]),
     )
+
+
+def start_of(raw: bytes) -> int | None:
+    """start_ticks of a raw stat line (field 22), None when malformed; cheaper than
+    `parse_stat` for a line read only to tell a reused pid apart."""
+    close = raw.rfind(b")")
+    if close < 0:
+        return None
+    try:
+        return int(raw[close + 2 :].split(None, 20)[19])
+    except (ValueError, IndexError):
+        return None
 
 
 def read_small(path: str, dir_fd: int | None = None, size: int = 8192) -> bytes:
@@ -148,9 +182,11 @@ def ppids_of(stats: Mapping[int, bytes]) -> dict[int, int]:
     """pid -> ppid from raw stat lines (malformed lines are left out)."""
     ppids: dict[int, int] = {}
     for pid, data in stats.items():
+        close = data.rfind(b")")  # after comm, which may hold ')' (see _after_comm)
+        if close < 0:
+            continue
         try:
-            _, rest = _after_comm(data)
-            ppids[pid] = int(rest[1])
+            ppids[pid] = int(data[close + 2 :].split(None, 2)[1])  # field 4, split no further
         except (ValueError, IndexError):
             continue
     return ppids
@@ -273,9 +309,14 @@ class HeldFiles:
             os.close(fd)
         return data
 
+    def keep(self, keys: Iterable[Hashable]) -> None:
+        """Count `keys` as read in this sample: their descriptors stay open although the
+        owner reused an earlier reading instead of reading them again."""
+        self._seen.update(keys)
+
     def end_sample(self) -> None:
-        """Close the descriptors of files not read since the previous call."""
-        for key in [k for k in self._fds if k not in self._seen]:
+        """Close the descriptors of files not read (or kept) since the previous call."""
+        for key in self._fds.keys() - self._seen:  # a set difference in C: thousands of keys
             os.close(self._fds.pop(key))
         self._seen.clear()
 
