@@ -49,6 +49,8 @@ the interpreter)."""
 MAPS_MAX = 16 << 20
 """Bytes of a maps file read at most."""
 _SMALL = 512
+_OBJECTS_MAX = 4096
+"""Object paths whose owner is remembered at most (the paths are the processes' to choose)."""
 _POINTER = {"x86_64": ("<Q", 8), "aarch64": ("<Q", 8), "arm64": ("<Q", 8)}
 
 
@@ -150,6 +152,10 @@ class OwnerReader:
         self._proc = os.path.join(root, "proc")
         self._machine = machine if machine is not None else os.uname().machine
         self._known: dict[tuple[int, int], _Process] = {}
+        self._objects: dict[str, tuple[str | None, bool]] = {}
+        """Object path -> (its owner, whether it is a system object), looked up once."""
+        self._mem: int | None = None
+        """The memory of the process being read, opened at its first stack scan."""
 
     def end_sample(self) -> None:
         """Forget the processes and threads this sample did not read."""
@@ -180,28 +186,33 @@ class OwnerReader:
         for tid in [tid for tid in proc.threads if tid not in alive]:
             del proc.threads[tid]
         unproven = False
-        for t in threads:
-            entry = proc.threads.get(t.tid)
-            if entry is None:
-                name = names.get(t.tid) if names is not None else None
-                entry = self._new_thread(f"{base}/{t.tid}", name, t.start_ticks)
-                if t.tid == pid and self._interpreter(pid, proc):
-                    entry.owner, entry.proven = "python", True
-                proc.threads[t.tid] = entry
-            if entry.proven:
-                continue
-            unproven = True
-            if entry.tries >= MAX_TRIES or proc.refused:
-                continue
-            if t.state not in ("S", "D"):
-                continue  # running: no PC to read now
-            if entry.tries and entry.tried_cpu == t.cpu_ns:
-                continue  # not run since its last try: blocked where it was
-            entry.tries += 1
-            entry.tried_cpu = t.cpu_ns
-            owner = self._blocked_owner(pid, t.tid, proc)
-            if owner is not None:
-                entry.owner, entry.proven = owner, True
+        try:
+            for t in threads:
+                entry = proc.threads.get(t.tid)
+                if entry is None:
+                    name = names.get(t.tid) if names is not None else None
+                    entry = self._new_thread(f"{base}/{t.tid}", name, t.start_ticks)
+                    if t.tid == pid and self._interpreter(pid, proc):
+                        entry.owner, entry.proven = "python", True
+                    proc.threads[t.tid] = entry
+                if entry.proven:
+                    continue
+                unproven = True
+                if entry.tries >= MAX_TRIES or proc.refused:
+                    continue
+                if t.state not in ("S", "D"):
+                    continue  # running: no PC to read now
+                if entry.tries and entry.tried_cpu == t.cpu_ns:
+                    continue  # not run since its last try: blocked where it was
+                entry.tries += 1
+                entry.tried_cpu = t.cpu_ns
+                owner = self._blocked_owner(pid, t.tid, proc)
+                if owner is not None:
+                    entry.owner, entry.proven = owner, True
+        finally:
+            if self._mem is not None:
+                os.close(self._mem)
+                self._mem = None
         if unproven:
             _by_start_group(pid, proc.threads)
         return {
@@ -250,10 +261,20 @@ class OwnerReader:
         path = self._object_at(pid, proc, pc)
         if path is None:
             return None  # in anonymous code (a JIT), or maps unreadable
-        owner = runtimes.owner_of_object(path)
+        owner = self._owner_of(path)[0]
         if owner is not None:
             return _team_driver(proc) if owner == "libgomp" else owner
         return self._stack_owner(pid, proc, sp)
+
+    def _owner_of(self, path: str) -> tuple[str | None, bool]:
+        """(`runtimes.owner_of_object`, `runtimes.is_system_object`) of a mapped object."""
+        known = self._objects.get(path)
+        if known is None:
+            if len(self._objects) >= _OBJECTS_MAX:
+                self._objects.clear()
+            known = (runtimes.owner_of_object(path), runtimes.is_system_object(path))
+            self._objects[path] = known
+        return known
 
     def _object_at(self, pid: int, proc: _Process, address: int) -> str | None:
         if proc.text is None:
@@ -289,27 +310,28 @@ class OwnerReader:
         if pointer is None:
             return None
         fmt, size = pointer
-        try:
-            fd = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
-        except PermissionError:
-            proc.refused = True
-            return None
-        except OSError:
-            return None
+        fd = self._mem
+        if fd is None:  # once per process and sample: closed at the end of `read`
+            try:
+                fd = self._mem = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
+            except PermissionError:
+                proc.refused = True
+                return None
+            except OSError:
+                return None
         try:
             stack = os.pread(fd, STACK_SCAN, sp)
-            for offset in range(0, len(stack) - size + 1, size):
-                (word,) = struct.unpack_from(fmt, stack, offset)
+            for (word,) in struct.iter_unpack(fmt, stack[: len(stack) - len(stack) % size]):
                 path = self._object_at(pid, proc, word)
-                if path is None or runtimes.is_system_object(path) or word < 8:
+                if path is None or word < 8:
                     continue
-                owner = runtimes.owner_of_object(path)
-                if owner is not None and follows_call(os.pread(fd, 8, word - 8), self._machine):
+                owner, system = self._owner_of(path)
+                if system or owner is None:
+                    continue
+                if follows_call(os.pread(fd, 8, word - 8), self._machine):
                     return owner
         except (OSError, OverflowError, ValueError):
             return None
-        finally:
-            os.close(fd)
         return None
 
 
