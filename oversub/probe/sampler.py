@@ -50,13 +50,16 @@ MAPS_REFRESH_S = 5.0
 """Re-read a process's maps at least this often even when its thread count is stable."""
 
 
+_Moved = tuple[int, int, int, str, str, int, int]
+
+
 class _Reading(NamedTuple):
     """A process's last real reading, kept while it may be reused (`TreeSampler._reusable`)."""
 
     raw_stat: bytes
-    moved: tuple[int, int, int, str, str, int]
+    moved: _Moved
     """What moves when it runs, or without: CPU clock, threads, reaped children's ticks,
-    state, comm, ppid."""
+    state, comm, ppid, and the start time (a pid reused by another process)."""
     sample: ProcessSample
 
 
@@ -261,7 +264,15 @@ class TreeSampler:
         moved = (
             None
             if cpu is None
-            else (cpu, stat.threads, stat.children_ticks, stat.state, stat.comm, stat.ppid)
+            else (
+                cpu,
+                stat.threads,
+                stat.children_ticks,
+                stat.state,
+                stat.comm,
+                stat.ppid,
+                stat.start_ticks,
+            )
         )
         last = self._last_reading.get(pid)
         if last is not None and moved is not None and self._reusable(pid, last, moved, now):
@@ -273,15 +284,13 @@ class TreeSampler:
             self._next_reading[pid] = _Reading(raw_stat, moved, sample)
         return sample
 
-    def _reusable(
-        self, pid: int, last: _Reading, moved: tuple[int, int, int, str, str, int], now: float
-    ) -> bool:
+    def _reusable(self, pid: int, last: _Reading, moved: _Moved, now: float) -> bool:
         """The one rule (for a tree, a cgroup and the node alike) that keeps a process's last
         reading instead of reading its threads again: nothing can have changed but the run
         delay of a thread that waits without running (docs/signals.md, "Reading only what
         can have changed").
 
-        - the same process (start time) and the same CPU clock (`proctree.process_cpu_ns`:
+        - the same process (pid and start time) and the same CPU clock (`proctree.process_cpu_ns`:
           every thread's runtime in ns): no thread ran, so none was switched in or out,
           started, ended, exec'd or mapped a library;
         - the same thread count, reaped children's time, comm and parent (re-parenting and
