@@ -124,10 +124,18 @@ def sampling_table(r: sampling.TreeResult) -> list[str]:
             lines.append(f"| {row.name}: {row.what} | - | - | | |")
             continue
         goal = result = ""
-        if row.name == "oversub":
+        if sampling.has_goal(row.name):
             goal, result = f"<= {sampling.GOAL}", _verdict(row.ratio <= sampling.GOAL)
         figures = f"{row.median_ms:.2f} ms | {row.ratio:.2f}"
         lines.append(f"| {row.name}: {row.what} | {figures} | {goal} | {result} |")
+    if r.attribution is not None:
+        ok = r.attribution <= sampling.ATTRIBUTION_GOAL
+        lines += [
+            "",
+            f"Thread attribution (`probe.owners`) costs a sample that reads every process "
+            f"{r.attribution:.2f} x the same sampler without it (median of per-round ratios; "
+            f"goal <= {sampling.ATTRIBUTION_GOAL}): {_verdict(ok)}.",
+        ]
     return lines
 
 

@@ -4,11 +4,21 @@ On a synthetic tree (bench/trees.py: idle threads), after one warm-up sample, ea
 times these once, in a rotated order so machine noise and drift hit all alike:
 
   oversub   `TreeSampler(root_pid).sample()` (steady state: files held open, re-read
-            with pread; cmdline and maps are re-read only every 5 s, which lands in a few
-            rounds and the median leaves out; `watch_cost.py` pays it).
+            with pread; a process whose CPU clock did not move since its last reading keeps
+            it, so in these idle trees no per-thread file is read: docs/signals.md,
+            "Reading only what can have changed").
+  oversub, every process read
+            the same sampler with that shortcut off (`cpu_clock` that never answers): what
+            a tree costs whose every process ran while most threads slept. cmdline and maps
+            are re-read every 5 s for such processes, which lands in a few rounds and the
+            median leaves out; `watch_cost.py` pays it.
+  oversub, every process read, no attribution
+            the same without thread attribution (`probe.owners`): the goal is that
+            attribution costs at most 10 % more (`ATTRIBUTION_GOAL`, the median of the
+            per-round ratios of the two rows).
   floor     plain os.open/os.read/os.close (os.listdir for directories) of exactly the
-            files the sampler reads in a steady-state tick, with just enough parsing to find
-            the tree:
+            files the sampler reads when it reads every process, with just enough parsing
+            to find the tree:
               - list /proc, read /proc/PID/stat of every process (the ppid scan, which
                 also gives each tree process's stat line),
               - per tree process: list /proc/PID/task,
@@ -32,7 +42,8 @@ times these once, in a rotated order so machine noise and drift hit all alike:
   (`make bench` installs both first where it can: tools/syspkg.py).
 
 Each figure is the median wall time; each ratio is the median of the per-round ratios to
-the floor of the same round. Goal: oversub <= 1.15 x the floor.
+the floor of the same round. Goals: both oversub rows with attribution <= 1.15 x the floor,
+and attribution <= 1.10 x the same sampler without it.
 
     python bench/sampling.py [--trees 50x20,250x20] [--rounds 15]
 """
@@ -57,6 +68,44 @@ from oversub.probe.sampler import TreeSampler
 
 GOAL = 1.15
 """oversub's sample / the floor, at most."""
+ATTRIBUTION_GOAL = 1.10
+"""The sampler with thread attribution / without it, at most (issue 21)."""
+
+EVERY = "oversub, every process read"
+"""The row of the sampler without its process-level shortcut."""
+PLAIN = "oversub, every process read, no attribution"
+"""The same without thread attribution."""
+
+
+def _never(pid: int) -> int | None:
+    """A CPU clock that never answers: every process is read at every sample."""
+    return None
+
+
+class _NoOwners:
+    """An owner reader that attributes nothing (`ProcessSample.owners` None)."""
+
+    def read(self, *args: object) -> None:
+        return None
+
+    def keep(self, pid: int, start_ticks: int) -> None:
+        return None
+
+    def end_sample(self) -> None:
+        return None
+
+
+def unattributed(root_pid: int) -> TreeSampler:
+    """A sampler that reads every process at every sample, without thread attribution."""
+    sampler = TreeSampler(root_pid, cpu_clock=_never)
+    sampler._owners = _NoOwners()  # type: ignore[assignment]
+    return sampler
+
+
+def has_goal(name: str) -> bool:
+    """The rows the floor goal applies to."""
+    return name in ("oversub", EVERY)
+
 
 PS_FIELDS = "pid,tid,stat,time,pcpu,comm"
 
@@ -194,6 +243,8 @@ class TreeResult:
     """Threads in oversub's warm-up sample (should equal `threads`)."""
     rounds: int
     rows: tuple[Row, ...]
+    attribution: float | None = None
+    """Median of the per-round ratios of the sampler with attribution to the one without."""
 
     @property
     def oversub_ratio(self) -> float:
@@ -211,10 +262,12 @@ def _external(argv: list[str]) -> Method:
     return Method(name, what, _command(argv))
 
 
-def methods(t: Tree, sampler: TreeSampler) -> list[Method]:
+def methods(t: Tree, sampler: TreeSampler, every: TreeSampler, plain: TreeSampler) -> list[Method]:
     pids = ",".join(map(str, t.pids))
     return [
         Method("oversub", "`TreeSampler(root).sample()`", sampler.sample),
+        Method(EVERY, "the same, every process read (`cpu_clock=lambda pid: None`)", every.sample),
+        Method(PLAIN, "the same without thread attribution (`probe.owners`)", plain.sample),
         Method(
             "floor", "os.open/os.read/os.close of the same files", lambda: floor_read(t.root_pid)
         ),
@@ -234,16 +287,23 @@ def methods(t: Tree, sampler: TreeSampler) -> list[Method]:
 
 
 def measure_tree(t: Tree, rounds: int) -> TreeResult:
-    with TreeSampler(t.root_pid) as sampler:
+    with (
+        TreeSampler(t.root_pid) as sampler,
+        TreeSampler(t.root_pid, cpu_clock=_never) as every,
+        unattributed(t.root_pid) as plain,
+    ):
         first = sampler.sample()  # reads environ, cmdline and maps of every process
+        every.sample()
+        plain.sample()
         sampled = sum(len(p.threads) for p in first.processes.values())
-        ms = methods(t, sampler)
+        ms = methods(t, sampler, every, plain)
         live = [m for m in ms if m.run is not None]
         for m in live:  # warm every path (page cache, imports, psutil's caches) once
             assert m.run is not None
             m.run()
         times: dict[str, list[float]] = {m.name: [] for m in live}
         ratios: dict[str, list[float]] = {m.name: [] for m in live}
+        attribution: list[float] = []
         for i in range(rounds):
             k = i % len(live)
             this_round: dict[str, float] = {}
@@ -255,6 +315,7 @@ def measure_tree(t: Tree, rounds: int) -> TreeResult:
             for name, seconds in this_round.items():
                 times[name].append(seconds)
                 ratios[name].append(seconds / this_round["floor"])
+            attribution.append(this_round[EVERY] / this_round[PLAIN])
     rows = tuple(
         Row(
             m.name,
@@ -264,7 +325,7 @@ def measure_tree(t: Tree, rounds: int) -> TreeResult:
         )
         for m in ms
     )
-    return TreeResult(t.procs, t.threads, sampled, rounds, rows)
+    return TreeResult(t.procs, t.threads, sampled, rounds, rows, statistics.median(attribution))
 
 
 def run(shapes: list[tuple[int, int]], rounds: list[int]) -> list[TreeResult]:
@@ -282,13 +343,25 @@ def format_text(r: TreeResult) -> str:
     ]
     for row in r.rows:
         if row.median_ms is None or row.ratio is None:
-            lines.append(f"  {row.name:<12} {'-':>10}  {row.what}")
+            lines.append(f"  {row.name:<44} {'-':>10}  {row.what}")
             continue
         goal = ""
-        if row.name == "oversub":
+        if has_goal(row.name):
             goal = f"  goal <= {GOAL:.2f}: {'PASS' if row.ratio <= GOAL else 'MISS'}"
-        lines.append(f"  {row.name:<12} {row.median_ms:8.2f} ms  x{row.ratio:6.2f}{goal}")
+        lines.append(f"  {row.name:<44} {row.median_ms:8.2f} ms  x{row.ratio:6.2f}{goal}")
+    lines.append(attribution_line(r))
     return "\n".join(lines)
+
+
+def attribution_line(r: TreeResult) -> str:
+    """What thread attribution costs a sample that reads every process, and its goal."""
+    if r.attribution is None:
+        return "  attribution: not measured"
+    verdict = "PASS" if r.attribution <= ATTRIBUTION_GOAL else "MISS"
+    return (
+        f"  attribution: x{r.attribution:.2f} the sampler without it "
+        f"(goal <= {ATTRIBUTION_GOAL:.2f}: {verdict})"
+    )
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:

@@ -17,7 +17,6 @@ thread's `comm` too.
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable
 
 from oversub.core.names import Signal
 from oversub.core.samples import ThreadSample
@@ -64,14 +63,12 @@ def _name(status: bytes) -> str | None:
 class _Process:
     """One process identity's threads at its last reading."""
 
-    __slots__ = ("keys", "names", "ran", "threads")
+    __slots__ = ("names", "ran", "threads")
 
     def __init__(self) -> None:
         self.threads: tuple[ThreadSample, ...] = ()
         self.ran: dict[str, _Ran] = {}
         """tid as listed -> its counters, for the threads with schedstat."""
-        self.keys: list[Hashable] = []
-        """Held-file keys read at that reading: kept open while the reading is reused."""
         self.names: dict[int, str] = {}
         """tid -> name, from the status files read (`_name`)."""
 
@@ -101,7 +98,7 @@ class ThreadReader:
         if last is None:
             return None
         self._next[key] = last
-        self.held.keep(last.keys)
+        self.held.keep(key)
         return last.threads
 
     def names(self, pid: int, start_ticks: int) -> dict[int, str]:
@@ -120,7 +117,8 @@ class ThreadReader:
         last_run = previous.ran if previous is not None else {}
         old_names = previous.names if previous is not None else {}
         record = _Process()
-        next_run, keys, names = record.ran, record.keys, record.names
+        next_run, names = record.ran, record.names
+        group = (pid, start_ticks)
         for name in os.listdir(task_fd):
             key = (pid, start_ticks, name)
             # Any failure below means the thread exited since the listing: skip it.
@@ -130,16 +128,14 @@ class ThreadReader:
                 run_delay: int | None
                 line: bytes | None = None
                 try:
-                    raw = held.read((*key, 1), f"{name}/schedstat", task_fd)
+                    raw = held.read((*key, 1), f"{name}/schedstat", task_fd, group)
                     sched = raw.split()
                     cpu_ns, run_delay, runs = int(sched[0]), int(sched[1]), int(sched[2])
-                    keys.append((*key, 1))
                 except FileNotFoundError:
                     # No CONFIG_SCHED_INFO, or the thread just went: stat tells which.
-                    status = held.read((*key, 0), f"{name}/status", task_fd)
+                    status = held.read((*key, 0), f"{name}/status", task_fd, group)
                     if not status:
                         continue
-                    keys.append((*key, 0))
                     stat = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd))
                     started = stat.start_ticks
                     cpu_ns = ticks_to_ns(stat.utime_ticks + stat.stime_ticks)
@@ -152,10 +148,9 @@ class ThreadReader:
                     # scheduled in): it cannot have been switched out, so both switch
                     # counters are unchanged; only its state may differ (woken, waiting for
                     # a CPU). stat has the state and costs less than half of status.
-                    line = held.read((*key, 2), f"{name}/stat", task_fd)
+                    line = held.read((*key, 2), f"{name}/stat", task_fd, group)
                     if not line:
                         continue
-                    keys.append((*key, 2))
                     state = line[line.rfind(b")") + 2 :][:1].decode("ascii", "replace") or "?"
                     voluntary, involuntary = prev[2], prev[3]
                     tid = int(name)
@@ -163,10 +158,9 @@ class ThreadReader:
                         names[tid] = old_names[tid]
                 else:
                     if status is None:
-                        status = held.read((*key, 0), f"{name}/status", task_fd)
+                        status = held.read((*key, 0), f"{name}/status", task_fd, group)
                         if not status:
                             continue
-                        keys.append((*key, 0))
                     state = _status_state(status)
                     voluntary = _status_int(status, _VOLUNTARY)
                     involuntary = _status_int(status, _INVOLUNTARY)
@@ -178,8 +172,7 @@ class ThreadReader:
                     started = prev[4]
                 elif runs is not None:
                     if line is None:
-                        line = held.read((*key, 2), f"{name}/stat", task_fd)
-                        keys.append((*key, 2))
+                        line = held.read((*key, 2), f"{name}/stat", task_fd, group)
                     started = parse_stat(line).start_ticks
                 if runs is not None:
                     next_run[name] = (cpu_ns, runs, voluntary, involuntary, started)
