@@ -165,9 +165,9 @@ def bursty(procs: int, threads: int, seconds: float) -> str:
                 time.sleep(0.5)
     return (
         f"bursty tree, {procs} processes x {threads} threads, {seconds:g} s at 0.5 s: "
-        f"{still} process intervals whose clock did not move ({kept} readings kept), "
-        f"{violations} with a thread counter other than run delay that the full reading "
-        f"shows moved all the same (the rule's violations); "
+        f"{still} process readings during which its clock did not move ({kept} of them "
+        f"kept from an earlier sample), {violations} where a thread counter other than run "
+        f"delay differs from the full reading (the rule's violations); "
         f"{ran} that ran, {sub_tick} of "
         f"which left utime + stime unchanged ({sub_tick_ns / 1e6:.1f} ms of CPU a tick-based "
         "rule counts idle)"
