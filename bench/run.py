@@ -133,8 +133,8 @@ def sampling_table(r: sampling.TreeResult) -> list[str]:
         lines += [
             "",
             f"Thread attribution (`probe.owners`) costs a sample that reads every process "
-            f"{r.attribution:.2f} x the same sampler without it (median of per-round ratios; "
-            f"goal <= {sampling.ATTRIBUTION_GOAL}): {_verdict(ok)}.",
+            f"{r.attribution:.2f} x the same sampler without it (the ratio of their ratios to "
+            f"the floor; goal <= {sampling.ATTRIBUTION_GOAL}): {_verdict(ok)}.",
         ]
     return lines
 

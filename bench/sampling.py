@@ -14,8 +14,8 @@ times these once, in a rotated order so machine noise and drift hit all alike:
             median leaves out; `watch_cost.py` pays it.
   oversub, every process read, no attribution
             the same without thread attribution (`probe.owners`): the goal is that
-            attribution costs at most 10 % more (`ATTRIBUTION_GOAL`, the median of the
-            per-round ratios of the two rows).
+            attribution costs at most 10 % more (`ATTRIBUTION_GOAL`: the ratio of the two
+            rows' ratios to the floor).
   floor     plain os.open/os.read/os.close (os.listdir for directories) of exactly the
             files the sampler reads when it reads every process, with just enough parsing
             to find the tree:
@@ -43,9 +43,9 @@ times these once, in a rotated order so machine noise and drift hit all alike:
 
 Each figure is the median wall time; each ratio is the median of the per-round ratios to
 the floor of the same round (the two rows that read every process are timed in rounds of
-their own, with the floor, after the others: two samplers at once). Goals: both oversub
-rows with attribution <= 1.15 x the floor, and attribution <= 1.10 x the same sampler
-without it.
+their own, each with the floor, after the others: one sampler at a time). Goals: both
+oversub rows with attribution <= 1.15 x the floor, and attribution <= 1.10 x the same
+sampler without it (the ratio of their ratios to the floor).
 
     python bench/sampling.py [--trees 50x20,250x20] [--rounds 15]
 """
@@ -246,7 +246,7 @@ class TreeResult:
     rounds: int
     rows: tuple[Row, ...]
     attribution: float | None = None
-    """Median of the per-round ratios of the sampler with attribution to the one without."""
+    """The sampler with attribution / without it: the ratio of their ratios to the floor."""
 
     @property
     def oversub_ratio(self) -> float:
@@ -322,38 +322,30 @@ def _rows(ms: list[Method], measured: list[dict[str, float]]) -> list[Row]:
 
 
 def measure_tree(t: Tree, rounds: int) -> TreeResult:
-    """Two phases, each with its own floor: the sampler as `watch` runs it against the other
-    tools; then the sampler that reads every process, with and without attribution (two
-    samplers at once, each holding at most a third of RLIMIT_NOFILE: at 5,000 threads, 15,000
-    files each, some are opened for each read)."""
+    """Three phases, each with one sampler (each may hold half of RLIMIT_NOFILE, as `watch`
+    does) and its own floor: the sampler as `watch` runs it against the other tools; then
+    the sampler that reads every process; then the same without attribution. The cost of
+    attribution is the ratio of the last two rows' ratios to their floors."""
     with TreeSampler(t.root_pid) as sampler:
         first = sampler.sample()  # reads environ, cmdline and maps of every process
         sampled = sum(len(p.threads) for p in first.processes.values())
         ms = methods(t, sampler)
         rows = _rows(ms, _rounds(ms, rounds))
-    with TreeSampler(t.root_pid, cpu_clock=_never) as every, unattributed(t.root_pid) as plain:
-        for s in (every, plain):
-            s._threads.held.max_fds = _fd_share()
+    every_what = "the same, every process read (`cpu_clock=lambda pid: None`)"
+    plain_what = "the same without thread attribution (`probe.owners`)"
+    for i, (name, what, make) in enumerate(
+        (
+            (EVERY, every_what, lambda: TreeSampler(t.root_pid, cpu_clock=_never)),
+            (PLAIN, plain_what, lambda: unattributed(t.root_pid)),
+        )
+    ):
+        with make() as s:
             s.sample()
-        pair = [
-            Method(
-                EVERY, "the same, every process read (`cpu_clock=lambda pid: None`)", every.sample
-            ),
-            Method(PLAIN, "the same without thread attribution (`probe.owners`)", plain.sample),
-            _floor(t),
-        ]
-        measured = _rounds(pair, rounds)
-    rows[1:1] = _rows(pair[:2], measured)
-    attribution = statistics.median(r[EVERY] / r[PLAIN] for r in measured)
-    return TreeResult(t.procs, t.threads, sampled, rounds, tuple(rows), attribution)
-
-
-def _fd_share() -> int:
-    """A third of the soft RLIMIT_NOFILE: what each of two samplers may hold open at once."""
-    import resource
-
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return max(0, (soft if soft != resource.RLIM_INFINITY else 1 << 16) // 3)
+            pair = [Method(name, what, s.sample), _floor(t)]
+            rows.insert(1 + i, _rows(pair, _rounds(pair, rounds))[0])
+    every, plain = (next(r.ratio for r in rows if r.name == n) for n in (EVERY, PLAIN))
+    assert every is not None and plain is not None
+    return TreeResult(t.procs, t.threads, sampled, rounds, tuple(rows), every / plain)
 
 
 def run(shapes: list[tuple[int, int]], rounds: list[int]) -> list[TreeResult]:
