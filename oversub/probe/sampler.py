@@ -61,6 +61,8 @@ class _Reading(NamedTuple):
     """What moves when it runs, or without: CPU clock, threads, reaped children's ticks,
     state, comm, ppid, and the start time (a pid reused by another process)."""
     sample: ProcessSample
+    no_schedstat: bool
+    """A thread of it had no schedstat (`Signal.SCHEDSTAT` unavailable)."""
 
 
 @dataclass
@@ -281,7 +283,8 @@ class TreeSampler:
                 return kept
         sample = self._read_threads(pid, stat, raw_stat, now, strict, unavailable, cpu)
         if sample is not None and moved is not None and _still(sample):
-            self._next_reading[pid] = _Reading(raw_stat, moved, sample)
+            no_schedstat = any(t.run_delay_ns is None for t in sample.threads)
+            self._next_reading[pid] = _Reading(raw_stat, moved, sample, no_schedstat)
         return sample
 
     def _reusable(self, pid: int, last: _Reading, moved: _Moved, now: float) -> bool:
@@ -316,6 +319,8 @@ class TreeSampler:
         self._owners.keep(pid, start)
         known = self._known[(pid, start)]
         _note_refused(known, unavailable)
+        if last.no_schedstat and Signal.SCHEDSTAT not in unavailable:
+            unavailable.append(Signal.SCHEDSTAT)
         self._next_reading[pid] = last
         return last.sample
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from oversub.analysis.rates import counted, interval
+from oversub.core.names import Signal
 from oversub.core.thresholds import Thresholds
 from oversub.probe import proctree, sampler
 from oversub.probe.cgroup import CgroupMount
@@ -167,6 +168,17 @@ def test_a_main_thread_runnable_in_the_stat_line_is_read_again(tmp_path: Path, k
         first = s.sample().processes[100]
         assert all(t.state == "S" for t in first.threads)
         assert s.sample().processes[100] is not first
+
+
+def test_a_kept_reading_still_says_what_it_could_not_measure(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    fake.processes[200].threads[0].schedstat = False  # a kernel without CONFIG_SCHED_INFO
+    fake.write(fake.processes[200])
+    with _sampler("tree", fake, tmp_path) as s:
+        first = s.sample()
+        second = s.sample()
+    assert second.processes[200] is first.processes[200]
+    assert Signal.SCHEDSTAT in first.unavailable and Signal.SCHEDSTAT in second.unavailable
 
 
 def test_a_new_process_on_a_reused_pid_is_read(tmp_path: Path) -> None:
