@@ -85,12 +85,13 @@ def small_tree() -> Iterator[dict[str, int]]:
         root.wait(timeout=10)
 
 
-def _sampler(root: int, fault: VanishingPid) -> TreeSampler:
+def _sampler(root: int, fault: VanishingPid | None = None) -> TreeSampler:
     # Each sample 10 s after the previous: maps and cmdline are due again on every sample
     # for a process that ran, and the victim has no CPU clock once armed (as a gone
     # process), so its files are read on a later sample although this tree is idle.
     ticks = itertools.count(0.0, 10.0)
-    return TreeSampler(root, clock=lambda: next(ticks), cpu_clock=fault.cpu_clock)
+    cpu_clock = fault.cpu_clock if fault is not None else None
+    return TreeSampler(root, clock=lambda: next(ticks), cpu_clock=cpu_clock)
 
 
 def _analyse(samples: list[TreeSample], target_exited: bool) -> None:
