@@ -11,6 +11,7 @@ import pytest
 
 from oversub.analysis.rates import counted, interval
 from oversub.core.names import Signal
+from oversub.core.targets import Target
 from oversub.core.thresholds import Thresholds
 from oversub.probe import proctree, sampler
 from oversub.probe.cgroup import CgroupMount
@@ -179,6 +180,22 @@ def test_a_kept_reading_still_says_what_it_could_not_measure(tmp_path: Path) -> 
         second = s.sample()
     assert second.processes[200] is first.processes[200]
     assert Signal.SCHEDSTAT in first.unavailable and Signal.SCHEDSTAT in second.unavailable
+
+
+def test_a_kept_root_that_dies_is_seen_gone(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    with TreeSampler(100, root=str(tmp_path), cpu_clock=fake.cpu_clock) as s:
+        first = s.sample()
+        assert s.sample().processes[100] is first.processes[100]
+        proc = fake.processes[100]
+        for t in proc.threads:
+            t.state = "Z"  # exited, not reaped yet (its clock: as it was)
+        fake.write(proc)
+        zombie = s.sample()
+        fake.remove(100)
+        reaped = s.sample()
+    target = Target.tree(100)
+    assert not target.gone(first) and target.gone(zombie) and target.gone(reaped)
 
 
 def test_a_new_process_on_a_reused_pid_is_read(tmp_path: Path) -> None:
