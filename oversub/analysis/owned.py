@@ -18,7 +18,7 @@ from oversub.core.names import Severity, Verdict
 from oversub.core.plural import count, noun
 from oversub.core.results import Finding, ProcessRates
 from oversub.core.rules import Rule
-from oversub.core.runtimes import RUNTIMES_BY_KEY
+from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED, describe
 
 Evidence = dict[str, float | int | str | None]
 
@@ -33,6 +33,23 @@ def spin_cost(pools: Sequence[str]) -> str:
     ]
     return "; threads of native pools spin while they wait, which is costly" + (
         f" ({'; '.join(costs)}, measured)." if costs else "."
+    )
+
+
+def unattributed_note(procs: Sequence[ProcessRates]) -> str:
+    """ " Their busy threads could not be attributed (pid 11: unattributed: 2 busy, ...): the
+    pools named are the ones they map, sized above the target." when the owners were read and
+    busy threads stayed unattributed; "" otherwise (owners not read at all say nothing)."""
+    unknown = [
+        p for p in procs if any(c.owner == UNATTRIBUTED and c.busy for c in p.owner_counts or ())
+    ]
+    if not unknown:
+        return ""
+    owners = "; ".join(f"pid {p.pid}: {describe(p.owner_counts or ())}" for p in unknown)
+    return (
+        f" {verb(len(unknown), 'Its', 'Their')} busy threads could not be attributed to a "
+        f"runtime ({owners}): the pools named are the ones mapped and sized above the target, "
+        "not observed running."
     )
 
 
@@ -150,9 +167,10 @@ def owned_finding(
         said = (
             f"{head}the busy threads are the Python interpreter's, and no process uses more "
             f"than {most:.1f} {noun(round(most, 1), 'CPU')} while several of "
-            "its threads are busy: they take "
-            f"turns on the GIL ({cause.owners}). That is not CPU oversubscription, and a "
-            "thread cap does not help (1 thread per process measured 0.93x)."
+            "its threads are busy, most of which give up the CPU more often than they are "
+            f"preempted: they take turns on the GIL ({cause.owners}). That is not CPU "
+            "oversubscription, and a thread cap does not help (1 thread per process "
+            "measured 0.93x)."
         )
         fix = (
             "For CPU-bound Python code use processes instead of threads "

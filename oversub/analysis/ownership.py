@@ -14,18 +14,28 @@ from oversub.core.results import OwnerCount, ProcessRates
 _NS = 1_000_000_000
 
 
+def yields(switches: tuple[int, int] | None) -> bool | None:
+    """A thread gave up the CPU more often than it was preempted (voluntary switches above
+    involuntary ones); None when its switches are unknown."""
+    return None if switches is None else switches[0] > switches[1]
+
+
 def owner_counts(
     owners: Mapping[int, str] | None,
     runnable: Mapping[int, float],
     floor_s: float,
+    switches: Mapping[int, tuple[int, int]] | None = None,
 ) -> tuple[OwnerCount, ...] | None:
     """Counts per owner of the threads in `owners` (tid -> owner), with each thread's
     runnable seconds from `runnable` (absent: 0); a thread is busy at `floor_s` or more
-    (compared in whole nanoseconds, as `rates.interval` does). Most runnable first."""
+    (compared in whole nanoseconds, as `rates.interval` does). With `switches` (tid ->
+    voluntary, involuntary), the runnable seconds of the threads that yield are summed.
+    Most runnable first."""
     if owners is None:
         return None
     floor_ns = floor_s * _NS
     acc: dict[str, list[float]] = {}
+    yielding: dict[str, float | None] = {}
     for tid, owner in owners.items():
         r = runnable.get(tid, 0.0)
         c = acc.setdefault(owner, [0, 0, 0, 0.0])
@@ -33,7 +43,13 @@ def owner_counts(
         c[1] += 1 if r > 0 and round(r * _NS) >= floor_ns else 0
         c[2] += 1 if r > 0 else 0
         c[3] += r
-    counts = [OwnerCount(k, int(v[0]), int(v[1]), int(v[2]), v[3]) for k, v in acc.items()]
+        y = yielding.setdefault(owner, 0.0)
+        if r > 0 and y is not None:
+            gave = yields(switches.get(tid) if switches is not None else None)
+            yielding[owner] = None if gave is None else y + (r if gave else 0.0)
+    counts = [
+        OwnerCount(k, int(v[0]), int(v[1]), int(v[2]), v[3], yielding[k]) for k, v in acc.items()
+    ]
     return tuple(sorted(counts, key=lambda c: (-c.runnable_s, -c.threads, c.owner)))
 
 
@@ -46,6 +62,8 @@ class RunOwners:
 
     owner_of: dict[int, str] = field(default_factory=dict)
     runnable: dict[int, float] = field(default_factory=dict)
+    switches: dict[int, tuple[int, int]] | None = field(default_factory=dict)
+    """tid -> (voluntary, involuntary) switches summed; None once an interval lacked them."""
     busy: set[int] = field(default_factory=set)
     peak: dict[str, int] = field(default_factory=dict)
     """Owner -> most threads it had at once."""
@@ -53,6 +71,12 @@ class RunOwners:
     def add(self, p: ProcessRates) -> None:
         assert p.owners is not None
         self.owner_of.update(p.owners)
+        if p.thread_ids and not p.thread_switches:
+            self.switches = None
+        if self.switches is not None:
+            for tid, (v, i) in zip(p.thread_ids, p.thread_switches, strict=True):
+                was = self.switches.get(tid, (0, 0))
+                self.switches[tid] = (was[0] + v, was[1] + i)
         ranked = sorted(zip(p.thread_runnable_s, p.thread_ids, strict=True), reverse=True)
         for i, (r, tid) in enumerate(ranked):
             self.runnable[tid] = self.runnable.get(tid, 0.0) + r
@@ -67,13 +91,22 @@ class RunOwners:
     def counts(self) -> tuple[OwnerCount, ...]:
         acc: dict[str, list[float]] = {}
         for tid, owner in self.owner_of.items():
-            c = acc.setdefault(owner, [0, 0, 0.0])
+            c = acc.setdefault(owner, [0, 0, 0.0, 0.0])
             r = self.runnable.get(tid, 0.0)
             c[0] += 1 if tid in self.busy else 0
             c[1] += 1 if r > 0 else 0
             c[2] += r
+            if r > 0 and self.switches is not None and yields(self.switches.get(tid, (0, 0))):
+                c[3] += r
         counts = [
-            OwnerCount(k, max(self.peak.get(k, 0), 1), int(v[0]), int(v[1]), v[2])
+            OwnerCount(
+                k,
+                max(self.peak.get(k, 0), 1),
+                int(v[0]),
+                int(v[1]),
+                v[2],
+                None if self.switches is None else v[3],
+            )
             for k, v in acc.items()
             if self.peak.get(k, 0) or v[1]
         ]
@@ -93,7 +126,10 @@ def with_floor(p: ProcessRates, floor_ns: float) -> ProcessRates:
     counts = p.owner_counts
     if p.owners is not None and not p.exited:
         runnable = dict(zip(p.thread_ids, p.thread_runnable_s, strict=True))
-        counts = owner_counts(p.owners, runnable, floor_ns / _NS)
+        switches = (
+            dict(zip(p.thread_ids, p.thread_switches, strict=True)) if p.thread_switches else None
+        )
+        counts = owner_counts(p.owners, runnable, floor_ns / _NS, switches)
     active = p.active_threads
     if p.thread_runnable_s:  # else exited, or no thread: nothing was active
         active = sum(1 for r in p.thread_runnable_s if round(r * _NS) >= floor_ns)

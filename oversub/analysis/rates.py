@@ -39,6 +39,8 @@ class _Delta:
     involuntary: int | None
     runnable_ns: tuple[int, ...] = ()
     """Per thread: CPU time plus run delay (what decides whether it was active)."""
+    switches: tuple[tuple[int, int], ...] = ()
+    """Per thread: (voluntary, involuntary) switches; empty when any is unknown."""
 
 
 def _counter_delta(prev: int | None, curr: int | None, reused: bool) -> int | None:
@@ -104,7 +106,9 @@ def _process_delta(prev: ProcessSample | None, curr: ProcessSample, dt_ns: int) 
     before = {t.tid: t for t in prev.threads} if prev is not None else {}
     per_thread = [_thread_delta(before.get(t.tid), t, dt_ns) for t in curr.threads]
     runnable = tuple(d[0] + (d[1] or 0) for d in per_thread)
+    switches = tuple((d[2], d[3]) for d in per_thread if d[2] is not None and d[3] is not None)
     return _Delta(
+        switches=switches if len(switches) == len(per_thread) else (),
         cpu_ns=sum(d[0] for d in per_thread),
         run_delay_ns=_sum_or_none(d[1] for d in per_thread),
         voluntary=_sum_or_none(d[2] for d in per_thread),
@@ -121,6 +125,9 @@ def _unchanged(p: ProcessSample) -> _Delta:
         voluntary=0 if all(t.voluntary_ctx is not None for t in p.threads) else None,
         involuntary=0 if all(t.involuntary_ctx is not None for t in p.threads) else None,
         runnable_ns=(0,) * len(p.threads),
+        switches=((0, 0),) * len(p.threads)
+        if all(t.voluntary_ctx is not None and t.involuntary_ctx is not None for t in p.threads)
+        else (),
     )
 
 
@@ -204,6 +211,7 @@ def _process_rates(
         active_threads=0,
         thread_runnable_s=tuple(r / _NS for r in d.runnable_ns),
         thread_ids=tuple(t.tid for t in p.threads) if d.runnable_ns else (),
+        thread_switches=d.switches if d.runnable_ns else (),
         exited=exited,
         **{name: getattr(p, name) for name in CARRIED},
         **_delta_measures(d, dt_s)._asdict(),
@@ -212,7 +220,7 @@ def _process_rates(
 
 def _exited_delta(p: ProcessSample) -> _Delta:
     """Zero deltas for a process gone by the end: its work after `prev` was not seen."""
-    return replace(_unchanged(p), runnable_ns=())
+    return replace(_unchanged(p), runnable_ns=(), switches=())
 
 
 BUSY_DEMAND = 0.5

@@ -16,10 +16,12 @@ Every number comes from `Thresholds`. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from oversub.analysis.causes import cause
+from dataclasses import replace
+
+from oversub.analysis.causes import cause, gil_bound
 from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
-from oversub.analysis.owned import cheap_finding, owned_finding, spin_cost
+from oversub.analysis.owned import cheap_finding, owned_finding, spin_cost, unattributed_note
 from oversub.analysis.plans import threads_for
 from oversub.analysis.poolsize import app_threads, blamed
 from oversub.analysis.rates import BUSY_DEMAND
@@ -65,8 +67,13 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
     contending = [p for p in interval.processes if p.demand >= BUSY_DEMAND]
     if not contending:  # many small processes: all of them share the CPUs
         contending = [p for p in interval.processes if p.demand > 0]
-    # Several threads at once: two active ones, or more runnable than one thread can be.
-    multi = [p for p in contending if p.active_threads >= 2 or p.demand > ONE_THREAD_DEMAND]
+    # Several threads at once: two active ones, or more runnable than one thread can be; or
+    # interpreter threads taking turns on the GIL, each runnable too briefly to count.
+    multi = [
+        p
+        for p in contending
+        if p.active_threads >= 2 or p.demand > ONE_THREAD_DEMAND or gil_bound(p)
+    ]
     # M = processes busy *at the same time*: over a whole run, workers that came and went
     # (a DataLoader per epoch, Pool(maxtasksperchild)) must not all count at once.
     m = max(1, min(len(contending), t.busy_processes or len(contending)))
@@ -93,7 +100,8 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         if m > n:
             fix += f"; and run at most {count(n, 'busy process')} at a time"
         if pools and all(waits(k) == "sleep" for k in pools):
-            return cheap_finding(pools, pids_of(contending), head, evidence, fix + ".")
+            found = cheap_finding(pools, pids_of(contending), head, evidence, fix + ".")
+            return replace(found, message=found.message + unattributed_note(pooled))
         return Finding(
             rule=Rule.OVERSUBSCRIBED_POOLS,
             severity=Severity.CRITICAL,
@@ -106,7 +114,8 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
                 if pools
                 else "several busy threads each"
             )
-            + spin_cost(pools),
+            + spin_cost(pools)
+            + unattributed_note(pooled),
             pids=pids_of(contending),
             evidence=evidence,
             fix=fix + ".",

@@ -25,6 +25,11 @@ class OwnerCount:
     """Threads that ran or waited for a CPU at all: 0 = the pool sat idle."""
     runnable_s: float
     """Seconds its threads were running or waiting for a CPU, summed."""
+    yielding_s: float | None = None
+    """Of `runnable_s`, the seconds of its threads that gave up the CPU more often than they
+    were preempted (voluntary switches above involuntary ones): threads that wait for
+    something other than a CPU, a lock such as the GIL. None when the switches were not
+    counted."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,9 @@ class ProcessRates:
     thread_ids: tuple[int, ...] = ()
     """The thread id of each entry of `thread_runnable_s` (a recording merges two intervals
     thread by thread); empty over a whole run."""
+    thread_switches: tuple[tuple[int, int], ...] = ()
+    """Raw delta per thread of `thread_ids`: (voluntary, involuntary) context switches;
+    empty when any was not counted, and over a whole run."""
     parent_threads_at_start: int | None = None
     """Threads of its parent that had started before this process did (and were still
     there when sampled; the most seen): the parent's threads when it forked this one. None

@@ -5,14 +5,18 @@ time, tid; a tid that leaves the sample is forgotten) from, in order:
 
 1. its name, `/proc/PID/task/TID/comm`: `polars-N`, `gloo_tcp_loop`, `jemalloc_bg_thd`, ...
    (`runtimes.owner_of_name`); a name inherited from the process proves nothing;
-2. when it is blocked, the user-space program counter in `/proc/PID/task/TID/syscall`,
+2. the code that started it: the start routine's frame at the top of its stack, read from
+   `/proc/PID/mem` whether it runs or not (`probe.startroutine`); this is what names a
+   worker that never blocks, and a Python thread that calls into a runtime stays the
+   interpreter's;
+3. when it is blocked, the user-space program counter in `/proc/PID/task/TID/syscall`,
    mapped through `/proc/PID/maps` to the object whose code holds it (libgomp waits with a
    `syscall` instruction of its own);
-3. when that code is no runtime's (the C library's, the C++ runtime's, NumPy's), the return
+4. when that code is no runtime's (the C library's, the C++ runtime's, NumPy's), the return
    addresses near the stack pointer: a bounded read of the thread's stack in
    `/proc/PID/mem`, taking the first word that points into the code of a runtime's object
    *and* follows a call instruction there (a stale pointer on the stack does not);
-4. threads of one pool start together: an unattributed thread with the same name started
+5. threads of one pool start together: an unattributed thread with the same name started
    within a clock tick of attributed threads that all have one owner gets that owner.
 
 The main thread of a Python interpreter (its code is mapped) is the interpreter's: it calls
@@ -22,11 +26,13 @@ A thread no evidence names is `runtimes.UNATTRIBUTED`: never guessed from the ma
 libraries. Everything here is the watched process's to choose (names, maps paths, memory),
 so every read is bounded, every failure is "no evidence", nothing raises. Reading `syscall`
 and `mem` needs ptrace access (the same check as `probe.livepools`); refused, only names
-count. A running thread shows no PC, and a blocked one may wait where no runtime's frame is
-near its stack pointer: it is tried again (at most `MAX_TRIES` times) at later samples where
-it is blocked and ran since its last try (one that did not run waits where it waited, with
-the same stack). A thread's name and start time come from the sampler's own reading when it
-has them (`probe.threads`), so a new thread costs no file of its own until it blocks.
+count. A stack whose frames are not yet there (a thread just created) is read again at the
+next samples (at most `TOP_TRIES` times); a running thread shows no PC, and a blocked one
+may wait where no runtime's frame is near its stack pointer: it is tried again (at most
+`MAX_TRIES` times) at later samples where it is blocked and ran since its last try (one
+that did not run waits where it waited, with the same stack). A thread's name and start
+time come from the sampler's own reading when it has them (`probe.threads`), so a new
+thread costs no file of its own for them.
 """
 
 from __future__ import annotations
@@ -39,9 +45,12 @@ from dataclasses import dataclass, field
 
 from oversub.core import runtimes
 from oversub.core.samples import ThreadSample
+from oversub.probe.startroutine import StackTops, stack_mappings
 
 MAX_TRIES = 10
 """Blocked readings (syscall, maybe maps and stack) tried per thread before giving up."""
+TOP_TRIES = 3
+"""Passes over a process's stack tops (`probe.startroutine`) that may look for one thread."""
 STACK_SCAN = 2048
 """Bytes of a blocked thread's stack scanned for return addresses (measured: the first one
 outside libc lies 88-264 bytes above the stack pointer for polars, pyarrow, numexpr, ORT and
@@ -60,10 +69,11 @@ class _Thread:
     start: int | None
     owner: str | None = None
     proven: bool = False
-    """The owner came from the thread's own evidence (name, PC, stack): final."""
+    """The owner came from the thread's own evidence (name, start routine, PC, stack): final."""
     tries: int = 0
+    top_tries: int = 0
     tried_cpu: int | None = None
-    """The thread's CPU time at its last try: not run since, the same evidence."""
+    """The thread's CPU time at its last blocked try: not run since, the same evidence."""
 
 
 @dataclass
@@ -72,6 +82,22 @@ class _Process:
     text: list[tuple[int, int, str]] | None = None
     """Executable file mappings (start, end, path), sorted; None until needed."""
     starts: list[int] = field(default_factory=list)
+    stacks: list[tuple[int, int]] = field(default_factory=list)
+    """Anonymous mappings above a guard page (thread stacks), from the same maps read."""
+    stack_tid: dict[tuple[int, int], int] = field(default_factory=dict)
+    bare: dict[tuple[int, int], int] = field(default_factory=dict)
+    """Stack-like mappings found without a thread descriptor, and how often: twice (not a
+    stack being set up by pthread_create at that moment) and it is not read again."""
+    """The thread each stack was found to belong to."""
+    calls: dict[int, bool] = field(default_factory=dict)
+    """Address -> a call instruction ends right before it (read once per address)."""
+    tid_offset: int | None = None
+    main_name: str | None = None
+    """The main thread's name (`/proc/PID/comm`), read once."""
+    below: int | None = None
+    """Where this process's thread descriptors lie below their stacks' ends (learnt)."""
+    fresh: bool = False
+    """Its maps were read during this sample."""
     refused: bool = False
     """syscall or mem refused: only names count."""
     seen: bool = True
@@ -162,7 +188,7 @@ class OwnerReader:
         for key in [k for k, p in self._known.items() if not p.seen]:
             del self._known[key]
         for p in self._known.values():
-            p.seen = False
+            p.seen = p.fresh = False
 
     def keep(self, pid: int, start_ticks: int) -> None:
         """The process was not read in this sample (its last reading stands): remember it."""
@@ -185,19 +211,26 @@ class OwnerReader:
         alive = {t.tid for t in threads}
         for tid in [tid for tid in proc.threads if tid not in alive]:
             del proc.threads[tid]
-        unproven = False
+        unproven: list[tuple[ThreadSample, _Thread]] = []
+        for t in threads:
+            entry = proc.threads.get(t.tid)
+            if entry is None:
+                name = names.get(t.tid) if names is not None else None
+                entry = self._new_thread(
+                    f"{base}/{t.tid}", self._main_name(pid, proc), name, t.start_ticks
+                )
+                if t.tid == pid and self._interpreter(pid, proc):
+                    entry.owner, entry.proven = "python", True
+                proc.threads[t.tid] = entry
+            if not entry.proven:
+                unproven.append((t, entry))
+        wanted = {t.tid: e for t, e in unproven if t.tid != pid and e.top_tries < TOP_TRIES}
+        if wanted and not proc.refused and self._machine == "x86_64":  # glibc's layout there
+            self._start_routines(pid, proc, wanted, alive)
         try:
-            for t in threads:
-                entry = proc.threads.get(t.tid)
-                if entry is None:
-                    name = names.get(t.tid) if names is not None else None
-                    entry = self._new_thread(f"{base}/{t.tid}", name, t.start_ticks)
-                    if t.tid == pid and self._interpreter(pid, proc):
-                        entry.owner, entry.proven = "python", True
-                    proc.threads[t.tid] = entry
+            for t, entry in unproven:
                 if entry.proven:
                     continue
-                unproven = True
                 if entry.tries >= MAX_TRIES or proc.refused:
                     continue
                 if t.state not in ("S", "D"):
@@ -221,7 +254,83 @@ class OwnerReader:
             if t.tid in proc.threads
         }
 
-    def _new_thread(self, base: str, name: str | None, start: int | None) -> _Thread:
+    def _start_routines(
+        self, pid: int, proc: _Process, wanted: dict[int, _Thread], alive: set[int]
+    ) -> None:
+        """Step 2 of the module docstring for the threads `wanted`, in one pass over the
+        process's stacks (maps read again, once per sample: new threads have new stacks)."""
+        if not proc.fresh:
+            self._load_maps(pid, proc)
+        for entry in wanted.values():
+            entry.top_tries += 1
+        # A stack whose thread still lives and is not wanted is not read again.
+        known = {s for s, tid in proc.stack_tid.items() if tid in alive and tid not in wanted}
+        stacks = [s for s in proc.stacks if s not in known and proc.bare.get(s, 0) < 2]
+        if not stacks:
+            return
+        try:
+            fd = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
+        except PermissionError:
+            proc.refused = True
+            return
+        except OSError:
+            return
+        try:
+
+            def follows(address: int) -> bool:
+                ok = proc.calls.get(address)
+                if ok is None:
+                    try:
+                        ok = follows_call(os.pread(fd, 8, address - 8), self._machine)
+                    except (OSError, OverflowError, ValueError):
+                        ok = False
+                    proc.calls[address] = ok
+                return ok
+
+            tops = StackTops(
+                fd, lambda a: self._object_at(pid, proc, a), follows, proc.tid_offset, proc.below
+            )
+            found = tops.read(stacks, alive)
+            proc.tid_offset, proc.below = tops.tid_offset, tops.below
+            for s in tops.bare:
+                proc.bare[s] = proc.bare.get(s, 0) + 1
+        finally:
+            os.close(fd)
+        proc.stack_tid = {s: tid for s, tid in proc.stack_tid.items() if tid in alive}
+        for tid, (stack, path) in found.items():
+            proc.stack_tid[stack] = tid
+            wants = wanted.get(tid)
+            if wants is None or path is None:
+                continue  # not wanted; or not its first frames yet (just created): next pass
+            owner = runtimes.owner_of_object(path)
+            if owner is not None:
+                wants.owner = _team_driver(proc) if owner == "libgomp" else owner
+                wants.proven = True
+            else:
+                wants.top_tries = TOP_TRIES  # started by no runtime's code: other evidence
+
+    def _main_name(self, pid: int, proc: _Process) -> str | None:
+        """The process's main thread's name, read once: a thread carrying it inherited it."""
+        if proc.main_name is None:
+            try:
+                raw = _read(f"{self._proc}/{pid}/comm", 64)
+            except PermissionError:
+                raw = None
+            proc.main_name = (raw or b"").strip().decode("utf-8", "replace")
+        return proc.main_name or None
+
+    def _new_thread(
+        self,
+        base: str,
+        inherited: str | None = None,
+        name: str | None = None,
+        start: int | None = None,
+    ) -> _Thread:
+        """A thread first seen; its name is evidence unless it is `inherited`, the main
+        thread's (a thread is named after its creator until it renames itself: torch names
+        a DataLoader worker's main thread `pt_data_worker`, and the OpenBLAS threads that
+        worker starts later carry that name too). `name` and `start`: what the caller read
+        already; the files are read for what it did not."""
         comm, stat = name, None
         try:
             if comm is None:
@@ -236,7 +345,7 @@ class OwnerReader:
                 start = int(rest[19])  # field 22: start time in clock ticks after boot
             except (IndexError, ValueError):
                 start = None
-        owner = runtimes.owner_of_name(comm)
+        owner = None if comm == inherited else runtimes.owner_of_name(comm)
         return _Thread(comm, start, owner, proven=owner is not None)
 
     def _interpreter(self, pid: int, proc: _Process) -> bool:
@@ -302,8 +411,11 @@ class OwnerReader:
             pass
         finally:
             os.close(fd)
-        proc.text = parse_text_maps(b"".join(chunks))
+        maps = b"".join(chunks)
+        proc.text = parse_text_maps(maps)
         proc.starts = [m[0] for m in proc.text]
+        proc.stacks = stack_mappings(maps)
+        proc.fresh = True
 
     def _stack_owner(self, pid: int, proc: _Process, sp: int) -> str | None:
         pointer = _POINTER.get(self._machine)

@@ -32,6 +32,7 @@ from oversub.analysis.rates import Measures, measures, tree_totals
 from oversub.core.errors import NotARecording
 from oversub.core.model import MAX_VCPUS, Budget, CpuQuota
 from oversub.core.names import Signal, WaitKind
+from oversub.core.pools import POOLS_BY_KEY
 from oversub.core.results import HostRates, Interval, ProcessRates
 from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED
 from oversub.core.thresholds import Thresholds
@@ -155,13 +156,11 @@ class Encoder:
         }
         # Per thread, runnable nanoseconds (what `active_cpu` is compared with), idle ones left
         # out: they are never active whatever the threshold (it is > 0).
-        runs = [
-            [tid, round(r * _NS)]
-            for tid, r in zip(p.thread_ids, p.thread_runnable_s, strict=True)
-            if round(r * _NS) > 0
-        ]
-        if runs:
-            out["run"] = runs
+        kept = [i for i, r in enumerate(p.thread_runnable_s) if round(r * _NS) > 0]
+        if kept:
+            out["run"] = [[p.thread_ids[i], round(p.thread_runnable_s[i] * _NS)] for i in kept]
+            if p.thread_switches:
+                out["sw"] = [list(p.thread_switches[i]) for i in kept]
         if p.exited:
             out["exited"] = True
         if p.wait is not None:
@@ -267,6 +266,9 @@ class Decoder:
         runs = [array(r, "run") for r in array(d.get("run", []), "run")]
         if any(len(r) != 2 for r in runs):
             raise BadRecord("run is not a list of [tid, nanoseconds]")
+        switches = [array(r, "sw") for r in array(d.get("sw", []), "sw")]
+        if switches and (len(switches) != len(runs) or any(len(r) != 2 for r in switches)):
+            raise BadRecord("sw is not a list of [voluntary, involuntary] per run entry")
         wait = d.get("wait")
         pools = desc.get("pools")
         m = _raw_measures(d, seconds)
@@ -281,21 +283,40 @@ class Decoder:
             cmdline=text(field(desc, "cmdline"), "cmdline"),
             threads=whole(field(d, "threads"), "threads"),
             active_threads=0,
-            pools=None if pools is None else tuple(text(x, "pool") for x in array(pools, "pools")),
+            pools=None if pools is None else tuple(_pool(x) for x in array(pools, "pools")),
             thread_env=text_map(desc.get("thread_env"), "thread_env"),
             exited=d.get("exited") is True,
             wait=kind,
             start_ticks=start,
-            live_pools=whole_map(desc.get("live_pools"), "live_pools"),
-            live_threads=whole_map(desc.get("live_threads"), "live_threads"),
+            live_pools=_pool_map(desc.get("live_pools"), "live_pools"),
+            live_threads=_pool_map(desc.get("live_threads"), "live_threads"),
             owners=_owners_of(desc.get("owners")),
             thread_ids=tuple(whole(r[0], "tid") for r in runs),
             parent_threads_at_start=opt_whole(d.get("pf"), "pf"),
             thread_runnable_s=tuple(
                 per_second(whole(r[1], "runnable") / _NS, "runnable", seconds) for r in runs
             ),
+            thread_switches=tuple(
+                (whole(r[0], "voluntary"), whole(r[1], "involuntary")) for r in switches
+            ),
             **m._asdict(),
         )
+
+
+def _pool(v: Any) -> str:
+    """A pool key of the catalogue (`core.pools`); anything else is not oversub's."""
+    key = text(v, "pool")
+    if key not in POOLS_BY_KEY:
+        raise BadRecord(f"unknown pool {key[:40]!r}")
+    return key
+
+
+def _pool_map(v: Any, what: str) -> dict[str, int] | None:
+    """Live sizes by pool key: keys of the catalogue only."""
+    sizes = whole_map(v, what)
+    for key in sizes or ():
+        _pool(key)
+    return sizes
 
 
 def _owners_of(v: Any) -> dict[int, str] | None:

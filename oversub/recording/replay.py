@@ -128,15 +128,25 @@ def _merge_process(a: ProcessRates | None, b: ProcessRates | None, seconds: floa
         m = measures(seconds, only.cpu_s, only.delay_s, only.involuntary_ctx, only.voluntary_ctx)
         return replace(only, **m._asdict())
     runnable: dict[int, float] = {}
+    switches: dict[int, tuple[int, int]] | None = {}
     for p in (a, b):
         for tid, r in zip(p.thread_ids, p.thread_runnable_s, strict=True):
             runnable[tid] = runnable.get(tid, 0.0) + r
+        if p.thread_ids and not p.thread_switches:
+            switches = None
+        if switches is not None:
+            for tid, (v, i) in zip(p.thread_ids, p.thread_switches, strict=True):
+                was = switches.get(tid, (0, 0))
+                switches[tid] = (was[0] + v, was[1] + i)
     m = _summed(a, b, seconds)
     # What the process is, and whether it is gone, at the end of the second interval.
     return replace(
         b,
         thread_ids=tuple(runnable),
         thread_runnable_s=tuple(runnable.values()),
+        thread_switches=()
+        if switches is None
+        else tuple(switches.get(tid, (0, 0)) for tid in runnable),
         parent_threads_at_start=most(a.parent_threads_at_start, b.parent_threads_at_start),
         **m._asdict(),
     )

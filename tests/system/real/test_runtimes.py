@@ -55,9 +55,7 @@ def test_onnxruntime_names_intra_op_num_threads_alone(tmp_path: Path, figure: An
     ("name", "knob", "label"),
     [
         ("polars", "POLARS_MAX_THREADS", "polars (rayon)"),
-        # numexpr is left out: its busy threads are attributed to a spinning pool on this
-        # machine (critical, not the cheap warning; 2 runs of 2 on a clean clone), a defect of
-        # the attribution that issue 21 keeps open. Its knob and cost are in docs/pools.md.
+        ("numexpr", "NUMEXPR_NUM_THREADS", "numexpr"),
         ("pyarrow", "OMP_NUM_THREADS", "Arrow CPU pool"),
         ("numba", "NUMBA_NUM_THREADS", "numba parallel team"),
     ],

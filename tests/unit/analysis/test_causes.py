@@ -26,9 +26,16 @@ from tests.support.builders import make_interval, make_process_rates, make_total
 VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def oc(owner: str, threads: int, busy: int = 0, ran: int | None = None) -> OwnerCount:
+def oc(
+    owner: str,
+    threads: int,
+    busy: int = 0,
+    ran: int | None = None,
+    yielding_s: float | None = 0.0,
+) -> OwnerCount:
+    """`busy` threads runnable 1 s each, `yielding_s` of it in threads that yield."""
     ran = busy if ran is None else ran
-    return OwnerCount(owner, threads, busy, ran, float(busy))
+    return OwnerCount(owner, threads, busy, ran, float(busy), yielding_s)
 
 
 def worker(pid: int, counts: tuple[OwnerCount, ...], **kw: object) -> ProcessRates:
@@ -171,7 +178,7 @@ def test_torchs_openmp_team_is_critical_with_torchs_call() -> None:
 
 
 def test_gil_bound_threads_get_no_thread_cap() -> None:
-    counts = (oc("python", 8, 8),)
+    counts = (oc("python", 8, 8, yielding_s=8.0),)  # each yields more than it is preempted
     gil = [worker(p, counts, demand=1.45) for p in (11, 12)]  # 1.4-1.5 each, measured
     f, _ = finding_of(tree(*gil, demand=2.9))
     assert f.severity is Severity.WARNING and "GIL" in f.message
@@ -182,8 +189,26 @@ def test_gil_bound_threads_get_no_thread_cap() -> None:
         assert var not in f.fix
 
 
+@pytest.mark.parametrize(
+    "python",
+    [
+        # dask's task threads doing BLAS with the GIL released, beside the worker's event
+        # loop (measured: 0.7 CPU and 1.5 runnable per worker, as the GIL would show; but
+        # only the event loop yields, the task threads are preempted).
+        oc("python", 6, 3, yielding_s=1.0),
+        oc("python", 6, 2, yielding_s=1.0),  # half is not most
+        oc("python", 6, 3, yielding_s=None),  # switches not counted: never the GIL
+    ],
+)
+def test_python_threads_that_are_preempted_are_the_applications(python: OwnerCount) -> None:
+    procs = [worker(p, (python,), demand=1.5, cpu_percent=70.0) for p in (11, 12)]
+    f, _ = finding_of(tree(*procs, demand=3.0))
+    assert "application's own Python threads" in f.message and "GIL" not in f.message
+    assert "max_workers" in f.fix
+
+
 def test_python_threads_using_more_than_a_cpu_are_the_applications() -> None:
-    counts = (oc("python", 3, 3),)
+    counts = (oc("python", 3, 3, yielding_s=3.0),)
     procs = [worker(p, counts, cpu_percent=180.0) for p in (11, 12)]
     f, _ = finding_of(tree(*procs))
     assert "application's own Python threads" in f.message
@@ -214,6 +239,21 @@ def test_owner_counts_and_their_words() -> None:
         "Python interpreter: 1 busy, ONNX Runtime intra-op pool: 2 (1 busy), OpenBLAS: 1 idle"
     )
     assert owner_counts(None, {}, 0.2) is None
+    # With the switches: the runnable seconds of the threads that yielded more than they
+    # were preempted.
+    switches = {1: (190, 80), 2: (60, 170), 3: (500, 0), 4: (9, 1)}
+    counts = owner_counts(
+        {1: "python", 2: "python", 3: "python", 4: "openblas"},
+        {1: 0.5, 2: 0.5, 3: 0.01, 4: 0.5},
+        0.2,
+        switches,
+    )
+    assert counts is not None
+    by = {c.owner: c for c in counts}
+    assert by["python"].busy == 2 and by["python"].yielding_s == pytest.approx(0.51)
+    assert by["openblas"].yielding_s == pytest.approx(0.5)
+    unknown = owner_counts({1: "python"}, {1: 0.5}, 0.2, {})
+    assert unknown is not None and unknown[0].yielding_s is None
 
 
 EXAMPLE = re.compile(r"e\.g\. (\d+) workers? x (\d+) threads?")
@@ -318,10 +358,51 @@ def test_over_a_run_a_thread_counts_for_its_last_known_owner() -> None:
     assert describe(run.counts()) == "Python interpreter: 3 (2 busy), OpenBLAS: 1 idle"
 
 
-def test_python_threads_that_keep_two_runnable_each_are_not_the_gil() -> None:
-    """dask task threads doing BLAS (the GIL released) under oversubscription: each process
-    gets about one CPU, like a GIL-bound one, but keeps about two threads runnable."""
-    counts = (oc("python", 3, 2),)
-    procs = [worker(p, counts, cpu_percent=100.0, demand=1.75) for p in (11, 12)]
-    f, _ = finding_of(tree(*procs, demand=3.5))
-    assert "GIL" not in f.message and "application's own" in f.message, f.message
+def test_over_a_run_the_threads_that_yield_are_weighed_from_summed_switches() -> None:
+    from oversub.analysis.ownership import RunOwners
+
+    owners = {11: "python", 12: "python", 13: "python"}
+    run = RunOwners()
+    for switches in (((90, 10), (10, 90), (1, 0)), ((90, 10), (100, 20), (1, 0))):
+        run.add(
+            worker(
+                11,
+                (),
+                owners=owners,
+                thread_ids=(11, 12, 13),
+                thread_runnable_s=(0.9, 0.9, 0.0),
+                thread_switches=switches,
+                active_threads=2,
+            )
+        )
+    # 11 yields; 12 does not over the run (110 against 110 is not more); 13 never ran.
+    [python] = run.counts()
+    assert python.busy == 2 and python.yielding_s == pytest.approx(1.8)
+    run.add(worker(11, (), owners=owners, thread_ids=(11,), thread_runnable_s=(0.9,)))
+    assert run.counts()[0].yielding_s is None  # an interval without switches: unknown
+
+
+def test_gil_threads_each_runnable_too_briefly_to_be_busy_are_still_the_gil() -> None:
+    """8 pure-Python threads per process, each runnable a fifth of the time (measured: 1.4
+    runnable per process, no thread above the active floor): not single-thread processes."""
+    gil = (OwnerCount("python", 9, 1, 8, 1.43, 1.43),)
+    procs = [worker(p, gil, demand=1.43, active_threads=1, cpu_percent=99.0) for p in (11, 12)]
+    f, _ = finding_of(tree(*procs, demand=2.9))
+    assert "GIL" in f.message and "single-thread" not in f.message, f.message
+    # One thread doing the work, beside a helper that wakes now and then: not the GIL.
+    single = (OwnerCount("python", 2, 1, 2, 1.4, 0.01),)
+    procs = [worker(p, single, demand=1.4, active_threads=1, cpu_percent=99.0) for p in (11, 12)]
+    f, _ = finding_of(tree(*procs, demand=2.8))
+    assert "single-thread" in f.message and "GIL" not in f.message, f.message
+
+
+def test_a_fallback_to_the_mapped_pools_says_the_busy_threads_were_not_attributed() -> None:
+    counts = (oc("unattributed", 2, 2), oc("python", 1, 1))
+    f, _ = finding_of(tree(worker(11, counts), worker(12, counts), demand=4.0))
+    assert f.rule == "oversubscribed-pools" and "OpenBLAS" in f.message, f.message
+    assert "could not be attributed to a runtime (pid 11: unattributed: 2 busy" in f.message
+    assert "not observed running" in f.message
+    # Owners not read at all (no /proc owners, an old recording): nothing to say about them.
+    bare = [worker(p, counts, owner_counts=None, owners=None) for p in (11, 12)]
+    f, _ = finding_of(tree(*bare, demand=4.0))
+    assert "could not be attributed" not in f.message, f.message

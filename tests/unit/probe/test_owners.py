@@ -6,7 +6,6 @@ maps, syscall lines and stack words of each case point into it, as the real file
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pytest
@@ -14,70 +13,19 @@ import pytest
 from oversub.core import runtimes
 from oversub.core.samples import ThreadSample
 from oversub.probe.owners import MAX_TRIES, OwnerReader, follows_call, parse_syscall_pc
-
-PID = 100
-SITE = "/usr/lib/python3/site-packages"
-LIBC = (0x10000, 0x20000, "/usr/lib/x86_64-linux-gnu/libc.so.6")
-GOMP = (0x20000, 0x30000, "/usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0")
-ORT = (0x30000, 0x40000, f"{SITE}/onnxruntime/capi/onnxruntime_pybind11_state.so")
-NUMEXPR = (0x40000, 0x50000, f"{SITE}/numexpr/interpreter.cpython-311-x86_64-linux-gnu.so")
-NUMPY = (0x50000, 0x60000, f"{SITE}/numpy/_core/_multiarray_umath.so")
-OMPPOOL = (0x60000, 0x61000, f"{SITE}/numba/np/ufunc/omppool.cpython-311.so")
-PY = (0x70000, 0x80000, "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0")
-STACK = 0x90000
-MEM_SIZE = 0xA0000
-
-
-def maps_line(start: int, end: int, path: str, perms: str = "r-xp") -> str:
-    return f"{start:08x}-{end:08x} {perms} 00000000 08:01 1234 {path}\n"
-
-
-class FakeProcess:
-    """/proc/PID of a fake process: maps, mem and threads."""
-
-    def __init__(self, root: Path, mapped: list[tuple[int, int, str]], pid: int = PID) -> None:
-        self.base = root / "proc" / str(pid)
-        (self.base / "task").mkdir(parents=True)
-        (self.base / "maps").write_text(
-            maps_line(0x1000, 0x2000, "[heap]", "rw-p")
-            + "".join(maps_line(*m) for m in mapped)
-            + maps_line(STACK, STACK + 0x1000, "", "rw-p")
-        )
-        self.mem = bytearray(MEM_SIZE)
-        self.pid = pid
-        self._stack = 0
-
-    def call_site(self, ret: int, insn: bytes = b"\xe8\x00\x00\x00\x00") -> None:
-        """Put a call instruction just before `ret` (a real return address)."""
-        self.mem[ret - len(insn) : ret] = insn
-
-    def thread(
-        self,
-        tid: int,
-        comm: str = "python",
-        start: int = 500,
-        pc: int | None = None,
-        stack: tuple[int, ...] = (),
-    ) -> ThreadSample:
-        """A thread with `comm`; blocked at `pc` (running when None), `stack` words at SP."""
-        task = self.base / "task" / str(tid)
-        task.mkdir()
-        (task / "comm").write_text(comm + "\n")
-        fields = ["S", "1", *(["0"] * 17), str(start), "0"]  # field 22 is the start
-        (task / "stat").write_text(f"{tid} ({comm}) " + " ".join(fields) + "\n")
-        sp = STACK + 0x100 * self._stack
-        self._stack += 1
-        if pc is None:
-            (task / "syscall").write_text("running\n")
-        else:
-            args = " ".join(["0x0"] * 6)
-            (task / "syscall").write_text(f"202 {args} {sp:#x} {pc:#x}\n")
-        for i, word in enumerate(stack):
-            struct.pack_into("<Q", self.mem, sp + 8 * i, word)
-        return ThreadSample(tid, "R" if pc is None else "S", 0, 0, 0, 0)
-
-    def flush(self) -> None:
-        (self.base / "mem").write_bytes(bytes(self.mem))
+from tests.support.fake_threads import (
+    GOMP,
+    LIBC,
+    NUMEXPR,
+    NUMPY,
+    OMPPOOL,
+    ORT,
+    PID,
+    PY,
+    SITE,
+    STACK,
+    FakeProcess,
+)
 
 
 def read_owners(root: Path, threads: list[ThreadSample], reader: OwnerReader | None = None):
@@ -292,3 +240,21 @@ def test_the_main_thread_of_an_interpreter_is_pythons_even_inside_a_pool(tmp_pat
     main = proc.thread(PID, "app", pc=GOMP[0] + 0x10)
     proc.flush()
     assert read_owners(other, [main]) == {PID: "libgomp"}
+
+
+def test_a_name_inherited_from_the_main_thread_proves_nothing(tmp_path: Path) -> None:
+    """torch names a DataLoader worker's main thread pt_data_worker; the OpenBLAS threads the
+    worker starts afterwards carry that name, which is torch's `pt_` prefix."""
+    proc = FakeProcess(tmp_path, [LIBC])
+    (proc.base / "comm").write_text("pt_data_worker\n")
+    threads = [
+        proc.thread(PID, "pt_data_worker"),
+        proc.thread(101, "pt_data_worker"),
+        proc.thread(102, "pt_autograd_0"),
+    ]
+    proc.flush()
+    assert read_owners(tmp_path, threads) == {
+        PID: "unattributed",
+        101: "unattributed",
+        102: "torch",
+    }

@@ -19,7 +19,7 @@ from oversub.analysis.verdict import assess
 from oversub.core.names import Verdict
 from oversub.core.results import Interval
 from oversub.core.thresholds import Thresholds
-from oversub.recording.fields import loads
+from oversub.recording.fields import BadRecord, loads
 from oversub.recording.format import Decoder, Encoder, dumps
 from oversub.recording.replay import CUT_NOTE, merge, parse, reassess
 from oversub.recording.writer import Recorder, summary_record
@@ -58,14 +58,14 @@ def test_an_interval_comes_back_with_the_same_rates_bit_for_bit() -> None:
             strict=True,
         ):
             # Idle threads are not stored (never active, whatever the threshold).
-            nonzero = [
-                (t, r) for t, r in zip(a.thread_ids, a.thread_runnable_s, strict=True) if r > 0
-            ]
+            kept = [i for i, r in enumerate(a.thread_runnable_s) if r > 0]
             assert b == replace(
                 a,
-                thread_ids=tuple(t for t, _ in nonzero),
-                thread_runnable_s=tuple(r for _, r in nonzero),
+                thread_ids=tuple(a.thread_ids[i] for i in kept),
+                thread_runnable_s=tuple(a.thread_runnable_s[i] for i in kept),
+                thread_switches=tuple(a.thread_switches[i] for i in kept),
             )
+            assert not kept or len(b.thread_switches) == len(kept)  # the switches came back
 
 
 @pytest.mark.parametrize("th", [TH, Thresholds(active_cpu=0.9), Thresholds(margin=2.0)])
@@ -204,3 +204,46 @@ def test_infinities_and_huge_strings_are_refused() -> None:
         parse([lines[0], lines[1].replace('"t0":', '"t0":Infinity,"x":')])
     with pytest.raises(NotARecording, match="at most"):
         parse([mutate(lines[0], host="x" * 10_000), *lines[1:]])
+
+
+def test_thread_switches_come_back_and_merged_intervals_sum_them() -> None:
+    def with_switches(iv: Interval, k: int) -> Interval:
+        procs = tuple(
+            replace(p, thread_switches=tuple((k * (i + 1), k) for i in range(len(p.thread_ids))))
+            for p in iv.processes
+        )
+        return replace(iv, processes=procs)
+
+    a, b = (with_switches(iv, k) for iv, k in zip(run_of(2), (10, 20), strict=True))
+    back, _ = Decoder().interval(loads(dumps(Encoder().interval(a, "T"))))
+    p = next(p for p in back.processes if p.pid == 150)
+    assert p.thread_switches == ((10, 10), (20, 10))
+    m = next(p for p in merge(a, b).processes if p.pid == 150)
+    assert m.thread_switches == tuple((30 * (i + 1), 30) for i in range(len(m.thread_ids)))
+    # An interval without them makes the merged switches unknown, never a partial sum.
+    bare = replace(b, processes=tuple(replace(q, thread_switches=()) for q in b.processes))
+    assert next(p for p in merge(a, bare).processes if p.pid == 150).thread_switches == ()
+
+
+@pytest.mark.parametrize("sw", [[[1, 2]], [[1], [2]], "x", [[1, -1], [1, 1]]])
+def test_malformed_switches_are_refused(sw: object) -> None:
+    record = loads(dumps(Encoder().interval(run_of(1)[0], "T")))
+    for p in record["p"]:
+        if "run" in p and len(p["run"]) == 2:
+            p["sw"] = sw
+    with pytest.raises(BadRecord):
+        Decoder().interval(record)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("live_pools", {"": 0}), ("live_threads", {"x": 1}), ("pools", ["nope"])]
+)
+def test_pools_outside_the_catalogue_are_refused(key: str, value: object) -> None:
+    """A report indexes the catalogue by these keys: an unknown one is bad input, never a
+    KeyError (found by the field fuzz)."""
+    record = loads(dumps(Encoder().interval(run_of(1)[0], "T")))
+    for p in record["p"]:
+        if "d" in p:
+            p["d"][key] = value
+    with pytest.raises(BadRecord, match="unknown pool"):
+        Decoder().interval(record)
