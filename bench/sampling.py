@@ -4,11 +4,21 @@ On a synthetic tree (bench/trees.py: idle threads), after one warm-up sample, ea
 times these once, in a rotated order so machine noise and drift hit all alike:
 
   oversub   `TreeSampler(root_pid).sample()` (steady state: files held open, re-read
-            with pread; cmdline and maps are re-read only every 5 s, which lands in a few
-            rounds and the median leaves out; `watch_cost.py` pays it).
+            with pread; a process whose CPU clock did not move since its last reading keeps
+            it, so in these idle trees no per-thread file is read: docs/signals.md,
+            "Reading only what can have changed").
+  oversub, every process read
+            the same sampler with that shortcut off (`cpu_clock` that never answers): what
+            a tree costs whose every process ran while most threads slept. cmdline and maps
+            are re-read every 5 s for such processes, which lands in a few rounds and the
+            median leaves out; `watch_cost.py` pays it.
+  oversub, every process read, no attribution
+            the same without thread attribution (`probe.owners`): the goal is that
+            attribution costs at most 10 % more (`ATTRIBUTION_GOAL`: the ratio of the two
+            rows' ratios to the floor).
   floor     plain os.open/os.read/os.close (os.listdir for directories) of exactly the
-            files the sampler reads in a steady-state tick, with just enough parsing to find
-            the tree:
+            files the sampler reads when it reads every process, with just enough parsing
+            to find the tree:
               - list /proc, read /proc/PID/stat of every process (the ppid scan, which
                 also gives each tree process's stat line),
               - per tree process: list /proc/PID/task,
@@ -32,7 +42,10 @@ times these once, in a rotated order so machine noise and drift hit all alike:
   (`make bench` installs both first where it can: tools/syspkg.py).
 
 Each figure is the median wall time; each ratio is the median of the per-round ratios to
-the floor of the same round. Goal: oversub <= 1.15 x the floor.
+the floor of the same round (the two rows that read every process are timed in rounds of
+their own, each with the floor, after the others: one sampler at a time). Goals: both
+oversub rows with attribution <= 1.15 x the floor, and attribution <= 1.10 x the same
+sampler without it (the ratio of their ratios to the floor).
 
     python bench/sampling.py [--trees 50x20,250x20] [--rounds 15]
 """
@@ -57,6 +70,44 @@ from oversub.probe.sampler import TreeSampler
 
 GOAL = 1.15
 """oversub's sample / the floor, at most."""
+ATTRIBUTION_GOAL = 1.10
+"""The sampler with thread attribution / without it, at most (issue 21)."""
+
+EVERY = "oversub, every process read"
+"""The row of the sampler without its process-level shortcut."""
+PLAIN = "oversub, every process read, no attribution"
+"""The same without thread attribution."""
+
+
+def _never(pid: int) -> int | None:
+    """A CPU clock that never answers: every process is read at every sample."""
+    return None
+
+
+class _NoOwners:
+    """An owner reader that attributes nothing (`ProcessSample.owners` None)."""
+
+    def read(self, *args: object) -> None:
+        return None
+
+    def keep(self, pid: int, start_ticks: int) -> None:
+        return None
+
+    def end_sample(self) -> None:
+        return None
+
+
+def unattributed(root_pid: int) -> TreeSampler:
+    """A sampler that reads every process at every sample, without thread attribution."""
+    sampler = TreeSampler(root_pid, cpu_clock=_never)
+    sampler._owners = _NoOwners()  # type: ignore[assignment]
+    return sampler
+
+
+def has_goal(name: str) -> bool:
+    """The rows the floor goal applies to."""
+    return name in ("oversub", EVERY)
+
 
 PS_FIELDS = "pid,tid,stat,time,pcpu,comm"
 
@@ -194,6 +245,8 @@ class TreeResult:
     """Threads in oversub's warm-up sample (should equal `threads`)."""
     rounds: int
     rows: tuple[Row, ...]
+    attribution: float | None = None
+    """The sampler with attribution / without it: the ratio of their ratios to the floor."""
 
     @property
     def oversub_ratio(self) -> float:
@@ -215,9 +268,7 @@ def methods(t: Tree, sampler: TreeSampler) -> list[Method]:
     pids = ",".join(map(str, t.pids))
     return [
         Method("oversub", "`TreeSampler(root).sample()`", sampler.sample),
-        Method(
-            "floor", "os.open/os.read/os.close of the same files", lambda: floor_read(t.root_pid)
-        ),
+        _floor(t),
         Method(
             "floor+status",
             "the same, reading status + schedstat per thread",
@@ -233,38 +284,68 @@ def methods(t: Tree, sampler: TreeSampler) -> list[Method]:
     ]
 
 
+def _floor(t: Tree) -> Method:
+    return Method(
+        "floor", "os.open/os.read/os.close of the same files", lambda: floor_read(t.root_pid)
+    )
+
+
+def _rounds(ms: list[Method], rounds: int) -> list[dict[str, float]]:
+    """Each round's wall time per method, in a rotated order, after one warm-up run each."""
+    live = [m for m in ms if m.run is not None]
+    for m in live:  # warm every path (page cache, imports, psutil's caches) once
+        assert m.run is not None
+        m.run()
+    out = []
+    for i in range(rounds):
+        k = i % len(live)
+        this_round: dict[str, float] = {}
+        for m in live[k:] + live[:k]:
+            assert m.run is not None
+            t0 = time.perf_counter()
+            m.run()
+            this_round[m.name] = time.perf_counter() - t0
+        out.append(this_round)
+    return out
+
+
+def _rows(ms: list[Method], measured: list[dict[str, float]]) -> list[Row]:
+    return [
+        Row(
+            m.name,
+            m.what,
+            statistics.median(r[m.name] for r in measured) * 1000 if m.run else None,
+            statistics.median(r[m.name] / r["floor"] for r in measured) if m.run else None,
+        )
+        for m in ms
+    ]
+
+
 def measure_tree(t: Tree, rounds: int) -> TreeResult:
+    """Three phases, each with one sampler (each may hold half of RLIMIT_NOFILE, as `watch`
+    does) and its own floor: the sampler as `watch` runs it against the other tools; then
+    the sampler that reads every process; then the same without attribution. The cost of
+    attribution is the ratio of the last two rows' ratios to their floors."""
     with TreeSampler(t.root_pid) as sampler:
         first = sampler.sample()  # reads environ, cmdline and maps of every process
         sampled = sum(len(p.threads) for p in first.processes.values())
         ms = methods(t, sampler)
-        live = [m for m in ms if m.run is not None]
-        for m in live:  # warm every path (page cache, imports, psutil's caches) once
-            assert m.run is not None
-            m.run()
-        times: dict[str, list[float]] = {m.name: [] for m in live}
-        ratios: dict[str, list[float]] = {m.name: [] for m in live}
-        for i in range(rounds):
-            k = i % len(live)
-            this_round: dict[str, float] = {}
-            for m in live[k:] + live[:k]:
-                assert m.run is not None
-                t0 = time.perf_counter()
-                m.run()
-                this_round[m.name] = time.perf_counter() - t0
-            for name, seconds in this_round.items():
-                times[name].append(seconds)
-                ratios[name].append(seconds / this_round["floor"])
-    rows = tuple(
-        Row(
-            m.name,
-            m.what,
-            statistics.median(times[m.name]) * 1000 if m.run else None,
-            statistics.median(ratios[m.name]) if m.run else None,
+        rows = _rows(ms, _rounds(ms, rounds))
+    every_what = "the same, every process read (`cpu_clock=lambda pid: None`)"
+    plain_what = "the same without thread attribution (`probe.owners`)"
+    for i, (name, what, make) in enumerate(
+        (
+            (EVERY, every_what, lambda: TreeSampler(t.root_pid, cpu_clock=_never)),
+            (PLAIN, plain_what, lambda: unattributed(t.root_pid)),
         )
-        for m in ms
-    )
-    return TreeResult(t.procs, t.threads, sampled, rounds, rows)
+    ):
+        with make() as s:
+            s.sample()
+            pair = [Method(name, what, s.sample), _floor(t)]
+            rows.insert(1 + i, _rows(pair, _rounds(pair, rounds))[0])
+    every, plain = (next(r.ratio for r in rows if r.name == n) for n in (EVERY, PLAIN))
+    assert every is not None and plain is not None
+    return TreeResult(t.procs, t.threads, sampled, rounds, tuple(rows), every / plain)
 
 
 def run(shapes: list[tuple[int, int]], rounds: list[int]) -> list[TreeResult]:
@@ -282,13 +363,25 @@ def format_text(r: TreeResult) -> str:
     ]
     for row in r.rows:
         if row.median_ms is None or row.ratio is None:
-            lines.append(f"  {row.name:<12} {'-':>10}  {row.what}")
+            lines.append(f"  {row.name:<44} {'-':>10}  {row.what}")
             continue
         goal = ""
-        if row.name == "oversub":
+        if has_goal(row.name):
             goal = f"  goal <= {GOAL:.2f}: {'PASS' if row.ratio <= GOAL else 'MISS'}"
-        lines.append(f"  {row.name:<12} {row.median_ms:8.2f} ms  x{row.ratio:6.2f}{goal}")
+        lines.append(f"  {row.name:<44} {row.median_ms:8.2f} ms  x{row.ratio:6.2f}{goal}")
+    lines.append(attribution_line(r))
     return "\n".join(lines)
+
+
+def attribution_line(r: TreeResult) -> str:
+    """What thread attribution costs a sample that reads every process, and its goal."""
+    if r.attribution is None:
+        return "  attribution: not measured"
+    verdict = "PASS" if r.attribution <= ATTRIBUTION_GOAL else "MISS"
+    return (
+        f"  attribution: x{r.attribution:.2f} the sampler without it "
+        f"(goal <= {ATTRIBUTION_GOAL:.2f}: {verdict})"
+    )
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:

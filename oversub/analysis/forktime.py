@@ -4,22 +4,18 @@ child did (`ThreadSample.start_ticks` against `ProcessSample.start_ticks`), what
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from oversub.core.results import ProcessRates
 from oversub.core.samples import TreeSample
 
 
-def with_parent_threads(r: ProcessRates, sample: TreeSample) -> ProcessRates:
-    """`r` with the threads its parent (in `sample`) had started before it: those are the
-    threads the parent ran when it forked `r` (a thread started since is not counted)."""
-    parent = sample.processes.get(r.ppid)
-    if parent is None or r.start_ticks is None or parent.pid == r.pid:
-        return r
+def parent_threads(pid: int, ppid: int, start_ticks: int | None, sample: TreeSample) -> int | None:
+    """The threads of process `pid`'s parent (in `sample`) that started before it did; None
+    when the parent or a start time is unknown."""
+    parent = sample.processes.get(ppid)
+    if parent is None or start_ticks is None or parent.pid == pid:
+        return None
     starts = [t.start_ticks for t in parent.threads]
     if not starts or any(s is None for s in starts):
-        return r
+        return None
     # Strictly before: a thread started in the same clock tick as the child may have come
     # after the fork, and an accusation needs a thread known to have been there.
-    before = sum(1 for s in starts if s is not None and s < r.start_ticks)
-    return replace(r, parent_threads_at_start=before)
+    return sum(1 for s in starts if s is not None and s < start_ticks)

@@ -123,13 +123,16 @@ def with_floor(p: ProcessRates, floor_ns: float) -> ProcessRates:
     active when it was runnable at least that long: `Thresholds.active_cpu` of the interval),
     from its per-thread runnable seconds alone, in whole nanoseconds as `rates.interval`
     counts them."""
+    counts = p.owner_counts
     if p.owners is not None and not p.exited:
         runnable = dict(zip(p.thread_ids, p.thread_runnable_s, strict=True))
         switches = (
             dict(zip(p.thread_ids, p.thread_switches, strict=True)) if p.thread_switches else None
         )
-        p = replace(p, owner_counts=owner_counts(p.owners, runnable, floor_ns / _NS, switches))
-    if not p.thread_runnable_s:  # exited, or no thread: nothing was active
+        counts = owner_counts(p.owners, runnable, floor_ns / _NS, switches)
+    active = p.active_threads
+    if p.thread_runnable_s:  # else exited, or no thread: nothing was active
+        active = sum(1 for r in p.thread_runnable_s if round(r * _NS) >= floor_ns)
+    if counts is p.owner_counts and active == p.active_threads:
         return p
-    count = sum(1 for r in p.thread_runnable_s if round(r * _NS) >= floor_ns)
-    return replace(p, active_threads=count)
+    return replace(p, owner_counts=counts, active_threads=active)

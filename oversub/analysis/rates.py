@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from oversub.analysis.forktime import with_parent_threads
+from oversub.analysis.forktime import parent_threads
 from oversub.analysis.ownership import with_floor
 from oversub.analysis.poolsize import pool_threads
 from oversub.core.names import Signal
@@ -201,8 +201,12 @@ CARRIED = (
 """What a process's rates carry over from its sample as read: what it is, not what it did."""
 
 
-def _process_rates(p: ProcessSample, d: _Delta, dt_s: float, exited: bool) -> ProcessRates:
+def _process_rates(
+    p: ProcessSample, d: _Delta, dt_s: float, exited: bool, sample: TreeSample
+) -> ProcessRates:
+    """The rates of `p` in `sample` (whose processes hold its parent) from its deltas."""
     return ProcessRates(
+        parent_threads_at_start=parent_threads(p.pid, p.ppid, p.start_ticks, sample),
         threads=len(p.threads),
         active_threads=0,
         thread_runnable_s=tuple(r / _NS for r in d.runnable_ns),
@@ -340,10 +344,10 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int) -> Interval:
         if before is not None and before.start_ticks != p.start_ticks:
             before = None
         d = _process_delta(before, p, dt_ns)
-        live.append((with_parent_threads(_process_rates(p, d, dt_s, exited=False), curr), d))
+        live.append((_process_rates(p, d, dt_s, False, curr), d))
 
     gone_rates = [
-        with_parent_threads(_process_rates(p, _exited_delta(p), dt_s, exited=True), prev)
+        _process_rates(p, _exited_delta(p), dt_s, True, prev)
         for pid, p in prev.processes.items()
         # Gone, or its pid already reused by a new process: either way this one exited.
         if pid not in curr.processes or curr.processes[pid].start_ticks != p.start_ticks

@@ -3,8 +3,9 @@
 
 Both are a `TreeSampler` with another membership rule (`tree`), so every process is read
 exactly as `watch PID` reads it, with the same caches and held files. Their samples have no
-root process (`root_pid` 0). The node sampler reads every process once per sample and then
-splits the sample by cgroup: the cost grows with the threads on the node, not with the
+root process (`root_pid` 0). The node sampler samples every process once per sample and
+then splits the sample by cgroup: the cost grows with the threads of the node's processes
+that ran (an idle process keeps its last reading, by `TreeSampler`'s one rule), not with the
 number of cgroups times the threads.
 """
 
@@ -16,12 +17,11 @@ import time
 from collections.abc import Callable, Mapping
 
 from oversub.core.errors import NoSuchCgroup
-from oversub.core.names import Signal
 from oversub.core.samples import ProcessSample, ThrottleStat, TreeSample
 from oversub.core.workload import group_of, job_group_of
 from oversub.probe.cgroup_target import CgroupRef, read_members
 from oversub.probe.host import parse_cpu_stat
-from oversub.probe.proctree import ProcStat, read_all
+from oversub.probe.proctree import read_all
 from oversub.probe.sampler import TreeSampler
 
 
@@ -38,8 +38,9 @@ class CgroupSampler(TreeSampler):
         *,
         root: str = "/",
         clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[int], int | None] | None = None,
     ) -> None:
-        super().__init__(0, root=root, clock=clock)
+        super().__init__(0, root=root, clock=clock, cpu_clock=cpu_clock)
         self.ref = ref
         self._gone = False
 
@@ -65,7 +66,12 @@ class NodeSampler(TreeSampler):
 
     With `jobs` (the v1 cpuset hierarchy's root, `find_job_hierarchy`), a process whose
     cpuset cgroup lies in a SLURM job or a pod and whose cpu cgroup does not belongs to that
-    job: SLURM's task/cgroup on v1 leaves the cpu controller alone."""
+    job: SLURM's task/cgroup on v1 leaves the cpu controller alone.
+
+    On a node most processes sleep: as for every `TreeSampler`, one that did not run keeps
+    its last reading (`TreeSampler._reusable`, which also keeps reading a process with a
+    runnable thread: a starved process may run less than a tick per interval while its
+    threads wait, and its run delay must not be lost)."""
 
     def __init__(
         self,
@@ -74,14 +80,13 @@ class NodeSampler(TreeSampler):
         jobs: CgroupRef | None = None,
         root: str = "/",
         clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[int], int | None] | None = None,
     ) -> None:
-        super().__init__(0, root=root, clock=clock)
+        super().__init__(0, root=root, clock=clock, cpu_clock=cpu_clock)
         self.top = top
         self.jobs = jobs
         self.from_jobs: set[str] = set()
         """The targets of the last sample found through `jobs` (paths in that hierarchy)."""
-        self._still: dict[tuple[int, int], tuple[tuple[int, int, int], ProcessSample]] = {}
-        """(pid, start) -> what moves when it runs, and its last reading."""
         self.group: dict[int, str] = {}
         """pid -> its target's cgroup path, for the processes of the last sample that are in
         a cgroup other than the root."""
@@ -106,43 +111,6 @@ class NodeSampler(TreeSampler):
 
     def _check_root(self, stats: dict[int, bytes]) -> None:
         return None  # the node is always there
-
-    def sample(self) -> TreeSample:
-        sample = super().sample()
-        for key in [k for k in self._still if k[0] not in sample.processes]:
-            del self._still[key]
-        return sample
-
-    def _read_process(
-        self,
-        pid: int,
-        stat: ProcStat,
-        raw_stat: bytes,
-        now: float,
-        strict: bool,
-        unavailable: list[Signal],
-    ) -> ProcessSample | None:
-        """The process's last reading again when it was asleep then and nothing about it
-        moved since: the same CPU time (all its threads, in clock ticks), reaped children's
-        time, thread count and state.
-
-        On a node most threads sleep; reading each one's files every second is what node
-        mode would spend its time on. A process with a runnable thread is never reused: on a
-        loaded CPU it may run less than one tick (10 ms) per interval while its threads
-        wait all the time, and waiting moves no tick (its run delay would be lost: an
-        oversubscribed cgroup judged starved, or not seen at all).
-        """
-        key = (pid, stat.start_ticks)
-        moved = (stat.utime_ticks + stat.stime_ticks, stat.children_ticks, stat.threads)
-        last = self._still.get(key)
-        if last is not None and last[0] == moved and stat.state == last[1].threads[0].state:
-            return last[1]
-        sample = super()._read_process(pid, stat, raw_stat, now, strict, unavailable)
-        if sample is not None and sample.threads and all(t.state != "R" for t in sample.threads):
-            self._still[key] = (moved, sample)
-        else:
-            self._still.pop(key, None)
-        return sample
 
     def split(
         self, sample: TreeSample, stat_paths: Mapping[str, str | None]

@@ -29,7 +29,10 @@ and `mem` needs ptrace access (the same check as `probe.livepools`); refused, on
 count. A stack whose frames are not yet there (a thread just created) is read again at the
 next samples (at most `TOP_TRIES` times); a running thread shows no PC, and a blocked one
 may wait where no runtime's frame is near its stack pointer: it is tried again (at most
-`MAX_TRIES` times) at later samples where it is blocked.
+`MAX_TRIES` times) at later samples where it is blocked and ran since its last try (one
+that did not run waits where it waited, with the same stack). A thread's name and start
+time come from the sampler's own reading when it has them (`probe.threads`), so a new
+thread costs no file of its own for them.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from oversub.core import runtimes
@@ -54,6 +58,8 @@ the interpreter)."""
 MAPS_MAX = 16 << 20
 """Bytes of a maps file read at most."""
 _SMALL = 512
+_OBJECTS_MAX = 4096
+"""Object paths whose owner is remembered at most (the paths are the processes' to choose)."""
 _POINTER = {"x86_64": ("<Q", 8), "aarch64": ("<Q", 8), "arm64": ("<Q", 8)}
 
 
@@ -66,6 +72,8 @@ class _Thread:
     """The owner came from the thread's own evidence (name, start routine, PC, stack): final."""
     tries: int = 0
     top_tries: int = 0
+    tried_cpu: int | None = None
+    """The thread's CPU time at its last blocked try: not run since, the same evidence."""
 
 
 @dataclass
@@ -170,6 +178,10 @@ class OwnerReader:
         self._proc = os.path.join(root, "proc")
         self._machine = machine if machine is not None else os.uname().machine
         self._known: dict[tuple[int, int], _Process] = {}
+        self._objects: dict[str, tuple[str | None, bool]] = {}
+        """Object path -> (its owner, whether it is a system object), looked up once."""
+        self._mem: int | None = None
+        """The memory of the process being read, opened at its first stack scan."""
 
     def end_sample(self) -> None:
         """Forget the processes and threads this sample did not read."""
@@ -178,8 +190,21 @@ class OwnerReader:
         for p in self._known.values():
             p.seen = p.fresh = False
 
-    def read(self, pid: int, start_ticks: int, threads: tuple[ThreadSample, ...]) -> dict[int, str]:
-        """tid -> owner key (`runtimes`), or `runtimes.UNATTRIBUTED`, for `threads`."""
+    def keep(self, pid: int, start_ticks: int) -> None:
+        """The process was not read in this sample (its last reading stands): remember it."""
+        proc = self._known.get((pid, start_ticks))
+        if proc is not None:
+            proc.seen = True
+
+    def read(
+        self,
+        pid: int,
+        start_ticks: int,
+        threads: tuple[ThreadSample, ...],
+        names: Mapping[int, str] | None = None,
+    ) -> dict[int, str]:
+        """tid -> owner key (`runtimes`), or `runtimes.UNATTRIBUTED`, for `threads`;
+        `names`: tid -> thread name where the caller read it already."""
         proc = self._known.setdefault((pid, start_ticks), _Process())
         proc.seen = True
         base = f"{self._proc}/{pid}/task"
@@ -190,7 +215,10 @@ class OwnerReader:
         for t in threads:
             entry = proc.threads.get(t.tid)
             if entry is None:
-                entry = self._new_thread(f"{base}/{t.tid}", self._main_name(pid, proc))
+                name = names.get(t.tid) if names is not None else None
+                entry = self._new_thread(
+                    f"{base}/{t.tid}", self._main_name(pid, proc), name, t.start_ticks
+                )
                 if t.tid == pid and self._interpreter(pid, proc):
                     entry.owner, entry.proven = "python", True
                 proc.threads[t.tid] = entry
@@ -199,17 +227,25 @@ class OwnerReader:
         wanted = {t.tid: e for t, e in unproven if t.tid != pid and e.top_tries < TOP_TRIES}
         if wanted and not proc.refused and self._machine == "x86_64":  # glibc's layout there
             self._start_routines(pid, proc, wanted, alive)
-        for t, entry in unproven:
-            if entry.proven:
-                continue
-            if entry.tries >= MAX_TRIES or proc.refused:
-                continue
-            if t.state not in ("S", "D"):
-                continue  # running: no PC to read now
-            entry.tries += 1
-            owner = self._blocked_owner(pid, t.tid, proc)
-            if owner is not None:
-                entry.owner, entry.proven = owner, True
+        try:
+            for t, entry in unproven:
+                if entry.proven:
+                    continue
+                if entry.tries >= MAX_TRIES or proc.refused:
+                    continue
+                if t.state not in ("S", "D"):
+                    continue  # running: no PC to read now
+                if entry.tries and entry.tried_cpu == t.cpu_ns:
+                    continue  # not run since its last try: blocked where it was
+                entry.tries += 1
+                entry.tried_cpu = t.cpu_ns
+                owner = self._blocked_owner(pid, t.tid, proc)
+                if owner is not None:
+                    entry.owner, entry.proven = owner, True
+        finally:
+            if self._mem is not None:
+                os.close(self._mem)
+                self._mem = None
         if unproven:
             _by_start_group(pid, proc.threads)
         return {
@@ -283,17 +319,26 @@ class OwnerReader:
             proc.main_name = (raw or b"").strip().decode("utf-8", "replace")
         return proc.main_name or None
 
-    def _new_thread(self, base: str, inherited: str | None = None) -> _Thread:
+    def _new_thread(
+        self,
+        base: str,
+        inherited: str | None = None,
+        name: str | None = None,
+        start: int | None = None,
+    ) -> _Thread:
         """A thread first seen; its name is evidence unless it is `inherited`, the main
         thread's (a thread is named after its creator until it renames itself: torch names
         a DataLoader worker's main thread `pt_data_worker`, and the OpenBLAS threads that
-        worker starts later carry that name too)."""
+        worker starts later carry that name too). `name` and `start`: what the caller read
+        already; the files are read for what it did not."""
+        comm, stat = name, None
         try:
-            comm = (_read(f"{base}/comm", 64) or b"").strip().decode("utf-8", "replace")
-            stat = _read(f"{base}/stat")
+            if comm is None:
+                comm = (_read(f"{base}/comm", 64) or b"").strip().decode("utf-8", "replace")
+            if start is None:
+                stat = _read(f"{base}/stat")
         except PermissionError:
-            comm, stat = "", None
-        start = None
+            comm, stat = comm or "", None
         if stat:
             rest = stat[stat.rfind(b")") + 2 :].split()
             try:
@@ -325,10 +370,20 @@ class OwnerReader:
         path = self._object_at(pid, proc, pc)
         if path is None:
             return None  # in anonymous code (a JIT), or maps unreadable
-        owner = runtimes.owner_of_object(path)
+        owner = self._owner_of(path)[0]
         if owner is not None:
             return _team_driver(proc) if owner == "libgomp" else owner
         return self._stack_owner(pid, proc, sp)
+
+    def _owner_of(self, path: str) -> tuple[str | None, bool]:
+        """(`runtimes.owner_of_object`, `runtimes.is_system_object`) of a mapped object."""
+        known = self._objects.get(path)
+        if known is None:
+            if len(self._objects) >= _OBJECTS_MAX:
+                self._objects.clear()
+            known = (runtimes.owner_of_object(path), runtimes.is_system_object(path))
+            self._objects[path] = known
+        return known
 
     def _object_at(self, pid: int, proc: _Process, address: int) -> str | None:
         if proc.text is None:
@@ -367,27 +422,28 @@ class OwnerReader:
         if pointer is None:
             return None
         fmt, size = pointer
-        try:
-            fd = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
-        except PermissionError:
-            proc.refused = True
-            return None
-        except OSError:
-            return None
+        fd = self._mem
+        if fd is None:  # once per process and sample: closed at the end of `read`
+            try:
+                fd = self._mem = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
+            except PermissionError:
+                proc.refused = True
+                return None
+            except OSError:
+                return None
         try:
             stack = os.pread(fd, STACK_SCAN, sp)
-            for offset in range(0, len(stack) - size + 1, size):
-                (word,) = struct.unpack_from(fmt, stack, offset)
+            for (word,) in struct.iter_unpack(fmt, stack[: len(stack) - len(stack) % size]):
                 path = self._object_at(pid, proc, word)
-                if path is None or runtimes.is_system_object(path) or word < 8:
+                if path is None or word < 8:
                     continue
-                owner = runtimes.owner_of_object(path)
-                if owner is not None and follows_call(os.pread(fd, 8, word - 8), self._machine):
+                owner, system = self._owner_of(path)
+                if system or owner is None:
+                    continue
+                if follows_call(os.pread(fd, 8, word - 8), self._machine):
                     return owner
         except (OSError, OverflowError, ValueError):
             return None
-        finally:
-            os.close(fd)
         return None
 
 

@@ -10,6 +10,7 @@ Everything takes `root` (default "/") prefixed to `/proc`, so tests can build fa
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -68,6 +69,27 @@ def _after_comm(data: bytes) -> tuple[int, list[bytes]]:
     return close, data[close + 2 :].split()
 
 
+_CPUCLOCK_SCHED = 2
+"""The CPU clock that counts the scheduler's runtime (linux/posix-timers.h)."""
+
+
+def process_cpu_ns(pid: int) -> int | None:
+    """CPU time of every thread of process `pid`, living and exited, in nanoseconds; None
+    when the process is gone (or the platform has no such clock).
+
+    The process's CPU clock (clock_gettime of the id glibc's clock_getcpuclockid(pid) makes,
+    `(~pid << 3) | CPUCLOCK_SCHED`): the sum of its threads' scheduler runtime, the field 1
+    of each thread's schedstat, at nanosecond resolution, where stat's utime + stime count
+    clock ticks. The kernel allows it for any process of the caller's pid namespace (no
+    ptrace check; the sampler refuses a /proc of another namespace) and answers EINVAL for a
+    pid without a process. One system call, about 1 µs from Python.
+    """
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | _CPUCLOCK_SCHED)
+    except (OSError, OverflowError, AttributeError):
+        return None
+
+
 def parse_stat(data: bytes) -> ProcStat:
     """Parse a stat line; raises ValueError when it is truncated or malformed."""
     close, rest = _after_comm(data)
@@ -87,6 +109,18 @@ def parse_stat(data: bytes) -> ProcStat:
         start_ticks=int(rest[19]),
         threads=int(rest[17]),
     )
+
+
+def start_of(raw: bytes) -> int | None:
+    """start_ticks of a raw stat line (field 22), None when malformed; cheaper than
+    `parse_stat` for a line read only to tell a reused pid apart."""
+    close = raw.rfind(b")")
+    if close < 0:
+        return None
+    try:
+        return int(raw[close + 2 :].split(None, 20)[19])
+    except (ValueError, IndexError):
+        return None
 
 
 def read_small(path: str, dir_fd: int | None = None, size: int = 8192) -> bytes:
@@ -148,9 +182,11 @@ def ppids_of(stats: Mapping[int, bytes]) -> dict[int, int]:
     """pid -> ppid from raw stat lines (malformed lines are left out)."""
     ppids: dict[int, int] = {}
     for pid, data in stats.items():
+        close = data.rfind(b")")  # after comm, which may hold ')' (see _after_comm)
+        if close < 0:
+            continue
         try:
-            _, rest = _after_comm(data)
-            ppids[pid] = int(rest[1])
+            ppids[pid] = int(data[close + 2 :].split(None, 2)[1])  # field 4, split no further
         except (ValueError, IndexError):
             continue
     return ppids
@@ -215,10 +251,11 @@ def _default_max_fds() -> int:
     return max(0, min(soft // 2 - 64, 1 << 15))
 
 
-def _close_all(fds: dict[Hashable, int]) -> None:
-    for fd in fds.values():
-        os.close(fd)
-    fds.clear()
+def _close_all(groups: dict[Hashable, dict[Hashable, int]]) -> None:
+    for fds in groups.values():
+        for fd in fds.values():
+            os.close(fd)
+    groups.clear()
 
 
 class HeldFiles:
@@ -229,36 +266,47 @@ class HeldFiles:
     so once the thread has exited it reads ESRCH, and a reused tid is never read through an
     old descriptor. At most `max_fds` stay open (default: half the soft RLIMIT_NOFILE);
     beyond that files are opened for each read. Descriptors not read during a sample are
-    closed by `end_sample()`.
+    closed by `end_sample()`, except those of a `group` (a process) its owner `keep`s: a
+    kept group costs nothing, however many files it holds.
     """
 
     def __init__(self, max_fds: int | None = None) -> None:
         self.max_fds = _default_max_fds() if max_fds is None else max_fds
-        self._fds: dict[Hashable, int] = {}
-        self._seen: set[Hashable] = set()
+        self._groups: dict[Hashable, dict[Hashable, int]] = {}
+        """group -> key -> descriptor."""
+        self._count = 0
+        self._seen: dict[Hashable, set[Hashable]] = {}
+        """group -> the keys read in this sample."""
+        self._kept: set[Hashable] = set()
         # Closes the descriptors when the owner forgets to call close().
-        self._finalizer = weakref.finalize(self, _close_all, self._fds)
+        self._finalizer = weakref.finalize(self, _close_all, self._groups)
 
     def __len__(self) -> int:
-        return len(self._fds)
+        return self._count
 
-    def read(self, key: Hashable, path: str, dir_fd: int | None = None) -> bytes:
-        """Content of `path` (relative to `dir_fd`), through the descriptor held for `key`.
+    def read(
+        self, key: Hashable, path: str, dir_fd: int | None = None, group: Hashable = None
+    ) -> bytes:
+        """Content of `path` (relative to `dir_fd`), through the descriptor held for `key`
+        in `group`.
 
         `key` must name the file AND the task's identity (e.g. pid, start_ticks, tid, leaf).
         Raises OSError like os.open when the file cannot be opened.
         """
-        fd = self._fds.get(key)
+        fds = self._groups.get(group)
+        fd = fds.get(key) if fds is not None else None
         if fd is not None:
+            assert fds is not None
             try:
                 data = _pread_all(fd)
             except OSError:
                 data = b""
             if data:
-                self._seen.add(key)
+                self._seen.setdefault(group, set()).add(key)
                 return data
             # The task behind the old descriptor is gone; the path may name a new one.
-            del self._fds[key]
+            del fds[key]
+            self._count -= 1
             os.close(fd)
         fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
         try:
@@ -266,20 +314,35 @@ class HeldFiles:
         except BaseException:
             os.close(fd)
             raise
-        if data and len(self._fds) < self.max_fds:
-            self._fds[key] = fd
-            self._seen.add(key)
+        if data and self._count < self.max_fds:
+            self._groups.setdefault(group, {})[key] = fd
+            self._count += 1
+            self._seen.setdefault(group, set()).add(key)
         else:
             os.close(fd)
         return data
 
+    def keep(self, group: Hashable) -> None:
+        """Count every file of `group` as read in this sample: its descriptors stay open
+        although the owner reused an earlier reading instead of reading them again."""
+        self._kept.add(group)
+
     def end_sample(self) -> None:
-        """Close the descriptors of files not read since the previous call."""
-        for key in [k for k in self._fds if k not in self._seen]:
-            os.close(self._fds.pop(key))
+        """Close the descriptors of files not read (or kept) since the previous call."""
+        for group in [g for g in self._groups if g not in self._kept]:
+            fds = self._groups[group]
+            seen = self._seen.get(group)
+            for key in [k for k in fds if seen is None or k not in seen]:
+                os.close(fds.pop(key))
+                self._count -= 1
+            if not fds:
+                del self._groups[group]
         self._seen.clear()
+        self._kept.clear()
 
     def close(self) -> None:
         """Close every held descriptor."""
-        _close_all(self._fds)
+        _close_all(self._groups)
+        self._count = 0
         self._seen.clear()
+        self._kept.clear()

@@ -1,12 +1,14 @@
 """Sample a process tree's per-thread counters, cheaply enough to run every second.
 
 One sample = one scan of `/proc/*/stat` (tree membership, `TreeSampler.tree`, and every
-process's stat line), then per process its task list and per thread `schedstat` and one
-more small file (`probe.threads`). Per-thread files stay open between samples and are
-re-read with pread (`proctree.HeldFiles`): that halves the cost of a sample. The costly
-files are cached per process identity (pid, start_ticks): environ is read once (and again
-after an exec), cmdline and maps when the thread count or comm changes (libraries load on
-import and start their pools; an exec renames) or every few seconds.
+process's stat line), then per process its CPU clock (`proctree.process_cpu_ns`) and, unless
+`TreeSampler._reusable` says nothing can have changed since its last reading, its task list
+and per thread `schedstat` and one more small file (`probe.threads`). Per-thread files stay
+open between samples and are re-read with pread (`proctree.HeldFiles`): that halves the cost
+of a sample. The costly files are cached per process identity (pid, start_ticks): environ is
+read once (and again after an exec), cmdline and maps when the thread count or comm changes
+(libraries load on import and start their pools; an exec renames) or every few seconds when
+the process ran since they were read.
 
 Without /proc (macOS, Windows) `psutil_sampler` gives per-thread CPU only.
 """
@@ -19,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import NamedTuple
 
 from oversub.core import errors, pools
 from oversub.core.names import DENIED, Signal
@@ -33,7 +36,9 @@ from oversub.probe.proctree import (
     ProcStat,
     parse_stat,
     ppids_of,
+    process_cpu_ns,
     scan_stats,
+    start_of,
     subtree,
     ticks_to_ns,
 )
@@ -43,6 +48,21 @@ from oversub.probe.waits import read_wait
 
 MAPS_REFRESH_S = 5.0
 """Re-read a process's maps at least this often even when its thread count is stable."""
+
+
+_Moved = tuple[int, int, int, str, str, int, int]
+
+
+class _Reading(NamedTuple):
+    """A process's last real reading, kept while it may be reused (`TreeSampler._reusable`)."""
+
+    raw_stat: bytes
+    moved: _Moved
+    """What moves when it runs, or without: CPU clock, threads, reaped children's ticks,
+    state, comm, ppid, and the start time (a pid reused by another process)."""
+    sample: ProcessSample
+    no_schedstat: bool
+    """A thread of it had no schedstat (`Signal.SCHEDSTAT` unavailable)."""
 
 
 @dataclass
@@ -57,6 +77,8 @@ class _Known:
     maps_read_at: float
     maps_threads: int
     """Thread count when maps was last read."""
+    maps_cpu_ns: int | None = None
+    """CPU clock when maps was last read: not run since, nothing can have changed."""
     denied: bool = False
     """maps or environ refused (another user's process): pools and thread_env unknown."""
     live_pools: dict[str, int] | None = None
@@ -80,6 +102,9 @@ class TreeSampler:
 
     It keeps per-thread /proc files open between samples: call `close()` (or use it as a
     context manager) when done; garbage collection closes them too.
+
+    `cpu_clock(pid)`: a process's CPU time in ns, None when unknown (default: the kernel's
+    process clock on the real /proc, none on a fake tree, where every process is read).
     """
 
     def __init__(
@@ -90,6 +115,7 @@ class TreeSampler:
         throttle_stat_path: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         adopter: int | None = None,
+        cpu_clock: Callable[[int], int | None] | None = None,
     ) -> None:
         self.root_pid = root_pid
         self.adopter = adopter
@@ -113,6 +139,12 @@ class TreeSampler:
         self._hides: bool | None = None
         """Whether this /proc may hide processes from us (`probe.hidden`), read once."""
         self._owners = OwnerReader(root)
+        self._cpu_clock = (
+            cpu_clock if cpu_clock is not None else (process_cpu_ns if root == "/" else None)
+        )
+        self._last_reading: dict[int, _Reading] = {}
+        """pid -> its reading as of the previous sample, where it may be reused."""
+        self._next_reading: dict[int, _Reading] = {}
 
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""
@@ -147,6 +179,10 @@ class TreeSampler:
         unavailable: list[Signal] = []
         processes: dict[int, ProcessSample] = {}
         for pid in sorted(tree):
+            kept = self._unparsed(pid, stats[pid], t, unavailable)
+            if kept is not None:
+                processes[pid] = kept
+                continue
             try:
                 stat = parse_stat(stats[pid])
             except ValueError:
@@ -169,6 +205,7 @@ class TreeSampler:
         self._sampled = True
         self._threads.end_sample()
         self._owners.end_sample()
+        self._last_reading, self._next_reading = self._next_reading, {}
         self._tracked = {pid: p.start_ticks for pid, p in processes.items()}
         for key in [k for k in self._known if self._tracked.get(k[0]) != k[1]]:
             del self._known[key]
@@ -197,7 +234,7 @@ class TreeSampler:
         seeds = [self.root_pid] if first else []
         for pid, start in self._tracked.items():
             raw = stats.get(pid)
-            if raw is not None and _start_of(raw) == start:
+            if raw is not None and start_of(raw) == start:
                 seeds.append(pid)
         ppids = ppids_of(stats)
         if self.adopter is not None:
@@ -225,6 +262,93 @@ class TreeSampler:
         strict: bool,
         unavailable: list[Signal],
     ) -> ProcessSample | None:
+        cpu = self._cpu_clock(pid) if self._cpu_clock is not None else None
+        moved = (
+            None
+            if cpu is None
+            else (
+                cpu,
+                stat.threads,
+                stat.children_ticks,
+                stat.state,
+                stat.comm,
+                stat.ppid,
+                stat.start_ticks,
+            )
+        )
+        last = self._last_reading.get(pid)
+        if last is not None and moved is not None and self._reusable(pid, last, moved, now):
+            kept = self._keep(pid, last, unavailable)
+            if kept is not None:
+                return kept
+        sample = self._read_threads(pid, stat, raw_stat, now, strict, unavailable, cpu)
+        if sample is not None and moved is not None and _still(sample):
+            no_schedstat = any(t.run_delay_ns is None for t in sample.threads)
+            self._next_reading[pid] = _Reading(raw_stat, moved, sample, no_schedstat)
+        return sample
+
+    def _reusable(self, pid: int, last: _Reading, moved: _Moved, now: float) -> bool:
+        """The one rule (for a tree, a cgroup and the node alike) that keeps a process's last
+        reading instead of reading its threads again: nothing can have changed but the run
+        delay of a thread that waits without running (docs/signals.md, "Reading only what
+        can have changed").
+
+        - the same process (pid and start time) and the same CPU clock (`proctree.process_cpu_ns`:
+          every thread's runtime in ns): no thread ran, so none was switched in or out,
+          started, ended, exec'd or mapped a library;
+        - the same thread count, reaped children's time, comm and parent (re-parenting and
+          a reaped child move without the process running);
+        - its main thread not runnable (stat state R: woken, or waiting for a CPU) and, at
+          that reading, none of its threads runnable (`_still`, checked when it was
+          stored): a starved process may not run at all in an interval while its threads
+          wait, and its run delay must not be lost (an oversubscribed cgroup judged
+          starved, or not seen);
+        - its maps not due: read again on their schedule when it ran since they were read.
+        """
+        if last.moved != moved or moved[3] == "R":
+            return False
+        known = self._known.get((pid, last.sample.start_ticks))
+        return known is not None and not _maps_due(known, moved[0], now)
+
+    def _keep(self, pid: int, last: _Reading, unavailable: list[Signal]) -> ProcessSample | None:
+        """The last reading again, its held files and its threads' owners kept; None when the
+        thread reader no longer has it."""
+        start = last.sample.start_ticks
+        if self._threads.keep(pid, start) is None:
+            return None
+        self._owners.keep(pid, start)
+        known = self._known[(pid, start)]
+        _note_refused(known, unavailable)
+        if last.no_schedstat and Signal.SCHEDSTAT not in unavailable:
+            unavailable.append(Signal.SCHEDSTAT)
+        self._next_reading[pid] = last
+        return last.sample
+
+    def _unparsed(
+        self, pid: int, raw_stat: bytes, now: float, unavailable: list[Signal]
+    ) -> ProcessSample | None:
+        """`_read_process`'s reuse without parsing the stat line: the same bytes (so the
+        same thread count, children's time, state, comm and parent) and the same CPU clock.
+        None: parse it and decide there."""
+        last = self._last_reading.get(pid)
+        if last is None or last.raw_stat != raw_stat or self._cpu_clock is None:
+            return None
+        cpu = self._cpu_clock(pid)
+        if cpu is None or not self._reusable(pid, last, (cpu, *last.moved[1:]), now):
+            return None
+        return self._keep(pid, last, unavailable)
+
+    def _read_threads(
+        self,
+        pid: int,
+        stat: ProcStat,
+        raw_stat: bytes,
+        now: float,
+        strict: bool,
+        unavailable: list[Signal],
+        cpu: int | None,
+    ) -> ProcessSample | None:
+        """A real reading: every thread's files, the cached files when due."""
         base = f"{self._proc}/{pid}"
         try:
             task_fd = os.open(f"{base}/task", os.O_RDONLY | os.O_DIRECTORY)
@@ -240,11 +364,8 @@ class TreeSampler:
             threads = self._threads.read(pid, stat.start_ticks, task_fd, unavailable)
         finally:
             os.close(task_fd)
-        known = self._refresh_cache(pid, stat, raw_stat, len(threads), now)
-        if known.denied:
-            unavailable.extend(k for k in DENIED if k not in unavailable)
-        elif (known.live_denied or known.live_unreadable) and Signal.LIVE_POOLS not in unavailable:
-            unavailable.append(Signal.LIVE_POOLS)
+        known = self._refresh_cache(pid, stat, raw_stat, len(threads), now, cpu)
+        _note_refused(known, unavailable)
         wait = None
         if (
             len(threads) == 1
@@ -266,17 +387,26 @@ class TreeSampler:
             live_threads=known.live_threads,
             children_cpu_ns=ticks_to_ns(stat.children_ticks),
             wait=wait,
-            owners=self._owners.read(pid, stat.start_ticks, threads),
+            owners=self._owners.read(
+                pid, stat.start_ticks, threads, self._threads.names(pid, stat.start_ticks)
+            ),
         )
 
     def _refresh_cache(
-        self, pid: int, stat: ProcStat, raw_stat: bytes, n_threads: int, now: float
+        self,
+        pid: int,
+        stat: ProcStat,
+        raw_stat: bytes,
+        n_threads: int,
+        now: float,
+        cpu_ns: int | None,
     ) -> _Known:
         """Cached cmdline, environment and pools of a process identity, refreshed when due.
 
         cmdline is read when the process is new, when its comm changed (an exec), and on the
-        maps schedule (an exec that kept the name); environ again after an exec. A zombie's
-        (or a process's exiting) files read empty: keep what was seen while it lived.
+        maps schedule (an exec that kept the name) unless its CPU clock `cpu_ns` did not move
+        since; environ again after an exec. A zombie's (or a process's exiting) files read
+        empty: keep what was seen while it lived.
         """
         key = (pid, stat.start_ticks)
         known = self._known.get(key)
@@ -285,7 +415,7 @@ class TreeSampler:
         due = known is None or (
             known.comm != stat.comm
             or n_threads != known.maps_threads
-            or now - known.maps_read_at >= MAPS_REFRESH_S
+            or _maps_due(known, cpu_ns, now)
         )
         if not due:
             assert known is not None
@@ -293,7 +423,7 @@ class TreeSampler:
         cmdline = read_cmdline(f"{self._proc}/{pid}", raw_stat)
         if known is None or (cmdline and cmdline != known.cmdline):
             # New process, or it exec'd (new cmdline): environment and libraries changed.
-            known = _Known(cmdline, stat.comm, None, None, now, n_threads)
+            known = _Known(cmdline, stat.comm, None, None, now, n_threads, cpu_ns)
             try:
                 known.thread_env = native.read_thread_env(pid, self.root)
                 self._read_maps(pid, known)
@@ -308,6 +438,7 @@ class TreeSampler:
         known.comm = stat.comm
         known.maps_read_at = now
         known.maps_threads = n_threads
+        known.maps_cpu_ns = cpu_ns
         return known
 
     def _read_maps(self, pid: int, known: _Known) -> None:
@@ -342,9 +473,23 @@ class TreeSampler:
             known.live_pools, known.live_threads = {}, {}
 
 
-def _start_of(raw: bytes) -> int | None:
-    """start_ticks of a raw stat line, None when malformed."""
-    try:
-        return parse_stat(raw).start_ticks
-    except ValueError:
-        return None
+def _maps_due(known: _Known, cpu_ns: int | None, now: float) -> bool:
+    """Maps (and cmdline) are due on their schedule, unless the process did not run since
+    they were read (mapping a library, exec'ing, starting a pool: all need it to run)."""
+    if now - known.maps_read_at < MAPS_REFRESH_S:
+        return False
+    return cpu_ns is None or cpu_ns != known.maps_cpu_ns
+
+
+def _still(sample: ProcessSample) -> bool:
+    """None of the threads of a real reading was runnable: it may be reused while nothing
+    moves (`TreeSampler._reusable`)."""
+    return bool(sample.threads) and all(t.state != "R" for t in sample.threads)
+
+
+def _note_refused(known: _Known, unavailable: list[Signal]) -> None:
+    """The signals a process's refused files leave unmeasured, from its cached state."""
+    if known.denied:
+        unavailable.extend(k for k in DENIED if k not in unavailable)
+    elif (known.live_denied or known.live_unreadable) and Signal.LIVE_POOLS not in unavailable:
+        unavailable.append(Signal.LIVE_POOLS)

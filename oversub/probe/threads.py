@@ -7,6 +7,11 @@ the last sample then has its `status` read (state and both context-switch counte
 kernel less than half of `status`). Without schedstat (a kernel without
 CONFIG_SCHED_INFO) CPU time comes from `stat` and run delay is unknown. The files stay open
 between samples (`proctree.HeldFiles`).
+
+A process that did not run at all since its last reading (`TreeSampler` tells, from its CPU
+clock) is not read again: `keep` carries its threads and their held files into this sample.
+The names the status files show are kept for `probe.owners`, which would otherwise open each
+thread's `comm` too.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from oversub.core.names import Signal
 from oversub.core.samples import ThreadSample
 from oversub.probe.proctree import HeldFiles, parse_stat, read_small, ticks_to_ns
 
-_ThreadKey = tuple[int, int, str]
-"""(pid, start_ticks, tid as listed): one thread of one process identity."""
-_Ran = tuple[int, int, int | None, int | None]
-"""(cpu_ns, times scheduled in, voluntary, involuntary switches) of a thread at a sample."""
+_ProcessKey = tuple[int, int]
+"""(pid, start_ticks): one process identity."""
+_Ran = tuple[int, int, int | None, int | None, int]
+"""(cpu_ns, times scheduled in, voluntary, involuntary switches, start_ticks) of a thread at
+a reading."""
 
 _VOLUNTARY = b"\nvoluntary_ctxt_switches:"
 _INVOLUNTARY = b"\nnonvoluntary_ctxt_switches:"
@@ -44,26 +50,61 @@ def _status_state(status: bytes) -> str:
     return status[start + 6 :].lstrip()[:1].decode("ascii", "replace") or "?"
 
 
+def _name(status: bytes) -> str | None:
+    """The thread's name from status (its first line, `Name:`), None when the kernel escaped
+    it (a backslash: the name held a control character or a backslash; `comm` has it raw)."""
+    if not status.startswith(b"Name:"):
+        return None
+    end = status.find(b"\n")
+    name = status[5 : end if end >= 0 else len(status)].strip()
+    return None if b"\\" in name else name.decode("utf-8", "replace")
+
+
+class _Process:
+    """One process identity's threads at its last reading."""
+
+    __slots__ = ("names", "ran", "threads")
+
+    def __init__(self) -> None:
+        self.threads: tuple[ThreadSample, ...] = ()
+        self.ran: dict[str, _Ran] = {}
+        """tid as listed -> its counters, for the threads with schedstat."""
+        self.names: dict[int, str] = {}
+        """tid -> name, from the status files read (`_name`)."""
+
+
 class ThreadReader:
     """Reads the threads of the processes of one sampler; call `end_sample()` after each
     sample and `close()` at the end (garbage collection closes the files too)."""
 
     def __init__(self) -> None:
         self.held = HeldFiles()
-        self._last_run: dict[_ThreadKey, _Ran] = {}
-        """What each thread had run by the previous sample."""
-        self._next_run: dict[_ThreadKey, _Ran] = {}
-        self._starts: dict[_ThreadKey, int] = {}
-        """Each thread's start time, read once (task stat field 22: it never changes)."""
-        self._next_starts: dict[_ThreadKey, int] = {}
+        self._last: dict[_ProcessKey, _Process] = {}
+        """Each process's last reading, as of the previous sample."""
+        self._next: dict[_ProcessKey, _Process] = {}
 
     def end_sample(self) -> None:
         self.held.end_sample()
-        self._last_run, self._next_run = self._next_run, {}
-        self._starts, self._next_starts = self._next_starts, {}
+        self._last, self._next = self._next, {}
 
     def close(self) -> None:
         self.held.close()
+
+    def keep(self, pid: int, start_ticks: int) -> tuple[ThreadSample, ...] | None:
+        """The threads of the process's last reading, carried into this sample with their
+        held files; None when there is none (never read, or not in the previous sample)."""
+        key = (pid, start_ticks)
+        last = self._last.get(key)
+        if last is None:
+            return None
+        self._next[key] = last
+        self.held.keep(key)
+        return last.threads
+
+    def names(self, pid: int, start_ticks: int) -> dict[int, str]:
+        """tid -> name of the threads whose status this sample (or a kept reading) read."""
+        last = self._next.get((pid, start_ticks))
+        return last.names if last is not None else {}
 
     def read(
         self, pid: int, start_ticks: int, task_fd: int, unavailable: list[Signal]
@@ -72,10 +113,12 @@ class ThreadReader:
         thread that exits while it is read is left out."""
         threads: list[ThreadSample] = []
         held = self.held
-        last_run = self._last_run
-        next_run = self._next_run
-        starts = self._starts
-        next_starts = self._next_starts
+        previous = self._last.get((pid, start_ticks))
+        last_run = previous.ran if previous is not None else {}
+        old_names = previous.names if previous is not None else {}
+        record = _Process()
+        next_run, names = record.ran, record.names
+        group = (pid, start_ticks)
         for name in os.listdir(task_fd):
             key = (pid, start_ticks, name)
             # Any failure below means the thread exited since the listing: skip it.
@@ -83,48 +126,59 @@ class ThreadReader:
                 status: bytes | None = None
                 runs: int | None
                 run_delay: int | None
+                line: bytes | None = None
                 try:
-                    raw = held.read((*key, 1), f"{name}/schedstat", task_fd)
+                    raw = held.read((*key, 1), f"{name}/schedstat", task_fd, group)
                     sched = raw.split()
                     cpu_ns, run_delay, runs = int(sched[0]), int(sched[1]), int(sched[2])
                 except FileNotFoundError:
                     # No CONFIG_SCHED_INFO, or the thread just went: stat tells which.
-                    status = held.read((*key, 0), f"{name}/status", task_fd)
+                    status = held.read((*key, 0), f"{name}/status", task_fd, group)
                     if not status:
                         continue
                     stat = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd))
+                    started = stat.start_ticks
                     cpu_ns = ticks_to_ns(stat.utime_ticks + stat.stime_ticks)
                     run_delay = runs = None
                     if Signal.SCHEDSTAT not in unavailable:
                         unavailable.append(Signal.SCHEDSTAT)
-                prev = last_run.get(key)
+                prev = last_run.get(name)
                 if status is None and prev is not None and prev[0] == cpu_ns and prev[1] == runs:
                     # Not run since the last sample (same CPU time, same number of times
                     # scheduled in): it cannot have been switched out, so both switch
                     # counters are unchanged; only its state may differ (woken, waiting for
                     # a CPU). stat has the state and costs less than half of status.
-                    line = held.read((*key, 2), f"{name}/stat", task_fd)
+                    line = held.read((*key, 2), f"{name}/stat", task_fd, group)
                     if not line:
                         continue
                     state = line[line.rfind(b")") + 2 :][:1].decode("ascii", "replace") or "?"
                     voluntary, involuntary = prev[2], prev[3]
+                    tid = int(name)
+                    if tid in old_names:
+                        names[tid] = old_names[tid]
                 else:
                     if status is None:
-                        status = held.read((*key, 0), f"{name}/status", task_fd)
+                        status = held.read((*key, 0), f"{name}/status", task_fd, group)
                         if not status:
                             continue
                     state = _status_state(status)
                     voluntary = _status_int(status, _VOLUNTARY)
                     involuntary = _status_int(status, _INVOLUNTARY)
+                    tid = int(name)
+                    thread_name = _name(status)
+                    if thread_name is not None:
+                        names[tid] = thread_name
+                if prev is not None:
+                    started = prev[4]
+                elif runs is not None:
+                    if line is None:
+                        line = held.read((*key, 2), f"{name}/stat", task_fd, group)
+                    started = parse_stat(line).start_ticks
                 if runs is not None:
-                    next_run[key] = (cpu_ns, runs, voluntary, involuntary)
-                started = starts.get(key)
-                if started is None:
-                    started = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd)).start_ticks
-                next_starts[key] = started
+                    next_run[name] = (cpu_ns, runs, voluntary, involuntary, started)
                 threads.append(
                     ThreadSample(
-                        tid=int(name),
+                        tid=tid,
                         state=state,
                         cpu_ns=cpu_ns,
                         run_delay_ns=run_delay,
@@ -135,4 +189,6 @@ class ThreadReader:
                 )
             except (OSError, ValueError, IndexError):
                 continue
-        return tuple(threads)
+        record.threads = tuple(threads)
+        self._next[(pid, start_ticks)] = record
+        return record.threads

@@ -67,6 +67,7 @@ def stat_line(
     children_ticks: tuple[int, int] = (0, 0),
     start_ticks: int = 1000,
     args_len: int | None = None,
+    threads: int = 1,
 ) -> str:
     """A 52-field /proc stat line with the fields the probes read filled in.
 
@@ -77,7 +78,7 @@ def stat_line(
     fields[0], fields[1], fields[2], fields[3] = str(pid), f"({comm})", state, str(ppid)
     fields[13], fields[14], fields[21] = str(utime), str(stime), str(start_ticks)
     fields[15], fields[16] = str(children_ticks[0]), str(children_ticks[1])
-    fields[19] = "1"  # num_threads, never read but present in real files
+    fields[19] = str(threads)  # num_threads
     if args_len is not None:
         arg_start = 0x7FFC0000
         fields[47], fields[48] = str(arg_start), str(arg_start + args_len)
@@ -127,11 +128,14 @@ class FakeProc:
                 shutil.rmtree(tdir)
         utime = sum(t.utime_ticks for t in proc.threads)
         stime = sum(t.stime_ticks for t in proc.threads)
+        main = next((t for t in proc.threads if t.tid == proc.pid), None)
+        # The process's state is its main thread's, as the kernel shows it.
+        state = main.state if main is not None else proc.state
         (base / "stat").write_text(
             stat_line(
                 proc.pid,
                 proc.comm,
-                proc.state,
+                state,
                 proc.ppid,
                 utime=utime,
                 stime=stime,
@@ -140,13 +144,11 @@ class FakeProc:
                 args_len=sum(len(a.encode()) + 1 for a in proc.cmdline)
                 if proc.args_shown
                 else None,
+                threads=len(proc.threads),
             )
         )
-        main = next((t for t in proc.threads if t.tid == proc.pid), None)
         vol, invol = (main.voluntary, main.involuntary) if main else (0, 0)
-        (base / "status").write_text(
-            status_text(proc.comm, proc.state, proc.pid, proc.ppid, vol, invol)
-        )
+        (base / "status").write_text(status_text(proc.comm, state, proc.pid, proc.ppid, vol, invol))
         (base / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in proc.cmdline))
         (base / "environ").write_bytes(
             b"".join(f"{k}={v}".encode() + b"\0" for k, v in proc.environ.items())
@@ -179,6 +181,13 @@ class FakeProc:
             (tdir / "schedstat").write_text(f"{thread.cpu_ns} {thread.run_delay_ns} 7\n")
         else:
             (tdir / "schedstat").unlink(missing_ok=True)
+
+    def cpu_clock(self, pid: int) -> int | None:
+        """The process CPU clock of `pid` (`TreeSampler(cpu_clock=fake.cpu_clock)`): the sum
+        of its threads' CPU time, as the kernel's sums their runtime; None when it is gone.
+        Without it a sampler on a fake tree reads every process at every sample."""
+        proc = self.processes.get(pid)
+        return None if proc is None else sum(t.cpu_ns for t in proc.threads)
 
     def reparent(self, pid: int, new_ppid: int) -> None:
         """The parent died: the kernel hands `pid` to init (or a subreaper)."""

@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from oversub.probe.proctree import process_cpu_ns
+
 __all__ = ["KINDS", "VanishingPid", "ndjson", "sampling"]
 
 KINDS = ("stat", "task", "status", "schedstat", "cmdline", "environ", "maps", "syscall")
@@ -71,6 +73,15 @@ class VanishingPid:
 
     def arm(self) -> None:
         self.armed = True
+
+    def cpu_clock(self, pid: int) -> int | None:
+        """A sampler's process CPU clock (`TreeSampler(cpu_clock=...)`): none for the pid
+        once armed, as for a process that has gone; otherwise the real one. Without it an
+        idle victim's reading is kept and its files are not read again after the first
+        sample."""
+        if self.armed and pid == self.pid:
+            return None
+        return process_cpu_ns(pid)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> VanishingPid:
         monkeypatch.setattr(os, "open", self.open)

@@ -85,10 +85,13 @@ def small_tree() -> Iterator[dict[str, int]]:
         root.wait(timeout=10)
 
 
-def _sampler(root: int) -> TreeSampler:
-    # Each sample 10 s after the previous: maps and cmdline are due again on every sample.
+def _sampler(root: int, fault: VanishingPid | None = None) -> TreeSampler:
+    # Each sample 10 s after the previous: maps and cmdline are due again on every sample
+    # for a process that ran, and the victim has no CPU clock once armed (as a gone
+    # process), so its files are read on a later sample although this tree is idle.
     ticks = itertools.count(0.0, 10.0)
-    return TreeSampler(root, clock=lambda: next(ticks))
+    cpu_clock = fault.cpu_clock if fault is not None else None
+    return TreeSampler(root, clock=lambda: next(ticks), cpu_clock=cpu_clock)
 
 
 def _analyse(samples: list[TreeSample], target_exited: bool) -> None:
@@ -163,7 +166,7 @@ def test_child_vanishing_on_first_sample(
     victim = small_tree["gomp"]
     fault = VanishingPid(victim, kind, phase, exc).install(monkeypatch)
     fault.arm()
-    with _sampler(small_tree["root"]) as s:
+    with _sampler(small_tree["root"], fault) as s:
         samples = [s.sample() for _ in range(3)]
     monkeypatch.undo()
     assert fault.fired, f"the {kind} {phase} of pid {victim} was never attempted"
@@ -190,7 +193,7 @@ def test_root_vanishing_on_first_sample(
     root = small_tree["root"]
     fault = VanishingPid(root, kind, phase, exc).install(monkeypatch)
     fault.arm()
-    with _sampler(root) as s:
+    with _sampler(root, fault) as s:
         if kind == "stat":
             with pytest.raises(errors.NoSuchProcess, match=f"no process with pid {root}"):
                 s.sample()
@@ -216,7 +219,7 @@ def test_session_root_reaped_while_its_threads_are_read(
         fault.arm()  # the first call, before any sleep: the next sample is the last one
         return True
 
-    with TreeSampler(root) as s:
+    with TreeSampler(root, cpu_clock=fault.cpu_clock) as s:
         source = OneSource(Target.tree(root), s, synthetic_budget(2), "")
         result = follow(source, SessionOptions(interval=0.1), should_stop=should_stop)
     monkeypatch.undo()
@@ -245,7 +248,7 @@ def test_vanishing_on_a_later_sample(
     """Per-thread files are held open by then: their read (pread) is what fails."""
     victim = small_tree[who]
     fault = VanishingPid(victim, kind, "any", exc).install(monkeypatch)
-    with _sampler(small_tree["root"]) as s:
+    with _sampler(small_tree["root"], fault) as s:
         first = s.sample()
         assert victim in first.processes
         fault.arm()

@@ -68,7 +68,10 @@ def test_node_mode_reuses_an_idle_process_and_rereads_one_that_ran(tmp_path: Pat
     fake, hierarchy, top = _world(tmp_path)
     ticks = iter(range(100))
     sampler = NodeSampler(
-        CgroupRef("/", str(top), hierarchy), root=str(tmp_path), clock=lambda: float(next(ticks))
+        CgroupRef("/", str(top), hierarchy),
+        root=str(tmp_path),
+        clock=lambda: float(next(ticks)),
+        cpu_clock=fake.cpu_clock,
     )
     s1 = sampler.sample()
     s2 = sampler.sample()
@@ -124,7 +127,10 @@ def test_node_mode_rereads_a_process_whose_threads_wait_without_a_tick(tmp_path:
     fake.write(proc)
     ticks = iter(range(100))
     sampler = NodeSampler(
-        CgroupRef("/", str(top), hierarchy), root=str(tmp_path), clock=lambda: float(next(ticks))
+        CgroupRef("/", str(top), hierarchy),
+        root=str(tmp_path),
+        clock=lambda: float(next(ticks)),
+        cpu_clock=fake.cpu_clock,
     )
     s1 = sampler.sample()
     proc.threads[1].cpu_ns += 5_000_000  # 5 ms: no tick

@@ -341,6 +341,20 @@ def test_held_files_bounded_and_closed(tmp_path: Path) -> None:
     assert len(held) == 0
     unbounded = proctree.HeldFiles(max_fds=0)
     assert unbounded.read(0, str(files[1])) == b"v1" and len(unbounded) == 0
+    grouped = proctree.HeldFiles()
+    grouped.read(0, str(files[0]), group="a")
+    grouped.read(1, str(files[1]), group="a")
+    grouped.read(0, str(files[2]), group="b")  # the same key in another group: its own file
+    grouped.end_sample()
+    grouped.keep("a")  # reused without a read: all of its files stay open
+    grouped.end_sample()
+    assert len(grouped) == 2
+    files[2].write_text("v2 again")
+    assert grouped.read(0, str(files[1]), group="a") == b"new"  # still files[0]'s descriptor
+    grouped.end_sample()
+    assert len(grouped) == 1  # "b" neither read nor kept, "a" read only key 0
+    grouped.close()
+    assert len(grouped) == 0
 
 
 # --------------------------------------------------------------------------- real trees
