@@ -33,6 +33,13 @@ def owner_counts(
     Most runnable first."""
     if owners is None:
         return None
+    if not any(runnable.values()):  # nothing ran (most processes, most intervals)
+        idle: dict[str, int] = {}
+        for owner in owners.values():
+            idle[owner] = idle.get(owner, 0) + 1
+        return tuple(
+            OwnerCount(k, n, 0, 0, 0.0, 0.0) for k, n in sorted(idle.items(), key=_by_size)
+        )
     floor_ns = floor_s * _NS
     acc: dict[str, list[float]] = {}
     yielding: dict[str, float | None] = {}
@@ -53,6 +60,10 @@ def owner_counts(
     return tuple(sorted(counts, key=lambda c: (-c.runnable_s, -c.threads, c.owner)))
 
 
+def _by_size(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
+
+
 @dataclass
 class RunOwners:
     """Threads by owner over a whole run, thread by thread: each thread counts for its last
@@ -67,9 +78,14 @@ class RunOwners:
     busy: set[int] = field(default_factory=set)
     peak: dict[str, int] = field(default_factory=dict)
     """Owner -> most threads it had at once."""
+    _last: Mapping[int, str] | None = field(default=None, repr=False, compare=False)
+    """The owners added last: the same mapping again with nothing run adds nothing."""
 
     def add(self, p: ProcessRates) -> None:
         assert p.owners is not None
+        if p.owners is self._last and not any(p.thread_runnable_s):
+            return  # a kept reading (`probe.sampler`): the same threads, none ran
+        self._last = p.owners
         self.owner_of.update(p.owners)
         if p.thread_ids and not p.thread_switches:
             self.switches = None

@@ -118,16 +118,21 @@ def _process_delta(prev: ProcessSample | None, curr: ProcessSample, dt_ns: int) 
 
 
 def _unchanged(p: ProcessSample) -> _Delta:
-    """Zero deltas of a process whose reading did not change."""
+    """Zero deltas of a process whose reading did not change (one pass over its threads:
+    most processes of a node, every interval)."""
+    delay = voluntary = involuntary = True
+    for t in p.threads:
+        delay = delay and t.run_delay_ns is not None
+        voluntary = voluntary and t.voluntary_ctx is not None
+        involuntary = involuntary and t.involuntary_ctx is not None
+    n = len(p.threads)
     return _Delta(
         cpu_ns=0,
-        run_delay_ns=0 if all(t.run_delay_ns is not None for t in p.threads) else None,
-        voluntary=0 if all(t.voluntary_ctx is not None for t in p.threads) else None,
-        involuntary=0 if all(t.involuntary_ctx is not None for t in p.threads) else None,
-        runnable_ns=(0,) * len(p.threads),
-        switches=((0, 0),) * len(p.threads)
-        if all(t.voluntary_ctx is not None and t.involuntary_ctx is not None for t in p.threads)
-        else (),
+        run_delay_ns=0 if delay else None,
+        voluntary=0 if voluntary else None,
+        involuntary=0 if involuntary else None,
+        runnable_ns=(0,) * n,
+        switches=((0, 0),) * n if voluntary and involuntary else (),
     )
 
 
