@@ -389,7 +389,9 @@ class TreeSampler:
             wait=wait,
             owners=self._owners.read(
                 pid, stat.start_ticks, threads, self._threads.names(pid, stat.start_ticks)
-            ),
+            )
+            if self._tracked.get(pid) == stat.start_ticks
+            else None,
         )
 
     def _refresh_cache(

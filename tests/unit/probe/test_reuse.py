@@ -71,7 +71,13 @@ def test_a_process_that_did_not_run_keeps_its_reading_files_and_owners(
 ) -> None:
     fake = _tree(tmp_path)
     with _sampler(kind, fake, tmp_path) as s:
+        # A process's owners are read from its second reading on (its first is at start-up,
+        # when nothing says it will run), so let it run once.
+        assert s.sample().processes[100].owners is None
+        fake.processes[100].threads[1].cpu_ns += 10
+        fake.write(fake.processes[100])
         first = s.sample()
+        assert first.processes[100].owners is not None
         held = len(s._threads.held)
         owners = s._owners._known[(100, 1000)]
         fake.processes[100].threads[1].run_delay_ns += 700  # waited, did not run: late
@@ -87,7 +93,7 @@ def test_a_process_that_did_not_run_keeps_its_reading_files_and_owners(
         fake.write(fake.processes[100])
         fourth = s.sample()
     again = {t.tid: t for t in fourth.processes[100].threads}
-    assert (again[101].cpu_ns, again[101].run_delay_ns) == (2050, 720)
+    assert (again[101].cpu_ns, again[101].run_delay_ns) == (2060, 720)
     iv = counted(interval(second, third, 2), Thresholds())
     idle = next(p for p in iv.processes if p.pid == 100)
     assert (idle.cpu_s, idle.delay_s, idle.active_threads, idle.voluntary_ctx) == (0, 0, 0, 0)
