@@ -225,9 +225,9 @@ class OwnerReader:
             if not entry.proven:
                 unproven.append((t, entry))
         wanted = {t.tid: e for t, e in unproven if t.tid != pid and e.top_tries < TOP_TRIES}
-        if wanted and not proc.refused and self._machine == "x86_64":  # glibc's layout there
-            self._start_routines(pid, proc, wanted, alive)
         try:
+            if wanted and not proc.refused and self._machine == "x86_64":  # glibc's layout
+                self._start_routines(pid, proc, wanted, alive)
             for t, entry in unproven:
                 if entry.proven:
                     continue
@@ -266,36 +266,27 @@ class OwnerReader:
         # A stack whose thread still lives and is not wanted is not read again.
         known = {s for s, tid in proc.stack_tid.items() if tid in alive and tid not in wanted}
         stacks = [s for s in proc.stacks if s not in known and proc.bare.get(s, 0) < 2]
-        if not stacks:
+        fd = self._open_mem(pid, proc) if stacks else None
+        if fd is None:
             return
-        try:
-            fd = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
-        except PermissionError:
-            proc.refused = True
-            return
-        except OSError:
-            return
-        try:
 
-            def follows(address: int) -> bool:
-                ok = proc.calls.get(address)
-                if ok is None:
-                    try:
-                        ok = follows_call(os.pread(fd, 8, address - 8), self._machine)
-                    except (OSError, OverflowError, ValueError):
-                        ok = False
-                    proc.calls[address] = ok
-                return ok
+        def follows(address: int) -> bool:
+            ok = proc.calls.get(address)
+            if ok is None:
+                try:
+                    ok = follows_call(os.pread(fd, 8, address - 8), self._machine)
+                except (OSError, OverflowError, ValueError):
+                    ok = False
+                proc.calls[address] = ok
+            return ok
 
-            tops = StackTops(
-                fd, lambda a: self._object_at(pid, proc, a), follows, proc.tid_offset, proc.below
-            )
-            found = tops.read(stacks, alive)
-            proc.tid_offset, proc.below = tops.tid_offset, tops.below
-            for s in tops.bare:
-                proc.bare[s] = proc.bare.get(s, 0) + 1
-        finally:
-            os.close(fd)
+        tops = StackTops(
+            fd, lambda a: self._object_at(pid, proc, a), follows, proc.tid_offset, proc.below
+        )
+        found = tops.read(stacks, alive)
+        proc.tid_offset, proc.below = tops.tid_offset, tops.below
+        for s in tops.bare:
+            proc.bare[s] = proc.bare.get(s, 0) + 1
         proc.stack_tid = {s: tid for s, tid in proc.stack_tid.items() if tid in alive}
         for tid, (stack, path) in found.items():
             proc.stack_tid[stack] = tid
@@ -417,20 +408,26 @@ class OwnerReader:
         proc.stacks = stack_mappings(maps)
         proc.fresh = True
 
+    def _open_mem(self, pid: int, proc: _Process) -> int | None:
+        """The process's `/proc/PID/mem`, opened once per process and sample (closed at the
+        end of `read`); None when it cannot be (refused: `proc.refused`)."""
+        if self._mem is None:
+            try:
+                self._mem = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
+            except PermissionError:
+                proc.refused = True
+            except OSError:
+                pass
+        return self._mem
+
     def _stack_owner(self, pid: int, proc: _Process, sp: int) -> str | None:
         pointer = _POINTER.get(self._machine)
         if pointer is None:
             return None
         fmt, size = pointer
-        fd = self._mem
-        if fd is None:  # once per process and sample: closed at the end of `read`
-            try:
-                fd = self._mem = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
-            except PermissionError:
-                proc.refused = True
-                return None
-            except OSError:
-                return None
+        fd = self._open_mem(pid, proc)
+        if fd is None:
+            return None
         try:
             stack = os.pread(fd, STACK_SCAN, sp)
             for (word,) in struct.iter_unpack(fmt, stack[: len(stack) - len(stack) % size]):
