@@ -217,7 +217,7 @@ class OwnerReader:
             if entry is None:
                 name = names.get(t.tid) if names is not None else None
                 entry = self._new_thread(
-                    f"{base}/{t.tid}", self._main_name(pid, proc), name, t.start_ticks
+                    f"{base}/{t.tid}", self._main_name(pid, proc, names), name, t.start_ticks
                 )
                 if t.tid == pid and self._interpreter(pid, proc):
                     entry.owner, entry.proven = "python", True
@@ -300,8 +300,11 @@ class OwnerReader:
             else:
                 wants.top_tries = TOP_TRIES  # started by no runtime's code: other evidence
 
-    def _main_name(self, pid: int, proc: _Process) -> str | None:
-        """The process's main thread's name, read once: a thread carrying it inherited it."""
+    def _main_name(self, pid: int, proc: _Process, names: Mapping[int, str] | None) -> str | None:
+        """The process's main thread's name, read once (or taken from `names`, the thread
+        names the caller read): a thread carrying it inherited it."""
+        if proc.main_name is None and names is not None and pid in names:
+            proc.main_name = names[pid]
         if proc.main_name is None:
             try:
                 raw = _read(f"{self._proc}/{pid}/comm", 64)
