@@ -60,6 +60,19 @@ def owner_counts(
     return tuple(sorted(counts, key=lambda c: (-c.runnable_s, -c.threads, c.owner)))
 
 
+def add_switches(
+    into: dict[int, tuple[int, int]], p: ProcessRates
+) -> dict[int, tuple[int, int]] | None:
+    """`into` (tid -> voluntary, involuntary switches) plus `p`'s per-thread switches; None
+    when `p` ran threads whose switches were not counted (a partial sum would undercount)."""
+    if p.thread_ids and not p.thread_switches:
+        return None
+    for tid, (v, i) in zip(p.thread_ids, p.thread_switches, strict=True):
+        was = into.get(tid, (0, 0))
+        into[tid] = (was[0] + v, was[1] + i)
+    return into
+
+
 def _by_size(item: tuple[str, int]) -> tuple[int, str]:
     return -item[1], item[0]
 
@@ -87,12 +100,8 @@ class RunOwners:
             return  # a kept reading (`probe.sampler`): the same threads, none ran
         self._last = p.owners
         self.owner_of.update(p.owners)
-        if p.thread_ids and not p.thread_switches:
-            self.switches = None
         if self.switches is not None:
-            for tid, (v, i) in zip(p.thread_ids, p.thread_switches, strict=True):
-                was = self.switches.get(tid, (0, 0))
-                self.switches[tid] = (was[0] + v, was[1] + i)
+            self.switches = add_switches(self.switches, p)
         ranked = sorted(zip(p.thread_runnable_s, p.thread_ids, strict=True), reverse=True)
         for i, (r, tid) in enumerate(ranked):
             self.runnable[tid] = self.runnable.get(tid, 0.0) + r

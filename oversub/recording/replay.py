@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from oversub.analysis.accumulators import most
+from oversub.analysis.ownership import add_switches
 from oversub.analysis.policy import judge
 from oversub.analysis.rates import Measures, counted, measures, tree_totals
 from oversub.analysis.summary import RunSummary
@@ -132,12 +133,8 @@ def _merge_process(a: ProcessRates | None, b: ProcessRates | None, seconds: floa
     for p in (a, b):
         for tid, r in zip(p.thread_ids, p.thread_runnable_s, strict=True):
             runnable[tid] = runnable.get(tid, 0.0) + r
-        if p.thread_ids and not p.thread_switches:
-            switches = None
         if switches is not None:
-            for tid, (v, i) in zip(p.thread_ids, p.thread_switches, strict=True):
-                was = switches.get(tid, (0, 0))
-                switches[tid] = (was[0] + v, was[1] + i)
+            switches = add_switches(switches, p)
     m = _summed(a, b, seconds)
     # What the process is, and whether it is gone, at the end of the second interval.
     return replace(
