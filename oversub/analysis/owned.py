@@ -54,10 +54,16 @@ def unattributed_note(procs: Sequence[ProcessRates]) -> str:
 
 
 def cheap_finding(
-    pools: Sequence[str], pids: tuple[int, ...], head: str, evidence: Evidence, fix: str
+    pools: Sequence[str],
+    procs: Sequence[ProcessRates],
+    pids: tuple[int, ...],
+    head: str,
+    evidence: Evidence,
+    fix: str,
 ) -> Finding:
-    """The finding of pools whose threads sleep, named from the mapped libraries (owners
-    unknown): a warning that says the cost is low."""
+    """The finding of pools whose threads sleep, named from the mapped libraries of `procs`
+    (owners unknown or unattributed: `unattributed_note`): a warning that says the cost is
+    low."""
     labels = join_and(RUNTIMES_BY_KEY[k].label for k in pools)
     costs = "; ".join(f"{RUNTIMES_BY_KEY[k].label}: {RUNTIMES_BY_KEY[k].measured}" for k in pools)
     return Finding(
@@ -65,7 +71,8 @@ def cheap_finding(
         Severity.WARNING,
         Verdict.OVERSUBSCRIBED,
         f"{head}the busy processes run {labels} above the target; its waiting threads "
-        f"sleep, so this costs little ({costs}, measured with 2 processes on 2 CPUs).",
+        f"sleep, so this costs little ({costs}, measured with 2 processes on 2 CPUs)."
+        + unattributed_note(procs),
         pids,
         evidence,
         "The gain is small; to take it: " + fix[0].lower() + fix[1:],

@@ -16,8 +16,6 @@ Every number comes from `Thresholds`. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from oversub.analysis.causes import cause, gil_bound
 from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
@@ -100,8 +98,7 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         if m > n:
             fix += f"; and run at most {count(n, 'busy process')} at a time"
         if pools and all(waits(k) == "sleep" for k in pools):
-            found = cheap_finding(pools, pids_of(contending), head, evidence, fix + ".")
-            return replace(found, message=found.message + unattributed_note(pooled))
+            return cheap_finding(pools, pooled, pids_of(contending), head, evidence, fix + ".")
         return Finding(
             rule=Rule.OVERSUBSCRIBED_POOLS,
             severity=Severity.CRITICAL,
