@@ -157,7 +157,13 @@ def with_floor(p: ProcessRates, floor_ns: float) -> ProcessRates:
         counts = owner_counts(p.owners, runnable, floor_ns / _NS, switches)
     active = p.active_threads
     if p.thread_runnable_s:  # else exited, or no thread: nothing was active
-        active = sum(1 for r in p.thread_runnable_s if round(r * _NS) >= floor_ns)
+        each = p.thread_runnable_s
+        # Most threads of most processes ran for none of the interval: one max() tells.
+        active = (
+            0
+            if round(max(each) * _NS) < floor_ns
+            else sum(1 for r in each if round(r * _NS) >= floor_ns)
+        )
     if counts is p.owner_counts and active == p.active_threads:
         return p
     return replace(p, owner_counts=counts, active_threads=active)

@@ -325,7 +325,52 @@ def _reaped_cpu_ns(prev: TreeSample, curr: TreeSample) -> int:
     return total
 
 
-def interval(prev: TreeSample, curr: TreeSample, vcpus: int) -> Interval:
+class KeptRates:
+    """The rates of kept readings, carried from one interval of a run to the next.
+
+    A probe that keeps a process's last reading (nothing of it ran: `probe.sampler`) hands
+    the very same `ProcessSample` object in both samples, and its rates are then zero
+    deltas that depend on that object alone, and on its parent's reading (what
+    `parent_threads_at_start` counts). Interval after interval they are the same, so a run
+    that follows a target computes them once: one `KeptRates` per target, handed to every
+    `interval` of its run (most processes of a node or an idle tree, every second).
+    An entry lives while its process is kept; one not used in an interval is dropped.
+    """
+
+    __slots__ = ("_last", "_next")
+
+    def __init__(self) -> None:
+        self._last: dict[int, _Kept] = {}
+        self._next: dict[int, _Kept] = {}
+
+    def get(self, p: ProcessSample, parent: ProcessSample | None) -> _Kept | None:
+        kept = self._last.get(p.pid)
+        if kept is None or kept.sample is not p or kept.parent is not parent:
+            return None
+        self._next[p.pid] = kept
+        return kept
+
+    def put(self, kept: _Kept) -> None:
+        self._next[kept.sample.pid] = kept
+
+    def end_interval(self) -> None:
+        self._last, self._next = self._next, {}
+
+
+class _Kept(NamedTuple):
+    sample: ProcessSample
+    parent: ProcessSample | None
+    rates: ProcessRates
+    delta: _Delta
+
+
+def _lacks_delay(p: ProcessSample) -> bool:
+    return any(t.run_delay_ns is None for t in p.threads)
+
+
+def interval(
+    prev: TreeSample, curr: TreeSample, vcpus: int, kept: KeptRates | None = None
+) -> Interval:
     """Rates of the tree between two samples of it: measured, no threshold applied (its
     active threads are 0 until `counted` counts them under the thresholds of a verdict).
 
@@ -336,6 +381,9 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int) -> Interval:
     Totals count live processes and threads.
     "schedstat" is added to `unavailable` when any thread lacks run delay.
 
+    `kept`: the memo of a run that follows this target (`KeptRates`); the result is the
+    same without it.
+
     Raises ValueError when `curr` is not later than `prev`: that is a caller bug.
     """
     dt_s = curr.t - prev.t
@@ -344,12 +392,26 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int) -> Interval:
     dt_ns = round(dt_s * _NS)
 
     live: list[tuple[ProcessRates, _Delta]] = []
+    no_delay = False
     for pid, p in curr.processes.items():
         before = prev.processes.get(pid)
+        if before is p and kept is not None:
+            parent = curr.processes.get(p.ppid)
+            hit = kept.get(p, parent)
+            if hit is None:
+                d = _unchanged(p)
+                hit = _Kept(p, parent, _process_rates(p, d, dt_s, False, curr), d)
+                kept.put(hit)
+            live.append((hit.rates, hit.delta))
+            no_delay = no_delay or hit.delta.run_delay_ns is None
+            continue
         if before is not None and before.start_ticks != p.start_ticks:
             before = None
         d = _process_delta(before, p, dt_ns)
         live.append((_process_rates(p, d, dt_s, False, curr), d))
+        no_delay = no_delay or _lacks_delay(p)
+    if kept is not None:
+        kept.end_interval()
 
     gone_rates = [
         _process_rates(p, _exited_delta(p), dt_s, True, prev)
@@ -361,11 +423,10 @@ def interval(prev: TreeSample, curr: TreeSample, vcpus: int) -> Interval:
     totals = _totals(live, dt_s, vcpus)
     tree_cpu = sum(d.cpu_ns for _, d in live)
     unavailable = list(dict.fromkeys((*prev.unavailable, *curr.unavailable)))
-    no_delay = any(
-        t.run_delay_ns is None
-        for s in (prev, curr)
-        for p in s.processes.values()
-        for t in p.threads
+    no_delay = no_delay or any(
+        _lacks_delay(p)
+        for pid, p in prev.processes.items()
+        if curr.processes.get(pid) is not p  # the same reading: looked at above
     )
     if no_delay and Signal.SCHEDSTAT not in unavailable:
         unavailable.append(Signal.SCHEDSTAT)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from oversub.analysis import fleet
-from oversub.analysis.rates import counted
+from oversub.analysis.rates import KeptRates, counted
 from oversub.analysis.rates import interval as interval_between
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
@@ -130,6 +130,9 @@ def follow(
     result = RunResult()
     runs: dict[str, tuple[RunSummary, Budget]] = {}
     node_run = RunSummary(root_pid=0) if keep_summaries else None
+    kept: dict[str, KeptRates] = {}
+    """Per target up now, the rates of the readings the probe kept (and the node's)."""
+    node_kept = KeptRates()
     pace = _Pace(options.interval)
 
     def stop() -> bool:
@@ -176,7 +179,8 @@ def follow(
                 before = prev.targets.get(target)
                 if before is None:
                     continue
-                iv = counted(interval_between(before[0], sample, budget.vcpus), th)
+                memo = kept.setdefault(target, KeptRates())
+                iv = counted(interval_between(before[0], sample, budget.vcpus, memo), th)
                 a = assess(iv, th)
                 if keep_summaries:  # only then: a long `serve` must not keep every target seen
                     run, _ = runs[target]
@@ -188,11 +192,13 @@ def follow(
                 results.append(
                     TargetResult(target, source.kind, cgroup, budget, iv, a, fleet.state(a, iv))
                 )
+            for gone in [t for t in kept if t not in curr.targets]:
+                del kept[gone]
             node = None
             if curr.node is not None and prev.node is not None:
                 nb = source.node_budget
                 assert nb is not None
-                iv = counted(interval_between(prev.node, curr.node, nb.vcpus), th)
+                iv = counted(interval_between(prev.node, curr.node, nb.vcpus, node_kept), th)
                 if node_run is not None:
                     node_run.add(iv)
                 node = TargetResult("/", TargetKind.NODE, "/", nb, iv, assess(iv, th), "")

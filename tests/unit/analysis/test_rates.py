@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 
-from oversub.analysis.rates import counted, interval
+from oversub.analysis.rates import KeptRates, counted, interval
 from oversub.core.results import HostRates, ProcessRates
 from oversub.core.samples import ProcessSample, TreeSample
 from oversub.core.thresholds import Thresholds
@@ -293,3 +294,45 @@ def test_an_interval_assessed_again_under_other_thresholds_is_the_one_computed_s
     assert again == counted(interval(prev, curr, 2), other)
     mixed = next(p for p in again.processes if p.pid == 150)
     assert mixed.active_threads == sum(r >= active_cpu * 1.5 for r in (0.45, 0.525, 0.0))
+
+
+def _kept_run() -> list[TreeSample]:
+    """Four samples of a parent and its idle child: the probe keeps the child's reading
+    (the same object) from the second sample on; the parent is read again each time and
+    starts a thread before the child's start time in the last one."""
+    parent = Proc(ROOT, (BUSY, IDLE), ppid=1, start_ticks=100, thread_starts=(100, 9000))
+    child = Proc(301, (IDLE, IDLE), start_ticks=5000, thread_starts=(5000, 5000))
+    s0, s1 = tree_pair([parent, child])
+    late = Proc(ROOT, (BUSY, IDLE), ppid=1, start_ticks=100, thread_starts=(100, 200))
+    samples = [s0, s1]
+    for k, proc in ((2, parent), (3, late)):
+        fresh = tree_pair([proc], t0=s0.t + k - 1)[1]
+        samples.append(_with(fresh, s1.processes[301]))
+    return samples
+
+
+def test_kept_readings_get_the_rates_computed_without_the_memo() -> None:
+    """`KeptRates` only saves work: every interval equals the one computed without it,
+    also when the kept child's parent changed (its threads before the child's start)."""
+    samples = _kept_run()
+    memo = KeptRates()
+    with_memo = [interval(a, b, 2, memo) for a, b in pairwise(samples)]
+    plain = [interval(a, b, 2) for a, b in pairwise(samples)]
+    assert with_memo == plain
+    assert [_by_pid(iv.processes)[301].parent_threads_at_start for iv in plain] == [1, 1, 2]
+
+
+def test_kept_rates_are_reused_while_the_reading_and_its_parent_stay() -> None:
+    samples = _kept_run()
+    memo = KeptRates()
+    for a, b in pairwise(samples):
+        last = _by_pid(interval(a, b, 2, memo).processes)[301]
+    s3 = samples[3]
+    later = replace(s3, t=s3.t + 1.0)  # the same readings, parent's included
+    again = _by_pid(interval(s3, later, 2, memo).processes)[301]
+    assert again is last
+    assert again == _by_pid(interval(s3, later, 2).processes)[301]
+    moved = replace(later, t=later.t + 1.0, processes=dict(later.processes))
+    moved.processes[ROOT] = replace(moved.processes[ROOT])  # read again, same values
+    recomputed = _by_pid(interval(later, moved, 2, memo).processes)[301]
+    assert recomputed is not again and recomputed == again
