@@ -24,13 +24,6 @@ from oversub.core.errors import UsageError
 from oversub.core.settings import BY_KEY, BY_NAME, THRESHOLDS, Range
 from oversub.core.thresholds import Thresholds
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    # tomli is the same parser under its pre-stdlib name; it is not installed on 3.11+,
-    # where mypy never looks at this branch, hence the tolerant ignore.
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
-
 
 def load_config(directory: Path) -> dict[str, object]:
     """Read and validate `[tool.oversub]` from `directory/pyproject.toml`.
@@ -43,6 +36,13 @@ def load_config(directory: Path) -> dict[str, object]:
     text = _read_bounded(path)
     if text is None:
         return {}
+    # Imported only for a file to parse: `watch` and `check` start without it.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        # tomli is the same parser under its pre-stdlib name; it is not installed on 3.11+,
+        # where mypy never looks at this branch, hence the tolerant ignore.
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
