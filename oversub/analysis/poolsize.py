@@ -80,6 +80,8 @@ def blamed(p: ProcessRates, n: int, limit: int) -> list[PoolSize]:
     every thread the process has, no other pool has a thread, so pools known only by their
     default are not blamed beside them.
     """
+    if not p.pools:
+        return []  # maps no pool, or unknown: nothing to blame (most processes, every interval)
     sizes = pool_sizes(p, n) or ()
     over = [s for s in sizes if s.threads > limit and not _all_idle(p, s.key)]
     live = [s for s in over if s.source == "live"]
