@@ -4,11 +4,12 @@ One sample = one scan of `/proc/*/stat` (tree membership, `TreeSampler.tree`, an
 process's stat line), then per process its CPU clock (`proctree.process_cpu_ns`) and, unless
 `TreeSampler._reusable` says nothing can have changed since its last reading, its task list
 and per thread `schedstat` and one more small file (`probe.threads`). Per-thread files stay
-open between samples and are re-read with pread (`proctree.HeldFiles`): that halves the cost
-of a sample. The costly files are cached per process identity (pid, start_ticks): environ is
-read once (and again after an exec), cmdline and maps when the thread count or comm changes
-(libraries load on import and start their pools; an exec renames) or every few seconds when
-the process ran since they were read.
+open between samples and are re-read with pread (`proctree.HeldFiles`), and so is every
+process's stat line (`proctree.StatScanner`): that halves the cost of a sample. The costly
+files are cached per process identity (pid, start_ticks): environ is read once (and again
+after an exec), cmdline and maps when the thread count or comm changes (libraries load on
+import and start their pools; an exec renames) or every few seconds when the process ran
+since they were read.
 
 Without /proc (macOS, Windows) `psutil_sampler` gives per-thread CPU only.
 """
@@ -34,10 +35,10 @@ from oversub.probe.owners import OwnerReader
 from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.proctree import (
     ProcStat,
+    StatScanner,
     parse_stat,
     ppids_of,
     process_cpu_ns,
-    scan_stats,
     start_of,
     subtree,
     ticks_to_ns,
@@ -100,8 +101,8 @@ class TreeSampler:
     child of the adopter is part of the tree too: orphans re-parented to oversub, including
     those no sample saw before their parent died.
 
-    It keeps per-thread /proc files open between samples: call `close()` (or use it as a
-    context manager) when done; garbage collection closes them too.
+    It keeps per-thread /proc files and every process's stat open between samples: call
+    `close()` (or use it as a context manager) when done; garbage collection closes them too.
 
     `cpu_clock(pid)`: a process's CPU time in ns, None when unknown (default: the kernel's
     process clock on the real /proc, none on a fake tree, where every process is read).
@@ -135,6 +136,7 @@ class TreeSampler:
         self._known: dict[tuple[int, int], _Known] = {}
         self._sampled = False
         self._threads = ThreadReader()
+        self._scanner = StatScanner(root)
         self._live = LiveReader(root)
         self._hides: bool | None = None
         """Whether this /proc may hide processes from us (`probe.hidden`), read once."""
@@ -149,6 +151,7 @@ class TreeSampler:
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""
         self._threads.close()
+        self._scanner.close()
 
     def __enter__(self) -> TreeSampler:
         return self
@@ -170,7 +173,7 @@ class TreeSampler:
         if self._fallback is not None:
             return self._fallback.sample()
         t = self._clock()
-        stats = scan_stats(self.root)
+        stats = self._scanner.scan()
         first = not self._sampled
         if first:
             self._check_root(stats)
