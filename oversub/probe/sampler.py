@@ -147,6 +147,8 @@ class TreeSampler:
         self._last_reading: dict[int, _Reading] = {}
         """pid -> its reading as of the previous sample, where it may be reused."""
         self._next_reading: dict[int, _Reading] = {}
+        self._ppids: dict[int, int] | None = None
+        """pid -> ppid of every process `tree()` saw in this sample, where it computed them."""
 
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""
@@ -177,12 +179,17 @@ class TreeSampler:
         first = not self._sampled
         if first:
             self._check_root(stats)
+        self._ppids = None
         tree = self.tree(stats, first=first)
+        # Who may have forked a member: its threads' start times are read (`probe.threads`).
+        ppids = self._ppids if self._ppids is not None else ppids_of({p: stats[p] for p in tree})
+        parents = set(ppids.values())
 
         unavailable: list[Signal] = []
         processes: dict[int, ProcessSample] = {}
         for pid in sorted(tree):
-            kept = self._unparsed(pid, stats[pid], t, unavailable)
+            starts = pid in parents
+            kept = self._unparsed(pid, stats[pid], t, unavailable, starts)
             if kept is not None:
                 processes[pid] = kept
                 continue
@@ -191,7 +198,7 @@ class TreeSampler:
             except ValueError:
                 continue
             strict = first and pid == self.root_pid
-            sample = self._read_process(pid, stat, stats[pid], t, strict, unavailable)
+            sample = self._read_process(pid, stat, stats[pid], t, strict, unavailable, starts)
             if sample is not None:
                 processes[pid] = sample
 
@@ -239,7 +246,7 @@ class TreeSampler:
             raw = stats.get(pid)
             if raw is not None and start_of(raw) == start:
                 seeds.append(pid)
-        ppids = ppids_of(stats)
+        ppids = self._ppids = ppids_of(stats)
         if self.adopter is not None:
             seeds += [pid for pid, ppid in ppids.items() if ppid == self.adopter]
         tree = subtree(seeds, ppids)
@@ -264,6 +271,7 @@ class TreeSampler:
         now: float,
         strict: bool,
         unavailable: list[Signal],
+        starts: bool = False,
     ) -> ProcessSample | None:
         cpu = self._cpu_clock(pid) if self._cpu_clock is not None else None
         moved = (
@@ -281,10 +289,10 @@ class TreeSampler:
         )
         last = self._last_reading.get(pid)
         if last is not None and moved is not None and self._reusable(pid, last, moved, now):
-            kept = self._keep(pid, last, unavailable)
+            kept = self._keep(pid, last, unavailable, starts)
             if kept is not None:
                 return kept
-        sample = self._read_threads(pid, stat, raw_stat, now, strict, unavailable, cpu)
+        sample = self._read_threads(pid, stat, raw_stat, now, strict, unavailable, cpu, starts)
         if sample is not None and moved is not None and _still(sample):
             no_schedstat = any(t.run_delay_ns is None for t in sample.threads)
             self._next_reading[pid] = _Reading(raw_stat, moved, sample, no_schedstat)
@@ -313,11 +321,13 @@ class TreeSampler:
         known = self._known.get((pid, last.sample.start_ticks))
         return known is not None and not _maps_due(known, moved[0], now)
 
-    def _keep(self, pid: int, last: _Reading, unavailable: list[Signal]) -> ProcessSample | None:
+    def _keep(
+        self, pid: int, last: _Reading, unavailable: list[Signal], starts: bool
+    ) -> ProcessSample | None:
         """The last reading again, its held files and its threads' owners kept; None when the
-        thread reader no longer has it."""
+        thread reader no longer has it (or it lacks a start time that `starts` asks for)."""
         start = last.sample.start_ticks
-        if self._threads.keep(pid, start) is None:
+        if self._threads.keep(pid, start, starts) is None:
             return None
         self._owners.keep(pid, start)
         known = self._known[(pid, start)]
@@ -328,7 +338,7 @@ class TreeSampler:
         return last.sample
 
     def _unparsed(
-        self, pid: int, raw_stat: bytes, now: float, unavailable: list[Signal]
+        self, pid: int, raw_stat: bytes, now: float, unavailable: list[Signal], starts: bool
     ) -> ProcessSample | None:
         """`_read_process`'s reuse without parsing the stat line: the same bytes (so the
         same thread count, children's time, state, comm and parent) and the same CPU clock.
@@ -339,7 +349,7 @@ class TreeSampler:
         cpu = self._cpu_clock(pid)
         if cpu is None or not self._reusable(pid, last, (cpu, *last.moved[1:]), now):
             return None
-        return self._keep(pid, last, unavailable)
+        return self._keep(pid, last, unavailable, starts)
 
     def _read_threads(
         self,
@@ -350,8 +360,10 @@ class TreeSampler:
         strict: bool,
         unavailable: list[Signal],
         cpu: int | None,
+        starts: bool = False,
     ) -> ProcessSample | None:
-        """A real reading: every thread's files, the cached files when due."""
+        """A real reading: every thread's files, the cached files when due; `starts`: every
+        thread's start time too (the process has a child in the tree)."""
         base = f"{self._proc}/{pid}"
         try:
             task_fd = os.open(f"{base}/task", os.O_RDONLY | os.O_DIRECTORY)
@@ -364,7 +376,7 @@ class TreeSampler:
         except OSError:
             return None  # gone between the scan and now
         try:
-            threads = self._threads.read(pid, stat.start_ticks, task_fd, unavailable)
+            threads = self._threads.read(pid, stat.start_ticks, task_fd, unavailable, starts)
         finally:
             os.close(task_fd)
         known = self._refresh_cache(pid, stat, raw_stat, len(threads), now, cpu)

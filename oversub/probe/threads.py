@@ -12,6 +12,14 @@ A process that did not run at all since its last reading (`TreeSampler` tells, f
 clock) is not read again: `keep` carries its threads and their held files into this sample.
 The names the status files show are kept for `probe.owners`, which would otherwise open each
 thread's `comm` too.
+
+A thread's start time (`ThreadSample.start_ticks`, stat field 22) is read only where it is
+used: at a thread's first reading, only when the process has a child in the tree (`starts`:
+`analysis.forktime` counts the threads a parent ran when it forked), else it stays None and
+its stat is not opened; a later reading carries the start it knows (`_Ran`), and reads it
+for a thread without one once the process has a child (a fork after that thread started: a
+kept reading without every start is then read again). `probe.owners` reads it itself for a
+thread whose start is None.
 """
 
 from __future__ import annotations
@@ -24,9 +32,9 @@ from oversub.probe.proctree import HeldFiles, parse_stat, read_small, ticks_to_n
 
 _ProcessKey = tuple[int, int]
 """(pid, start_ticks): one process identity."""
-_Ran = tuple[int, int, int | None, int | None, int]
-"""(cpu_ns, times scheduled in, voluntary, involuntary switches, start_ticks) of a thread at
-a reading."""
+_Ran = tuple[int, int, int | None, int | None, int | None]
+"""(cpu_ns, times scheduled in, voluntary, involuntary switches, start_ticks or None when
+not read) of a thread at a reading."""
 
 _VOLUNTARY = b"\nvoluntary_ctxt_switches:"
 _INVOLUNTARY = b"\nnonvoluntary_ctxt_switches:"
@@ -63,10 +71,12 @@ def _name(status: bytes) -> str | None:
 class _Process:
     """One process identity's threads at its last reading."""
 
-    __slots__ = ("names", "ran", "threads")
+    __slots__ = ("names", "ran", "started", "threads")
 
     def __init__(self) -> None:
         self.threads: tuple[ThreadSample, ...] = ()
+        self.started = True
+        """Every thread's start time is known."""
         self.ran: dict[str, _Ran] = {}
         """tid as listed -> its counters, for the threads with schedstat."""
         self.names: dict[int, str] = {}
@@ -90,12 +100,15 @@ class ThreadReader:
     def close(self) -> None:
         self.held.close()
 
-    def keep(self, pid: int, start_ticks: int) -> tuple[ThreadSample, ...] | None:
+    def keep(
+        self, pid: int, start_ticks: int, starts: bool = False
+    ) -> tuple[ThreadSample, ...] | None:
         """The threads of the process's last reading, carried into this sample with their
-        held files; None when there is none (never read, or not in the previous sample)."""
+        held files; None when there is none (never read, or not in the previous sample), or
+        when `starts` (every thread's start time) is asked for and that reading lacks one."""
         key = (pid, start_ticks)
         last = self._last.get(key)
-        if last is None:
+        if last is None or (starts and not last.started):
             return None
         self._next[key] = last
         self.held.keep(key)
@@ -107,10 +120,16 @@ class ThreadReader:
         return last.names if last is not None else {}
 
     def read(
-        self, pid: int, start_ticks: int, task_fd: int, unavailable: list[Signal]
+        self,
+        pid: int,
+        start_ticks: int,
+        task_fd: int,
+        unavailable: list[Signal],
+        starts: bool = False,
     ) -> tuple[ThreadSample, ...]:
         """The threads of one process, through its open task directory `task_fd`; a
-        thread that exits while it is read is left out."""
+        thread that exits while it is read is left out. `starts`: read the start time of
+        each thread whose start is not known yet (the process has a child in the tree)."""
         threads: list[ThreadSample] = []
         held = self.held
         previous = self._last.get((pid, start_ticks))
@@ -119,6 +138,7 @@ class ThreadReader:
         record = _Process()
         next_run, names = record.ran, record.names
         group = (pid, start_ticks)
+        started_all = True
         for name in os.listdir(task_fd):
             key = (pid, start_ticks, name)
             # Any failure below means the thread exited since the listing: skip it.
@@ -137,7 +157,7 @@ class ThreadReader:
                     if not status:
                         continue
                     stat = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd))
-                    started = stat.start_ticks
+                    started: int | None = stat.start_ticks
                     cpu_ns = ticks_to_ns(stat.utime_ticks + stat.stime_ticks)
                     run_delay = runs = None
                     if Signal.SCHEDSTAT not in unavailable:
@@ -168,12 +188,14 @@ class ThreadReader:
                     thread_name = _name(status)
                     if thread_name is not None:
                         names[tid] = thread_name
-                if prev is not None:
-                    started = prev[4]
-                elif runs is not None:
-                    if line is None:
-                        line = held.read((*key, 2), f"{name}/stat", task_fd, group)
-                    started = parse_stat(line).start_ticks
+                if runs is not None:
+                    started = prev[4] if prev is not None else None
+                    if started is None and starts:
+                        if line is None:
+                            line = held.read((*key, 2), f"{name}/stat", task_fd, group)
+                        started = parse_stat(line).start_ticks
+                    if started is None:
+                        started_all = False
                 if runs is not None:
                     next_run[name] = (cpu_ns, runs, voluntary, involuntary, started)
                 threads.append(
@@ -190,5 +212,6 @@ class ThreadReader:
             except (OSError, ValueError, IndexError):
                 continue
         record.threads = tuple(threads)
+        record.started = started_all
         self._next[(pid, start_ticks)] = record
         return record.threads

@@ -359,6 +359,30 @@ def test_held_files_bounded_and_closed(tmp_path: Path) -> None:
     assert len(grouped) == 0
 
 
+def test_thread_starts_read_only_for_parents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _tree(tmp_path)
+    leaf_stat = str(tmp_path / "proc" / "300" / "task" / "300" / "stat")
+    with TreeSampler(100, root=str(tmp_path), cpu_clock=fake.cpu_clock) as s:
+        opened = _opened(monkeypatch)
+        first = s.sample()
+        monkeypatch.undo()
+        starts = {pid: [t.start_ticks for t in p.threads] for pid, p in first.processes.items()}
+        # 100 and 200 forked a member: their threads' start times are read (what
+        # analysis.forktime counts); leaf 300's stays unknown, its thread's stat unopened.
+        assert starts == {100: [1000, 1000], 200: [2000], 300: [None]}
+        assert leaf_stat not in opened
+        assert s.sample().processes[300] is first.processes[300]  # kept: it did not run
+        # It forks a child now (its CPU clock as it was): the kept reading has no start
+        # time, so it is read again, and the thread read before gets its start.
+        fake.add_process(301, 300, comm="late", start_ticks=3100)
+        later = s.sample()
+        assert later.processes[300] is not first.processes[300]
+        assert [t.start_ticks for t in later.processes[300].threads] == [3000]
+        assert s.sample().processes[300] is later.processes[300]  # every start known: kept
+
+
 def _opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The paths os.open opens from now on."""
     paths: list[str] = []
