@@ -391,7 +391,10 @@ class HeldFiles:
             except OSError:
                 data = b""
             if data:
-                self._seen.setdefault(group, set()).add(key)
+                seen = self._seen.get(group)
+                if seen is None:
+                    seen = self._seen[group] = set()
+                seen.add(key)
                 return data
             # The task behind the old descriptor is gone; the path may name a new one.
             del fds[key]
@@ -404,9 +407,14 @@ class HeldFiles:
             os.close(fd)
             raise
         if data and self._count < self.max_fds:
-            self._groups.setdefault(group, {})[key] = fd
+            if fds is None:
+                fds = self._groups[group] = {}
+            fds[key] = fd
             self._count += 1
-            self._seen.setdefault(group, set()).add(key)
+            seen = self._seen.get(group)
+            if seen is None:
+                seen = self._seen[group] = set()
+            seen.add(key)
         else:
             os.close(fd)
         return data

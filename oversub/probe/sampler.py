@@ -347,7 +347,9 @@ class TreeSampler:
         if last is None or last.raw_stat != raw_stat or self._cpu_clock is None:
             return None
         cpu = self._cpu_clock(pid)
-        if cpu is None or not self._reusable(pid, last, (cpu, *last.moved[1:]), now):
+        # The same bytes and the same clock: `last.moved` is what a parse would give (and
+        # comparing it with itself is cheap); a moved clock is no reuse.
+        if cpu is None or cpu != last.moved[0] or not self._reusable(pid, last, last.moved, now):
             return None
         return self._keep(pid, last, unavailable, starts)
 
