@@ -379,7 +379,8 @@ class HeldFiles:
         """Content of `path` (relative to `dir_fd`), through the descriptor held for `key`
         in `group`.
 
-        `key` must name the file AND the task's identity (e.g. pid, start_ticks, tid, leaf).
+        `key` and `group` together must name the file AND the task's identity (e.g. group
+        (pid, start_ticks), key "TID/leaf").
         Raises OSError like os.open when the file cannot be opened.
         """
         fds = self._groups.get(group)

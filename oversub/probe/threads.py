@@ -55,7 +55,8 @@ def _status_state(status: bytes) -> str:
     start = status.find(b"State:")
     if start < 0:
         return "?"
-    return status[start + 6 :].lstrip()[:1].decode("ascii", "replace") or "?"
+    # A short slice: stripping the rest of the file (about 1.3 kB) cost 3 us per thread.
+    return status[start + 6 : start + 16].lstrip()[:1].decode("ascii", "replace") or "?"
 
 
 def _name(status: bytes) -> str | None:
@@ -140,7 +141,6 @@ class ThreadReader:
         group = (pid, start_ticks)
         started_all = True
         for name in os.listdir(task_fd):
-            key = (pid, start_ticks, name)
             # Any failure below means the thread exited since the listing: skip it.
             try:
                 status: bytes | None = None
@@ -148,12 +148,14 @@ class ThreadReader:
                 run_delay: int | None
                 line: bytes | None = None
                 try:
-                    raw = held.read((*key, 1), f"{name}/schedstat", task_fd, group)
+                    schedstat_path = name + "/schedstat"
+                    raw = held.read(schedstat_path, schedstat_path, task_fd, group)
                     sched = raw.split()
                     cpu_ns, run_delay, runs = int(sched[0]), int(sched[1]), int(sched[2])
                 except FileNotFoundError:
                     # No CONFIG_SCHED_INFO, or the thread just went: stat tells which.
-                    status = held.read((*key, 0), f"{name}/status", task_fd, group)
+                    status_path = name + "/status"
+                    status = held.read(status_path, status_path, task_fd, group)
                     if not status:
                         continue
                     stat = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd))
@@ -168,17 +170,20 @@ class ThreadReader:
                     # scheduled in): it cannot have been switched out, so both switch
                     # counters are unchanged; only its state may differ (woken, waiting for
                     # a CPU). stat has the state and costs less than half of status.
-                    line = held.read((*key, 2), f"{name}/stat", task_fd, group)
+                    stat_path = name + "/stat"
+                    line = held.read(stat_path, stat_path, task_fd, group)
                     if not line:
                         continue
-                    state = line[line.rfind(b")") + 2 :][:1].decode("ascii", "replace") or "?"
+                    close = line.rfind(b")") + 2
+                    state = line[close : close + 1].decode("ascii", "replace") or "?"
                     voluntary, involuntary = prev[2], prev[3]
                     tid = int(name)
                     if tid in old_names:
                         names[tid] = old_names[tid]
                 else:
                     if status is None:
-                        status = held.read((*key, 0), f"{name}/status", task_fd, group)
+                        status_path = name + "/status"
+                        status = held.read(status_path, status_path, task_fd, group)
                         if not status:
                             continue
                     state = _status_state(status)
@@ -192,7 +197,8 @@ class ThreadReader:
                     started = prev[4] if prev is not None else None
                     if started is None and starts:
                         if line is None:
-                            line = held.read((*key, 2), f"{name}/stat", task_fd, group)
+                            stat_path = name + "/stat"
+                            line = held.read(stat_path, stat_path, task_fd, group)
                         started = parse_stat(line).start_ticks
                     if started is None:
                         started_all = False
