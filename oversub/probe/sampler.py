@@ -365,7 +365,8 @@ class TreeSampler:
         starts: bool = False,
     ) -> ProcessSample | None:
         """A real reading: every thread's files, the cached files when due; `starts`: every
-        thread's start time too (the process has a child in the tree)."""
+        thread's start time too (the process has a child in the tree), as for a process
+        whose owners are read."""
         base = f"{self._proc}/{pid}"
         try:
             task_fd = os.open(f"{base}/task", os.O_RDONLY | os.O_DIRECTORY)
@@ -378,7 +379,13 @@ class TreeSampler:
         except OSError:
             return None  # gone between the scan and now
         try:
-            threads = self._threads.read(pid, stat.start_ticks, task_fd, unavailable, starts)
+            # Owners are looked for from a process's second sample on (`probe.owners`
+            # groups a pool's threads by start time): the reader reads those starts
+            # through its held files, where owners would open each stat again.
+            owned = self._tracked.get(pid) == stat.start_ticks
+            threads = self._threads.read(
+                pid, stat.start_ticks, task_fd, unavailable, starts or owned
+            )
         finally:
             os.close(task_fd)
         known = self._refresh_cache(pid, stat, raw_stat, len(threads), now, cpu)
@@ -407,7 +414,7 @@ class TreeSampler:
             owners=self._owners.read(
                 pid, stat.start_ticks, threads, self._threads.names(pid, stat.start_ticks)
             )
-            if self._tracked.get(pid) == stat.start_ticks
+            if owned
             else None,
         )
 

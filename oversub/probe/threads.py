@@ -14,12 +14,14 @@ The names the status files show are kept for `probe.owners`, which would otherwi
 thread's `comm` too.
 
 A thread's start time (`ThreadSample.start_ticks`, stat field 22) is read only where it is
-used: at a thread's first reading, only when the process has a child in the tree (`starts`:
-`analysis.forktime` counts the threads a parent ran when it forked), else it stays None and
-its stat is not opened; a later reading carries the start it knows (`_Ran`), and reads it
-for a thread without one once the process has a child (a fork after that thread started: a
-kept reading without every start is then read again). `probe.owners` reads it itself for a
-thread whose start is None.
+used (`starts`): for the threads of a process that has a child in the tree
+(`analysis.forktime` counts the threads a parent ran when it forked), and of a process whose
+threads' owners are looked for (`probe.owners`, from the process's second sample on: it
+groups a pool's threads by start time). Elsewhere, as for every thread of the first sample
+but a parent's, it stays None and the thread's stat is not opened. A later reading carries
+the start it knows (`_Ran`) and reads it for a thread without one once it is needed (a
+kept reading without every start is read again when its process has a child: a fork after
+that reading). `probe.owners` reads it itself for a thread whose start is still None.
 """
 
 from __future__ import annotations

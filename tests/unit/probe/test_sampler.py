@@ -383,6 +383,25 @@ def test_thread_starts_read_only_for_parents(
         assert s.sample().processes[300] is later.processes[300]  # every start known: kept
 
 
+def test_thread_starts_read_with_owners(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _tree(tmp_path)
+    leaf_stat = str(tmp_path / "proc" / "300" / "task" / "300" / "stat")
+    with TreeSampler(100, root=str(tmp_path), cpu_clock=fake.cpu_clock) as s:
+        first = s.sample()
+        assert first.processes[300].threads[0].start_ticks is None
+        assert first.processes[300].owners is None  # owners: from the second sample on
+        proc = fake.processes[300]
+        proc.threads[0].cpu_ns += 1000  # it ran: read again, its owners looked for
+        fake.write(proc)
+        opened = _opened(monkeypatch)
+        second = s.sample()
+        monkeypatch.undo()
+    assert second.processes[300].threads[0].start_ticks == 3000
+    assert second.processes[300].owners is not None
+    assert opened.count(leaf_stat) == 0  # read by the thread reader (held), not by owners
+    assert opened.count("300/stat") == 1
+
+
 def _opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The paths os.open opens from now on."""
     paths: list[str] = []
