@@ -4,11 +4,12 @@ One sample = one scan of `/proc/*/stat` (tree membership, `TreeSampler.tree`, an
 process's stat line), then per process its CPU clock (`proctree.process_cpu_ns`) and, unless
 `TreeSampler._reusable` says nothing can have changed since its last reading, its task list
 and per thread `schedstat` and one more small file (`probe.threads`). Per-thread files stay
-open between samples and are re-read with pread (`proctree.HeldFiles`): that halves the cost
-of a sample. The costly files are cached per process identity (pid, start_ticks): environ is
-read once (and again after an exec), cmdline and maps when the thread count or comm changes
-(libraries load on import and start their pools; an exec renames) or every few seconds when
-the process ran since they were read.
+open between samples and are re-read with pread (`proctree.HeldFiles`), and so is every
+process's stat line (`proctree.StatScanner`): that halves the cost of a sample. The costly
+files are cached per process identity (pid, start_ticks): environ is read once (and again
+after an exec), cmdline and maps when the thread count or comm changes (libraries load on
+import and start their pools; an exec renames) or every few seconds when the process ran
+since they were read.
 
 Without /proc (macOS, Windows) `psutil_sampler` gives per-thread CPU only.
 """
@@ -34,10 +35,10 @@ from oversub.probe.owners import OwnerReader
 from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.proctree import (
     ProcStat,
+    StatScanner,
     parse_stat,
     ppids_of,
     process_cpu_ns,
-    scan_stats,
     start_of,
     subtree,
     ticks_to_ns,
@@ -100,8 +101,8 @@ class TreeSampler:
     child of the adopter is part of the tree too: orphans re-parented to oversub, including
     those no sample saw before their parent died.
 
-    It keeps per-thread /proc files open between samples: call `close()` (or use it as a
-    context manager) when done; garbage collection closes them too.
+    It keeps per-thread /proc files and every process's stat open between samples: call
+    `close()` (or use it as a context manager) when done; garbage collection closes them too.
 
     `cpu_clock(pid)`: a process's CPU time in ns, None when unknown (default: the kernel's
     process clock on the real /proc, none on a fake tree, where every process is read).
@@ -135,6 +136,7 @@ class TreeSampler:
         self._known: dict[tuple[int, int], _Known] = {}
         self._sampled = False
         self._threads = ThreadReader()
+        self._scanner = StatScanner(root)
         self._live = LiveReader(root)
         self._hides: bool | None = None
         """Whether this /proc may hide processes from us (`probe.hidden`), read once."""
@@ -145,10 +147,13 @@ class TreeSampler:
         self._last_reading: dict[int, _Reading] = {}
         """pid -> its reading as of the previous sample, where it may be reused."""
         self._next_reading: dict[int, _Reading] = {}
+        self._ppids: dict[int, int] | None = None
+        """pid -> ppid of every process `tree()` saw in this sample, where it computed them."""
 
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""
         self._threads.close()
+        self._scanner.close()
 
     def __enter__(self) -> TreeSampler:
         return self
@@ -170,16 +175,21 @@ class TreeSampler:
         if self._fallback is not None:
             return self._fallback.sample()
         t = self._clock()
-        stats = scan_stats(self.root)
+        stats = self._scanner.scan()
         first = not self._sampled
         if first:
             self._check_root(stats)
+        self._ppids = None
         tree = self.tree(stats, first=first)
+        # Who may have forked a member: its threads' start times are read (`probe.threads`).
+        ppids = self._ppids if self._ppids is not None else ppids_of({p: stats[p] for p in tree})
+        parents = set(ppids.values())
 
         unavailable: list[Signal] = []
         processes: dict[int, ProcessSample] = {}
         for pid in sorted(tree):
-            kept = self._unparsed(pid, stats[pid], t, unavailable)
+            starts = pid in parents
+            kept = self._unparsed(pid, stats[pid], t, unavailable, starts)
             if kept is not None:
                 processes[pid] = kept
                 continue
@@ -188,7 +198,7 @@ class TreeSampler:
             except ValueError:
                 continue
             strict = first and pid == self.root_pid
-            sample = self._read_process(pid, stat, stats[pid], t, strict, unavailable)
+            sample = self._read_process(pid, stat, stats[pid], t, strict, unavailable, starts)
             if sample is not None:
                 processes[pid] = sample
 
@@ -236,7 +246,7 @@ class TreeSampler:
             raw = stats.get(pid)
             if raw is not None and start_of(raw) == start:
                 seeds.append(pid)
-        ppids = ppids_of(stats)
+        ppids = self._ppids = ppids_of(stats)
         if self.adopter is not None:
             seeds += [pid for pid, ppid in ppids.items() if ppid == self.adopter]
         tree = subtree(seeds, ppids)
@@ -261,6 +271,7 @@ class TreeSampler:
         now: float,
         strict: bool,
         unavailable: list[Signal],
+        starts: bool = False,
     ) -> ProcessSample | None:
         cpu = self._cpu_clock(pid) if self._cpu_clock is not None else None
         moved = (
@@ -278,10 +289,10 @@ class TreeSampler:
         )
         last = self._last_reading.get(pid)
         if last is not None and moved is not None and self._reusable(pid, last, moved, now):
-            kept = self._keep(pid, last, unavailable)
+            kept = self._keep(pid, last, unavailable, starts)
             if kept is not None:
                 return kept
-        sample = self._read_threads(pid, stat, raw_stat, now, strict, unavailable, cpu)
+        sample = self._read_threads(pid, stat, raw_stat, now, strict, unavailable, cpu, starts)
         if sample is not None and moved is not None and _still(sample):
             no_schedstat = any(t.run_delay_ns is None for t in sample.threads)
             self._next_reading[pid] = _Reading(raw_stat, moved, sample, no_schedstat)
@@ -310,11 +321,13 @@ class TreeSampler:
         known = self._known.get((pid, last.sample.start_ticks))
         return known is not None and not _maps_due(known, moved[0], now)
 
-    def _keep(self, pid: int, last: _Reading, unavailable: list[Signal]) -> ProcessSample | None:
+    def _keep(
+        self, pid: int, last: _Reading, unavailable: list[Signal], starts: bool
+    ) -> ProcessSample | None:
         """The last reading again, its held files and its threads' owners kept; None when the
-        thread reader no longer has it."""
+        thread reader no longer has it (or it lacks a start time that `starts` asks for)."""
         start = last.sample.start_ticks
-        if self._threads.keep(pid, start) is None:
+        if self._threads.keep(pid, start, starts) is None:
             return None
         self._owners.keep(pid, start)
         known = self._known[(pid, start)]
@@ -325,7 +338,7 @@ class TreeSampler:
         return last.sample
 
     def _unparsed(
-        self, pid: int, raw_stat: bytes, now: float, unavailable: list[Signal]
+        self, pid: int, raw_stat: bytes, now: float, unavailable: list[Signal], starts: bool
     ) -> ProcessSample | None:
         """`_read_process`'s reuse without parsing the stat line: the same bytes (so the
         same thread count, children's time, state, comm and parent) and the same CPU clock.
@@ -334,9 +347,11 @@ class TreeSampler:
         if last is None or last.raw_stat != raw_stat or self._cpu_clock is None:
             return None
         cpu = self._cpu_clock(pid)
-        if cpu is None or not self._reusable(pid, last, (cpu, *last.moved[1:]), now):
+        # The same bytes and the same clock: `last.moved` is what a parse would give (and
+        # comparing it with itself is cheap); a moved clock is no reuse.
+        if cpu is None or cpu != last.moved[0] or not self._reusable(pid, last, last.moved, now):
             return None
-        return self._keep(pid, last, unavailable)
+        return self._keep(pid, last, unavailable, starts)
 
     def _read_threads(
         self,
@@ -347,8 +362,11 @@ class TreeSampler:
         strict: bool,
         unavailable: list[Signal],
         cpu: int | None,
+        starts: bool = False,
     ) -> ProcessSample | None:
-        """A real reading: every thread's files, the cached files when due."""
+        """A real reading: every thread's files, the cached files when due; `starts`: every
+        thread's start time too (the process has a child in the tree), as for a process
+        whose owners are read."""
         base = f"{self._proc}/{pid}"
         try:
             task_fd = os.open(f"{base}/task", os.O_RDONLY | os.O_DIRECTORY)
@@ -361,7 +379,13 @@ class TreeSampler:
         except OSError:
             return None  # gone between the scan and now
         try:
-            threads = self._threads.read(pid, stat.start_ticks, task_fd, unavailable)
+            # Owners are looked for from a process's second sample on (`probe.owners`
+            # groups a pool's threads by start time): the reader reads those starts
+            # through its held files, where owners would open each stat again.
+            owned = self._tracked.get(pid) == stat.start_ticks
+            threads = self._threads.read(
+                pid, stat.start_ticks, task_fd, unavailable, starts or owned
+            )
         finally:
             os.close(task_fd)
         known = self._refresh_cache(pid, stat, raw_stat, len(threads), now, cpu)
@@ -390,7 +414,7 @@ class TreeSampler:
             owners=self._owners.read(
                 pid, stat.start_ticks, threads, self._threads.names(pid, stat.start_ticks)
             )
-            if self._tracked.get(pid) == stat.start_ticks
+            if owned
             else None,
         )
 

@@ -11,6 +11,7 @@ Files written follow the kernel's formats closely enough for the probes' parsers
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -197,6 +198,10 @@ class FakeProc:
     def remove(self, pid: int) -> None:
         """The process exited and was reaped."""
         self.processes.pop(pid, None)
+        # A descriptor held on a reaped process's stat reads nothing (procfs: ESRCH), not
+        # the last line it showed: empty the file before it is unlinked.
+        with contextlib.suppress(OSError):
+            (self.proc / str(pid) / "stat").write_bytes(b"")
         shutil.rmtree(self.proc / str(pid), ignore_errors=True)
 
     def add_vanishing_thread(self, pid: int, tid: int) -> None:

@@ -296,3 +296,22 @@ def test_the_process_cpu_clock_of_real_processes() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     assert proctree.process_cpu_ns(child.pid) is None  # reaped: no such process
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_thread_starts_follow_children_in_tree_and_node_mode(tmp_path: Path, kind: str) -> None:
+    """A parent's threads get their start times (forktime), a leaf's do not; a leaf that
+    forks later is read again for them, though it did not run."""
+    fake = _tree(tmp_path)
+    with _sampler(kind, fake, tmp_path) as s:
+        first = s.sample().processes
+        assert [t.start_ticks for t in first[100].threads] == [1000, 1000]
+        assert [t.start_ticks for t in first[200].threads] == [None]
+        assert s.sample().processes[200] is first[200]  # kept: it did not run
+        fake.add_process(300, 200, comm="late", start_ticks=3000)
+        if kind == "node":
+            (tmp_path / "cg" / "cgroup.procs").write_text("1\n100\n200\n300\n")
+        later = s.sample().processes
+    assert later[200] is not first[200]
+    assert [t.start_ticks for t in later[200].threads] == [2000]
+    assert [t.start_ticks for t in later[300].threads] == [None]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -355,6 +357,147 @@ def test_held_files_bounded_and_closed(tmp_path: Path) -> None:
     assert len(grouped) == 1  # "b" neither read nor kept, "a" read only key 0
     grouped.close()
     assert len(grouped) == 0
+
+
+def test_thread_starts_read_only_for_parents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _tree(tmp_path)
+    leaf_stat = str(tmp_path / "proc" / "300" / "task" / "300" / "stat")
+    with TreeSampler(100, root=str(tmp_path), cpu_clock=fake.cpu_clock) as s:
+        opened = _opened(monkeypatch)
+        first = s.sample()
+        monkeypatch.undo()
+        starts = {pid: [t.start_ticks for t in p.threads] for pid, p in first.processes.items()}
+        # 100 and 200 forked a member: their threads' start times are read (what
+        # analysis.forktime counts); leaf 300's stays unknown, its thread's stat unopened.
+        assert starts == {100: [1000, 1000], 200: [2000], 300: [None]}
+        assert leaf_stat not in opened
+        assert s.sample().processes[300] is first.processes[300]  # kept: it did not run
+        # It forks a child now (its CPU clock as it was): the kept reading has no start
+        # time, so it is read again, and the thread read before gets its start.
+        fake.add_process(301, 300, comm="late", start_ticks=3100)
+        later = s.sample()
+        assert later.processes[300] is not first.processes[300]
+        assert [t.start_ticks for t in later.processes[300].threads] == [3000]
+        assert s.sample().processes[300] is later.processes[300]  # every start known: kept
+
+
+def test_thread_starts_read_with_owners(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _tree(tmp_path)
+    leaf_stat = str(tmp_path / "proc" / "300" / "task" / "300" / "stat")
+    with TreeSampler(100, root=str(tmp_path), cpu_clock=fake.cpu_clock) as s:
+        first = s.sample()
+        assert first.processes[300].threads[0].start_ticks is None
+        assert first.processes[300].owners is None  # owners: from the second sample on
+        proc = fake.processes[300]
+        proc.threads[0].cpu_ns += 1000  # it ran: read again, its owners looked for
+        fake.write(proc)
+        opened = _opened(monkeypatch)
+        second = s.sample()
+        monkeypatch.undo()
+    assert second.processes[300].threads[0].start_ticks == 3000
+    assert second.processes[300].owners is not None
+    assert opened.count(leaf_stat) == 0  # read by the thread reader (held), not by owners
+    assert opened.count("300/stat") == 1
+
+
+def _opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths os.open opens from now on."""
+    paths: list[str] = []
+    real_open = os.open
+
+    def spy(path: Any, *args: Any, **kwargs: Any) -> int:
+        paths.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    return paths
+
+
+def _closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+def test_process_stats_are_held_and_reread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _tree(tmp_path)
+    with TreeSampler(100, root=str(tmp_path), cpu_clock=fake.cpu_clock) as s:
+        s.sample()
+        fake.processes[200].children_ticks = (3, 4)
+        fake.write(fake.processes[200])  # rewritten in place, as procfs regenerates it
+        opened = _opened(monkeypatch)
+        again = s.sample()
+        monkeypatch.undo()
+        # Read through the held descriptor: no process's stat was opened again.
+        assert again.processes[200].children_cpu_ns == proctree.ticks_to_ns(7)
+        proc = tmp_path / "proc"
+        assert not [p for p in opened if Path(p).parent.parent == proc and p.endswith("/stat")]
+        assert any(p.endswith("/task") for p in opened)  # the spy saw the sample's opens
+        held = list(s._scanner._box[0].values())
+        assert len(held) == 5  # init, 100, 200, 300, 900
+    assert all(_closed(fd) for fd in held)  # close() closed them
+
+
+def test_stat_scanner_reopens_reaped_pids_and_closes_the_gone(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    scanner = proctree.StatScanner(str(tmp_path))
+    assert scanner.scan() == proctree.scan_stats(str(tmp_path))
+    old_inode = os.fstat(scanner._box[0]["300"]).st_ino
+    fd_900 = scanner._box[0]["900"]
+    fake.remove(300)  # reaped: its held stat reads nothing
+    fake.add_process(300, 1, comm="stranger", start_ticks=9999)  # the pid names another one
+    fake.remove(900)
+    stats = scanner.scan()
+    assert proctree.parse_stat(stats[300]).start_ticks == 9999
+    new_inode = (tmp_path / "proc" / "300" / "stat").stat().st_ino
+    assert os.fstat(scanner._box[0]["300"]).st_ino == new_inode != old_inode  # opened again
+    assert 900 not in stats and "900" not in scanner._box[0] and _closed(fd_900)
+    assert len(scanner) == 4
+    held = list(scanner._box[0].values())
+    del scanner
+    gc.collect()
+    assert all(_closed(fd) for fd in held)  # the finalizer closed them
+
+
+def test_stat_scanner_rereads_after_esrch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tree(tmp_path)
+    scanner = proctree.StatScanner(str(tmp_path))
+    scanner.scan()
+    dead = {scanner._box[0]["200"]}
+    real_pread = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        if fd in dead:
+            dead.discard(fd)  # the new descriptor may get the same number
+            raise ProcessLookupError(3, "No such process")  # the kernel's ESRCH
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    opened = _opened(monkeypatch)
+    stats = scanner.scan()
+    assert proctree.parse_stat(stats[200]).comm == "worker" and not dead
+    assert opened == [str(tmp_path / "proc" / "200" / "stat")]  # only the dead one again
+    scanner.close()
+    assert len(scanner) == 0
+
+
+def test_stat_scanner_holds_at_most_max_fds(tmp_path: Path) -> None:
+    fake = _tree(tmp_path)
+    scanner = proctree.StatScanner(str(tmp_path), max_fds=2)
+    for comm in ("a", "b"):
+        for pid in (100, 200, 300):
+            fake.processes[pid].comm = comm
+            fake.write(fake.processes[pid])
+        stats = scanner.scan()
+        assert len(scanner) == 2  # the others were opened, read and closed
+        assert {proctree.parse_stat(stats[p]).comm for p in (100, 200, 300)} == {comm}
+    assert set(stats) == {1, 100, 200, 300, 900}
+    scanner.close()
+    assert len(proctree.StatScanner(str(tmp_path), max_fds=0).scan()) == 5
 
 
 # --------------------------------------------------------------------------- real trees
