@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from oversub.core.results import Assessment, Interval, Summary
     from oversub.core.thresholds import Thresholds
     from oversub.recording.writer import Recorder
+    from oversub.render.serialize import ProcessTexts
     from oversub.render.sparkline import History
 
 
@@ -177,6 +178,8 @@ class WatchView:
         self.identity = identity
         self.recorder = recorder
         self._history: History | None = None
+        self._texts: ProcessTexts | None = None
+        """The NDJSON stream's encoded processes (`serialize.ProcessTexts`)."""
         self.budget = budget
         self.thresholds = thresholds
         self.out = out if out is not None else sys.stdout
@@ -213,6 +216,7 @@ class WatchView:
             thresholds=self.thresholds,
             timestamp=utc_timestamp(),
             history=tuple(self._history.points) if self._history is not None else (),
+            texts=self._ndjson_texts(),
         )
         if self._frames is not None and frame is not None:
             self._frames.show(frame)
@@ -220,6 +224,15 @@ class WatchView:
             with reader_may_leave():
                 self.out.write(frame)
                 self.out.flush()
+
+    def _ndjson_texts(self) -> ProcessTexts | None:
+        if self.fmt is not WatchFormat.NDJSON:
+            return None
+        if self._texts is None:
+            from oversub.render.serialize import ProcessTexts
+
+            self._texts = ProcessTexts()
+        return self._texts
 
     def summary(self, summary: Summary) -> None:
         report = render_watch_summary(

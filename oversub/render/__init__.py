@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from oversub.core.results import Assessment, Interval, Summary
     from oversub.core.thresholds import Thresholds
     from oversub.recording.types import Comparison, Replay
+    from oversub.render.serialize import ProcessTexts
     from oversub.tuning.trials import TuneResult
 
 
@@ -159,11 +160,13 @@ def render_watch_interval(
     thresholds: Thresholds | None = None,
     timestamp: str | None = None,
     history: Sequence[tuple[float, float, int]] = (),
+    texts: ProcessTexts | None = None,
 ) -> RenderableType | None:
     """One interval in `fmt`: the live frame (LIVE), one JSON line with newline (NDJSON),
     or None (JSON prints only the summary). `timestamp` (wall clock, UTC, ISO 8601) goes
     into the NDJSON record as "timestamp"; the caller reads the clock. `history`: the live
-    frame's sparkline of the last minute ((time, demand, N) per interval)."""
+    frame's sparkline of the last minute ((time, demand, N) per interval). `texts`: the
+    NDJSON stream's processes already encoded (`serialize.ProcessTexts`)."""
     if fmt is WatchFormat.LIVE:
         from oversub.render.live import watch_renderable
 
@@ -177,10 +180,9 @@ def render_watch_interval(
             history=history,
         )
     elif fmt is WatchFormat.NDJSON:
-        from oversub.render.serialize import interval_dict, to_json
+        from oversub.render.serialize import interval_line
 
-        record = {"type": "interval", "timestamp": timestamp, **interval_dict(interval, assessment)}
-        return to_json(record, indent=None) + "\n"
+        return interval_line(interval, assessment, timestamp, texts) + "\n"
     elif fmt is WatchFormat.JSON:
         return None
     else:

@@ -286,6 +286,10 @@ def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:
         `live_pools` (a process's memory may not be read: not root, not its ancestor).
     All measured floats are rounded to 3 decimals.
     """
+    return _interval_fields(i, a, [_process_rates_dict(r) for r in i.processes])
+
+
+def _interval_fields(i: Interval, a: Assessment, processes: object) -> dict[str, Any]:
     return {
         "t": json_number(i.t1),
         "seconds": json_number(i.seconds),
@@ -293,11 +297,54 @@ def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:
         "vcpus": i.vcpus,
         "verdict": a.verdict.value,
         "findings": [finding_dict(f) for f in a.findings],
-        "processes": [_process_rates_dict(r) for r in i.processes],
+        "processes": processes,
         "totals": totals_dict(i.totals),
         "host": host_dict(i.host),
         "unavailable": list(i.unavailable),
     }
+
+
+class ProcessTexts:
+    """The JSON text of each process of an NDJSON interval record, kept from one record to
+    the next: a process whose reading the probe kept has the very same `ProcessRates`
+    interval after interval (`rates.KeptRates`), and so the same text, encoded once. One per
+    stream of records; a text not used in a record is dropped."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[ProcessRates, str]] = {}
+
+    def texts(self, processes: tuple[ProcessRates, ...]) -> list[str]:
+        # Keyed by identity; the entry holds its object, so the id is not reused meanwhile.
+        last, kept = self._last, {}
+        out = []
+        for r in processes:
+            hit = last.get(id(r))
+            if hit is None or hit[0] is not r:
+                hit = (r, to_json(_process_rates_dict(r), indent=None))
+            kept[id(r)] = hit
+            out.append(hit[1])
+        self._last = kept
+        return out
+
+
+def interval_line(
+    i: Interval, a: Assessment, timestamp: str | None, texts: ProcessTexts | None = None
+) -> str:
+    """One `--format ndjson` interval record, without its newline: exactly
+    `to_json({"type": "interval", "timestamp": timestamp, **interval_dict(i, a)})`, with the
+    processes' texts from `texts` (their encoding is most of the record's cost)."""
+    if texts is None:
+        record = {"type": "interval", "timestamp": timestamp, **interval_dict(i, a)}
+        return to_json(record, indent=None)
+    record = {"type": "interval", "timestamp": timestamp, **_interval_fields(i, a, None)}
+    keys = list(record)
+    at = keys.index("processes")
+    head = to_json({k: record[k] for k in keys[:at]}, indent=None)
+    tail = to_json({k: record[k] for k in keys[at + 1 :]}, indent=None)
+    joined = ", ".join(texts.texts(i.processes))
+    return f'{head[:-1]}, "processes": [{joined}], {tail[1:]}'
 
 
 def _process_summary_dict(p: ProcessSummary) -> dict[str, Any]:

@@ -8,16 +8,19 @@ import math
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from oversub.core.pools import RECOMMENDED_VARS
 from oversub.render.serialize import (
     ROUNDING_RULE,
+    ProcessTexts,
     budget_dict,
     export_lines,
     finding_dict,
     interval_dict,
+    interval_line,
     plan_dict,
     plan_env,
     summary_dict,
@@ -346,3 +349,24 @@ def test_plan_dict_of_a_plan_that_does_not_fit_says_over_by_like_the_text() -> N
     assert (fitting["leftover"], fitting["over_by"]) == (0, 0)
     spare = plan_dict(plan_for(synthetic_budget(5), 2))
     assert (spare["leftover"], spare["over_by"]) == (1, 0)
+
+
+def test_an_ndjson_line_with_kept_texts_is_the_line_encoded_whole() -> None:
+    """`ProcessTexts` only saves work: every line is byte for byte the record encoded at
+    once, hostile names included, as processes are kept, replaced and dropped."""
+    hostile = make_process_rates(pid=7, name='x"\n\u2028\\\0', cmdline="a\x1b[31m")
+    quiet = make_process_rates(pid=8, name="quiet")
+    texts = ProcessTexts()
+    a = make_assessment()
+    rounds = [
+        make_interval(processes=(hostile, quiet)),
+        make_interval(processes=(hostile, quiet)),  # both kept: their texts reused
+        make_interval(processes=(replace(hostile, cpu_percent=55.5), quiet)),
+        make_interval(processes=(quiet,)),
+        make_interval(processes=()),
+    ]
+    for iv in rounds:
+        whole = to_json({"type": "interval", "timestamp": "T", **interval_dict(iv, a)}, indent=None)
+        line = interval_line(iv, a, "T", texts)
+        assert line == whole == interval_line(iv, a, "T")
+        assert json.loads(line)["processes"] == interval_dict(iv, a)["processes"]
