@@ -9,6 +9,7 @@ Everything takes `root` (default "/") prefixed to `/proc`, so tests can build fa
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 import weakref
@@ -18,6 +19,11 @@ from dataclasses import dataclass
 # Clock ticks per second of /proc times (USER_HZ, 100 nearly everywhere). Windows has no
 # sysconf; nothing there reads /proc, the fallback only keeps imports working.
 CLK_TCK: int = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+NO_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
+"""errno of an open refused for want of file descriptors (this process's limit, or the
+system's): what was not opened was not seen, which is not the same as gone."""
 
 
 def ticks_to_ns(ticks: int) -> int:
@@ -200,6 +206,8 @@ class StatScanner:
     def __init__(self, root: str = "/", max_fds: int | None = None) -> None:
         self._proc = os.path.join(root, "proc")
         self.max_fds = _default_max_fds() // 4 if max_fds is None else max_fds
+        self.missed = False
+        """The last scan left a process out: no descriptor to open its stat with."""
         self._box: list[dict[str, int]] = [{}]
         """[pid as listed -> held descriptor], a box the finalizer shares."""
         self._finalizer = weakref.finalize(self, _close_held, self._box)
@@ -208,7 +216,9 @@ class StatScanner:
         return len(self._box[0])
 
     def scan(self) -> dict[int, bytes]:
-        """pid -> raw stat line for every process that could be read (`scan_stats`)."""
+        """pid -> raw stat line for every process that could be read (`scan_stats`);
+        `missed` tells whether one was left out for want of file descriptors."""
+        self.missed = False
         old = self._box[0]
         names = os.listdir(self._proc)
         held: dict[str, int] = {}
@@ -245,7 +255,9 @@ class StatScanner:
                 continue
             try:
                 fd = os.open(f"{proc}/{name}/stat", os.O_RDONLY)
-            except OSError:
+            except OSError as exc:
+                if exc.errno in NO_DESCRIPTORS:
+                    self.missed = True
                 continue
             try:
                 data = _pread_all(fd, 4096)

@@ -34,6 +34,7 @@ from oversub.probe.livepools import LiveReader, LiveSizes
 from oversub.probe.owners import OwnerReader
 from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.proctree import (
+    NO_DESCRIPTORS,
     ProcStat,
     StatScanner,
     parse_stat,
@@ -186,6 +187,8 @@ class TreeSampler:
         parents = set(ppids.values())
 
         unavailable: list[Signal] = []
+        if self._scanner.missed:
+            _not_seen(unavailable)  # a process left out of the scan may be the tree's
         processes: dict[int, ProcessSample] = {}
         for pid in sorted(tree):
             starts = pid in parents
@@ -373,11 +376,12 @@ class TreeSampler:
         except PermissionError as exc:
             if strict:
                 raise errors.PermissionDenied(f"cannot read {base}/task: {exc.strerror}") from exc
-            if Signal.PROCESSES not in unavailable:
-                unavailable.append(Signal.PROCESSES)  # in the tree, but not seen
+            _not_seen(unavailable)
             return None
-        except OSError:
-            return None  # gone between the scan and now
+        except OSError as exc:
+            if exc.errno in NO_DESCRIPTORS:
+                _not_seen(unavailable)
+            return None  # else gone between the scan and now
         try:
             # Owners are looked for from a process's second sample on (`probe.owners`
             # groups a pool's threads by start time): the reader reads those starts
@@ -386,6 +390,11 @@ class TreeSampler:
             threads = self._threads.read(
                 pid, stat.start_ticks, task_fd, unavailable, starts or owned
             )
+        except OSError as exc:
+            if exc.errno not in NO_DESCRIPTORS:
+                raise
+            _not_seen(unavailable)
+            return None
         finally:
             os.close(task_fd)
         known = self._refresh_cache(pid, stat, raw_stat, len(threads), now, cpu)
@@ -511,6 +520,12 @@ def _still(sample: ProcessSample) -> bool:
     """None of the threads of a real reading was runnable: it may be reused while nothing
     moves (`TreeSampler._reusable`)."""
     return bool(sample.threads) and all(t.state != "R" for t in sample.threads)
+
+
+def _not_seen(unavailable: list[Signal]) -> None:
+    """A process of the tree could not be read (refused, or no file descriptor left)."""
+    if Signal.PROCESSES not in unavailable:
+        unavailable.append(Signal.PROCESSES)
 
 
 def _note_refused(known: _Known, unavailable: list[Signal]) -> None:

@@ -30,7 +30,7 @@ import os
 
 from oversub.core.names import Signal
 from oversub.core.samples import ThreadSample
-from oversub.probe.proctree import HeldFiles, parse_stat, read_small, ticks_to_ns
+from oversub.probe.proctree import NO_DESCRIPTORS, HeldFiles, parse_stat, read_small, ticks_to_ns
 
 _ProcessKey = tuple[int, int]
 """(pid, start_ticks): one process identity."""
@@ -132,7 +132,9 @@ class ThreadReader:
     ) -> tuple[ThreadSample, ...]:
         """The threads of one process, through its open task directory `task_fd`; a
         thread that exits while it is read is left out. `starts`: read the start time of
-        each thread whose start is not known yet (the process has a child in the tree)."""
+        each thread whose start is not known yet (the process has a child in the tree).
+        Raises OSError (errno in `NO_DESCRIPTORS`) when a file could not be opened for want
+        of file descriptors: not seen is not exited."""
         threads: list[ThreadSample] = []
         held = self.held
         previous = self._last.get((pid, start_ticks))
@@ -217,7 +219,11 @@ class ThreadReader:
                         start_ticks=started,
                     )
                 )
-            except (OSError, ValueError, IndexError):
+            except OSError as exc:
+                if exc.errno in NO_DESCRIPTORS:
+                    raise  # not seen, which is not the same as exited: the caller says so
+                continue
+            except (ValueError, IndexError):
                 continue
         record.threads = tuple(threads)
         record.started = started_all

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import gc
 import os
 import signal
@@ -754,3 +755,29 @@ def test_a_thread_that_did_not_run_keeps_its_switch_counts_and_reads_only_its_st
         fake.write(proc)
         ran = {t.tid: t for t in s.sample().processes[100].threads}[101]
         assert (ran.state, ran.voluntary_ctx, ran.cpu_ns) == ("R", 99, 2500)
+
+
+def _no_descriptor_for(monkeypatch: pytest.MonkeyPatch, suffix: str) -> None:
+    """os.open of a path ending in `suffix` fails as when the process has no descriptor left."""
+    real_open = os.open
+
+    def starved_open(p: Any, *args: Any, **kwargs: Any) -> int:
+        if str(p).endswith(suffix):
+            raise OSError(errno.EMFILE, "Too many open files", p)
+        return real_open(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", starved_open)
+
+
+@pytest.mark.parametrize("suffix", ["/300/stat", "/300/task", "101/schedstat", "101/status"])
+def test_a_file_not_opened_for_want_of_descriptors_is_not_seen_not_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    """EMFILE is no exit: the sample goes on, and says a process of the tree was not seen
+    (never "ok" for what could not be read), where a thread or process skipped silently
+    would make the tree look smaller."""
+    _tree(tmp_path)
+    _no_descriptor_for(monkeypatch, suffix)
+    sample = TreeSampler(100, root=str(tmp_path)).sample()
+    assert "processes" in sample.unavailable
+    assert 200 in sample.processes  # the others are read as usual
