@@ -233,6 +233,26 @@ class StatScanner:
         self._box[0] = held
         return stats
 
+    def reread(self, pids: Iterable[int]) -> dict[int, bytes] | None:
+        """pid -> raw stat line of `pids` alone, through their held descriptors, without
+        listing /proc (`TreeSampler`: when no process of the tree can have started one);
+        None when one is not held or no longer reads (gone): then `scan`."""
+        held = self._box[0]
+        stats: dict[int, bytes] = {}
+        for pid in pids:
+            fd = held.get(str(pid))
+            if fd is None:
+                return None
+            try:
+                data = os.pread(fd, 4096, 0)
+            except OSError:
+                return None
+            if not data or len(data) >= 4096:
+                return None
+            stats[pid] = data
+        self.missed = False
+        return stats
+
     def _scan(
         self, names: list[str], old: dict[str, int], held: dict[str, int], stats: dict[int, bytes]
     ) -> None:

@@ -1,7 +1,8 @@
 """Sample a process tree's per-thread counters, cheaply enough to run every second.
 
 One sample = one scan of `/proc/*/stat` (tree membership, `TreeSampler.tree`, and every
-process's stat line), then per process its CPU clock (`proctree.process_cpu_ns`) and, unless
+process's stat line; only the tree's own when none of it ran, `TreeSampler._quiet`), then
+per process its CPU clock (`proctree.process_cpu_ns`) and, unless
 `TreeSampler._reusable` says nothing can have changed since its last reading, its task list
 and per thread `schedstat` and one more small file (`probe.threads`). Per-thread files stay
 open between samples and are re-read with pread (`proctree.HeldFiles`), and so is every
@@ -148,6 +149,10 @@ class TreeSampler:
         self._last_reading: dict[int, _Reading] = {}
         """pid -> its reading as of the previous sample, where it may be reused."""
         self._next_reading: dict[int, _Reading] = {}
+        self._pre: dict[int, int | None] = {}
+        """pid -> CPU clock of each tracked process, read before this sample's scan."""
+        self._listed_clocks: dict[int, int | None] = {}
+        """The same as of the last sample (None for a process it saw first)."""
         self._ppids: dict[int, int] | None = None
         """pid -> ppid of every process `tree()` saw in this sample, where it computed them."""
 
@@ -176,8 +181,11 @@ class TreeSampler:
         if self._fallback is not None:
             return self._fallback.sample()
         t = self._clock()
-        stats = self._scanner.scan()
         first = not self._sampled
+        self._pre = self._clocks_before_scan(first)
+        stats = self._scanner.reread(self._tracked) if self._quiet(self._pre) else None
+        if stats is None:
+            stats = self._scanner.scan()
         if first:
             self._check_root(stats)
         self._ppids = None
@@ -220,6 +228,8 @@ class TreeSampler:
         self._owners.end_sample()
         self._last_reading, self._next_reading = self._next_reading, {}
         self._tracked = {pid: p.start_ticks for pid, p in processes.items()}
+        # A process first seen now has no clock from before the scan: the next sample lists.
+        self._listed_clocks = {pid: self._pre.get(pid) for pid in processes}
         for key in [k for k in self._known if self._tracked.get(k[0]) != k[1]]:
             del self._known[key]
 
@@ -236,6 +246,38 @@ class TreeSampler:
             host=host,
             unavailable=tuple(unavailable),
         )
+
+    def _clocks_before_scan(self, first: bool) -> dict[int, int | None]:
+        """Each tracked process's CPU clock, read before this sample's scan (and then used
+        as its clock in this sample); empty where there is no clock."""
+        if first or self._cpu_clock is None:
+            return {}
+        clock = self._cpu_clock
+        return {pid: clock(pid) for pid in self._tracked}
+
+    def _quiet(self, pre: dict[int, int | None]) -> bool:
+        """No process can have joined the tree since the last sample, so /proc need not be
+        listed (`StatScanner.reread`): a process joins a tree only when one of the tree
+        forks it, and forking runs the parent (as exiting runs the child: a parent gone
+        leaves orphans), so the CPU clock of every tracked process, read before this scan,
+        being the one read before the last scan (itself a listing, or as quiet) says none
+        did. Not for a tree with an adopter (`check`, `tune`: oversub's own children are
+        members), nor where /proc may hide processes, nor for the other targets' `tree`
+        (a cgroup's membership changes without anything forking)."""
+        if not pre or self.adopter is not None or self._hides is not False:
+            return False
+        if type(self).tree is not TreeSampler.tree:
+            return False
+        last = self._listed_clocks
+        return len(last) == len(pre) and all(
+            c is not None and last.get(pid) == c for pid, c in pre.items()
+        )
+
+    def _cpu_of(self, pid: int) -> int | None:
+        """The process's CPU clock for this sample: the one read before the scan, if any."""
+        if pid in self._pre:
+            return self._pre[pid]
+        return self._cpu_clock(pid) if self._cpu_clock is not None else None
 
     def tree(self, stats: dict[int, bytes], *, first: bool) -> set[int]:
         """Which processes form the watched tree now, from one scan of every process's stat
@@ -276,7 +318,7 @@ class TreeSampler:
         unavailable: list[Signal],
         starts: bool = False,
     ) -> ProcessSample | None:
-        cpu = self._cpu_clock(pid) if self._cpu_clock is not None else None
+        cpu = self._cpu_of(pid)
         moved = (
             None
             if cpu is None
@@ -349,7 +391,7 @@ class TreeSampler:
         last = self._last_reading.get(pid)
         if last is None or last.raw_stat != raw_stat or self._cpu_clock is None:
             return None
-        cpu = self._cpu_clock(pid)
+        cpu = self._cpu_of(pid)
         # The same bytes and the same clock: `last.moved` is what a parse would give (and
         # comparing it with itself is cheap); a moved clock is no reuse.
         if cpu is None or cpu != last.moved[0] or not self._reusable(pid, last, last.moved, now):

@@ -308,6 +308,10 @@ def test_thread_starts_follow_children_in_tree_and_node_mode(tmp_path: Path, kin
         assert [t.start_ticks for t in first[100].threads] == [1000, 1000]
         assert [t.start_ticks for t in first[200].threads] == [None]
         assert s.sample().processes[200] is first[200]  # kept: it did not run
+        # 300 is adopted by 200, which does not run: its parent forked it and exited
+        # (the root's thread runs for that, as a fork runs the parent: /proc is listed).
+        fake.processes[100].threads[1].cpu_ns += 10
+        fake.write_thread(fake.processes[100], fake.processes[100].threads[1])
         fake.add_process(300, 200, comm="late", start_ticks=3000)
         if kind == "node":
             (tmp_path / "cg" / "cgroup.procs").write_text("1\n100\n200\n300\n")

@@ -375,8 +375,12 @@ def test_thread_starts_read_only_for_parents(
         assert starts == {100: [1000, 1000], 200: [2000], 300: [None]}
         assert leaf_stat not in opened
         assert s.sample().processes[300] is first.processes[300]  # kept: it did not run
-        # It forks a child now (its CPU clock as it was): the kept reading has no start
-        # time, so it is read again, and the thread read before gets its start.
+        # A child of it appears while its CPU clock stays as it was (adopted: a child of
+        # its own forked it and exited; some process of the tree ran for that, here the
+        # root, so /proc is listed): the kept reading has no start time, so it is read
+        # again, and the thread read before gets its start.
+        fake.processes[100].threads[0].cpu_ns += 10
+        fake.write_thread(fake.processes[100], fake.processes[100].threads[0])
         fake.add_process(301, 300, comm="late", start_ticks=3100)
         later = s.sample()
         assert later.processes[300] is not first.processes[300]
@@ -781,3 +785,60 @@ def test_a_file_not_opened_for_want_of_descriptors_is_not_seen_not_gone(
     sample = TreeSampler(100, root=str(tmp_path)).sample()
     assert "processes" in sample.unavailable
     assert 200 in sample.processes  # the others are read as usual
+
+
+def _listings(monkeypatch: pytest.MonkeyPatch, proc: Path) -> list[int]:
+    """Counts the listings of `proc` (one entry per os.listdir of it)."""
+    calls: list[int] = []
+    real_listdir = os.listdir
+
+    def counting(path: Any = ".") -> list[str]:
+        if str(path) == str(proc):
+            calls.append(1)
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counting)
+    return calls
+
+
+def test_a_tree_none_of_whose_processes_ran_is_not_listed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No process can join a tree unless one of the tree runs (a fork runs the parent): while
+    every tracked CPU clock stands still, /proc is not listed and only the tree's stat lines
+    are read; a clock that moves (or a process gone, or one first seen) lists it again."""
+    fake = _tree(tmp_path)
+    listed = _listings(monkeypatch, tmp_path / "proc")
+    with TreeSampler(100, root=str(tmp_path), cpu_clock=fake.cpu_clock) as s:
+        assert set(s.sample().processes) == {100, 200, 300}
+        s.sample()
+        assert len(listed) == 2  # the first sample's processes had no clock from before it
+        fake.add_process(901, 900, comm="unrelated")  # outside the tree: not its business
+        s.sample()
+        s.sample()
+        assert len(listed) == 2
+        fake.processes[200].threads[0].cpu_ns += 5  # 200 runs and forks 201
+        fake.write_thread(fake.processes[200], fake.processes[200].threads[0])
+        fake.add_process(201, 200, comm="new", start_ticks=2100)
+        assert 201 in s.sample().processes
+        assert len(listed) == 3
+        s.sample()  # 201 has no clock from before the last scan: listed once more
+        assert len(listed) == 4
+        s.sample()
+        assert len(listed) == 4
+        fake.remove(300)
+        assert 300 not in s.sample().processes
+        assert len(listed) == 5
+
+
+def test_a_tree_with_an_adopter_is_listed_at_every_sample(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """oversub's own children belong to the tree it started: they may be orphans that no
+    clock of the tree tells about."""
+    fake = _tree(tmp_path)
+    listed = _listings(monkeypatch, tmp_path / "proc")
+    with TreeSampler(100, root=str(tmp_path), cpu_clock=fake.cpu_clock, adopter=1) as s:
+        for _ in range(4):
+            s.sample()
+    assert len(listed) == 4
