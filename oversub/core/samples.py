@@ -25,7 +25,8 @@ class ThreadSample:
     """Involuntary context switches (task status); None when unreadable."""
     start_ticks: int | None = None
     """When the thread started (task stat field 22, clock ticks after boot): whether it
-    existed when a child was forked; None when unknown."""
+    existed when a child was forked; None when unknown, or not read: the probe reads it
+    only where it is used (`probe.threads`)."""
 
 
 @dataclass(frozen=True)
