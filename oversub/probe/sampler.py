@@ -268,10 +268,9 @@ class TreeSampler:
             return False
         if type(self).tree is not TreeSampler.tree:
             return False
+        # `pre` and the last clocks have the same pids: the tracked ones, the last sample's.
         last = self._listed_clocks
-        return len(last) == len(pre) and all(
-            c is not None and last.get(pid) == c for pid, c in pre.items()
-        )
+        return all(c is not None and last.get(pid) == c for pid, c in pre.items())
 
     def _cpu_of(self, pid: int) -> int | None:
         """The process's CPU clock for this sample: the one read before the scan, if any."""

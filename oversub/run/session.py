@@ -179,7 +179,9 @@ def follow(
                 before = prev.targets.get(target)
                 if before is None:
                     continue
-                memo = kept.setdefault(target, KeptRates())
+                memo = kept.get(target)
+                if memo is None:
+                    memo = kept[target] = KeptRates()
                 iv = counted(interval_between(before[0], sample, budget.vcpus, memo), th)
                 a = assess(iv, th)
                 if keep_summaries:  # only then: a long `serve` must not keep every target seen
