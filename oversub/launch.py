@@ -161,8 +161,15 @@ def main() -> NoReturn:
         # per process (stopsignals): another signal now is only recorded.
         _say_interrupted()
         code = stopsignals.INTERRUPTED
-    code = stopsignals.finish(code)
-    sys.exit(_flush_stdout(code))
+    code = _flush_stdout(stopsignals.finish(code))
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.flush()
+    # Everything is written and every file oversub wrote is closed (atomically renamed):
+    # leave without the interpreter's teardown, which frees every object one by one and
+    # closes each held /proc descriptor in Python (about 20 ms after `watch` at 5,000
+    # threads; the kernel closes them at exit for less). No atexit work is skipped: oversub
+    # registers none.
+    os._exit(code)
 
 
 def _flush_stdout(code: int) -> int:
