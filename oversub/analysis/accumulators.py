@@ -98,6 +98,12 @@ class ProcessAccumulator:
     """Threads by owner over the run (`owners.RunOwners`); None while no owner was read."""
 
     def add(self, p: ProcessRates, seconds: float) -> None:
+        if p is self.latest and self.work.seconds > 0 and p.owners is None and not p.exited:
+            # The very same rates again (a kept reading, `rates.KeptRates`): its peaks,
+            # pools and variables are in already; only the time it covers grows.
+            self.work.add(seconds, p)
+            self.active_seconds[p.active_threads] += seconds
+            return
         self.latest = p
         self.parent_threads_at_start = most(self.parent_threads_at_start, p.parent_threads_at_start)
         if not p.exited and p.owners is not None:

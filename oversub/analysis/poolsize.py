@@ -136,6 +136,8 @@ def _never_ran(p: ProcessRates, key: str) -> bool:
 def latent_pools(p: ProcessRates, n: int) -> list[PoolSize]:
     """Multi-thread pools of `p` that exist (by the evidence above) and may run, largest
     first."""
+    if not p.pools:
+        return []  # maps no pool, or unknown (most processes, every interval)
     found = [s for s in blamed(p, n, 1) if _started(p, s) and not _never_ran(p, s.key)]
     return sorted(found, key=lambda s: -s.threads)
 

@@ -336,3 +336,30 @@ def test_kept_rates_are_reused_while_the_reading_and_its_parent_stay() -> None:
     moved.processes[ROOT] = replace(moved.processes[ROOT])  # read again, same values
     recomputed = _by_pid(interval(later, moved, 2, memo).processes)[301]
     assert recomputed is not again and recomputed == again
+
+
+def test_a_run_of_kept_rates_sums_as_a_run_of_equal_copies() -> None:
+    """The run summary adds the very same rates again (a kept reading) by its fast path:
+    its means, peaks and sustained active threads are those of equal copies added whole."""
+    from oversub.analysis.accumulators import ProcessAccumulator
+    from oversub.analysis.summary import RunSummary
+    from tests.support.builders import budget
+
+    samples = _kept_run()
+    s3 = samples[3]
+    samples += [replace(s3, t=s3.t + k) for k in (1.0, 2.0, 3.0)]  # nothing read again
+    memo, fast, slow = KeptRates(), RunSummary(), RunSummary()
+    for a, b in pairwise(samples):
+        iv = counted(interval(a, b, 2, memo), TH)
+        fast.add(iv)
+        slow.add(replace(iv, processes=tuple(replace(p) for p in iv.processes)))
+    assert fast.result(budget(2), TH, target_exited=False) == slow.result(
+        budget(2), TH, target_exited=False
+    )
+    kept = _by_pid(iv.processes)[301]
+    again, copies = ProcessAccumulator(latest=kept), ProcessAccumulator(latest=kept)
+    for seconds in (1.0, 0.5, 2.0):
+        again.add(kept, seconds)
+        copies.add(replace(kept), seconds)
+    assert again.work == copies.work and again.work.seconds == 3.5
+    assert again.rates() == copies.rates()
