@@ -154,6 +154,8 @@ class TreeSampler:
         self._listed_clocks: dict[int, int | None] = {}
         """The same as of the last sample (None for a process it saw first)."""
         self._ppids: dict[int, int] | None = None
+        self._parents: set[int] = set()
+        """The parents of the last sample's members (the pids that may have forked one)."""
         """pid -> ppid of every process `tree()` saw in this sample, where it computed them."""
 
     def close(self) -> None:
@@ -183,16 +185,27 @@ class TreeSampler:
         t = self._clock()
         first = not self._sampled
         self._pre = self._clocks_before_scan(first)
-        stats = self._scanner.reread(self._tracked) if self._quiet(self._pre) else None
+        quiet = self._quiet(self._pre)
+        stats = self._scanner.reread(self._tracked) if quiet else None
         if stats is None:
+            quiet = False
             stats = self._scanner.scan()
         if first:
             self._check_root(stats)
-        self._ppids = None
-        tree = self.tree(stats, first=first)
+        if quiet:
+            # No process joined or left, and none was re-parented (its parent's exit runs
+            # the parent): the tracked processes that are still themselves, the same parents.
+            tree = {pid for pid, start in self._tracked.items() if start_of(stats[pid]) == start}
+            parents = self._parents
+        else:
+            self._ppids = None
+            tree = self.tree(stats, first=first)
+            ppids = (
+                self._ppids if self._ppids is not None else ppids_of({p: stats[p] for p in tree})
+            )
+            parents = set(ppids.values())
         # Who may have forked a member: its threads' start times are read (`probe.threads`).
-        ppids = self._ppids if self._ppids is not None else ppids_of({p: stats[p] for p in tree})
-        parents = set(ppids.values())
+        self._parents = parents
 
         unavailable: list[Signal] = []
         if self._scanner.missed:
