@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import gc
 import io
 import os
 import sys
@@ -53,6 +54,13 @@ ASCII_STAND_INS = {
 """What a stream that cannot encode these characters shows instead."""
 
 _ERRORS = "oversub-stand-in"
+
+GC_THRESHOLDS = (50_000, 10, 10)
+"""The cycle collector's thresholds for the program (Python's default: 700, 10, 10). A
+sample makes tens of thousands of small objects that live on (two per thread at 5,000
+threads), none of them in a cycle: at 700 the collector ran 50 times in a 3 s `watch` of
+5,000 threads and re-walked the survivors each time, 12-19 ms of CPU; at 50,000, under
+1 ms. Cyclic garbage still goes, only in larger batches."""
 
 
 def _stand_in(exc: UnicodeError) -> tuple[str, int]:
@@ -141,6 +149,7 @@ def _say_interrupted() -> None:
 def main() -> NoReturn:
     """Run the `oversub` command line and exit with its documented status."""
     stopsignals.install()
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         try:
             _prepare_streams()
