@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oversub.core.nodes import NodeIdentity
+from oversub.core.origin import NodeIdentity
 
 
 def read_identity(env: Mapping[str, str]) -> NodeIdentity:

@@ -28,7 +28,7 @@ from oversub.render import WatchFormat, render_watch_interval, render_watch_summ
 
 if TYPE_CHECKING:
     from oversub.core.model import Budget
-    from oversub.core.nodes import NodeIdentity
+    from oversub.core.origin import NodeIdentity
     from oversub.core.results import Assessment, Interval, Summary
     from oversub.core.thresholds import Thresholds
     from oversub.recording.writer import Recorder

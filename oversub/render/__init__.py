@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
     from oversub.core.errors import ExitStatus
     from oversub.core.model import Budget, Plan
-    from oversub.core.nodes import JobReport, NodeIdentity
+    from oversub.core.nodes import JobReport
+    from oversub.core.origin import NodeIdentity
     from oversub.core.results import Assessment, Interval, Summary
     from oversub.core.thresholds import Thresholds
     from oversub.recording.types import Comparison, Replay

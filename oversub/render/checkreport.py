@@ -12,7 +12,7 @@ from oversub.core.plural import count
 from oversub.core.results import CheckOutcome, Gate
 
 if TYPE_CHECKING:
-    from oversub.core.nodes import NodeIdentity
+    from oversub.core.origin import NodeIdentity
 
 
 def closing_lines(

@@ -19,7 +19,7 @@ from oversub.core.pools import RECOMMENDED_VARS
 
 if TYPE_CHECKING:  # annotations only: `recommend --format env` must not build these classes
     from oversub.core.model import Budget, Plan
-    from oversub.core.nodes import NodeIdentity
+    from oversub.core.origin import NodeIdentity
     from oversub.core.results import (
         Assessment,
         Finding,

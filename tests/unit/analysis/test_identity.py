@@ -11,7 +11,7 @@ import pytest
 from oversub.analysis.launcher import IDENTITY_VARS, launcher_identity
 from oversub.cli.identity import read_identity
 from oversub.core.errors import UsageError
-from oversub.core.nodes import NodeIdentity
+from oversub.core.origin import NodeIdentity
 from oversub.probe.nodename import MAX_NODE, node_name
 from oversub.render import WatchFormat, render_watch_summary
 from oversub.render.serialize import identity_dict
