@@ -154,9 +154,9 @@ class TreeSampler:
         self._listed_clocks: dict[int, int | None] = {}
         """The same as of the last sample (None for a process it saw first)."""
         self._ppids: dict[int, int] | None = None
+        """pid -> ppid of every process `tree()` saw in this sample, where it computed them."""
         self._parents: set[int] = set()
         """The parents of the last sample's members (the pids that may have forked one)."""
-        """pid -> ppid of every process `tree()` saw in this sample, where it computed them."""
 
     def close(self) -> None:
         """Close the /proc files held open between samples (sampling may go on after)."""
