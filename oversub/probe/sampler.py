@@ -194,8 +194,10 @@ class TreeSampler:
             self._check_root(stats)
         if quiet:
             # No process joined or left, and none was re-parented (its parent's exit runs
-            # the parent): the tracked processes that are still themselves, the same parents.
-            tree = {pid for pid, start in self._tracked.items() if start_of(stats[pid]) == start}
+            # the parent): the tracked processes, the same parents. Each line was read
+            # through the descriptor opened when its process was first scanned, and a
+            # descriptor pins its process (`StatScanner`): the same pid and start time.
+            tree = set(self._tracked)
             parents = self._parents
         else:
             self._ppids = None
@@ -240,11 +242,13 @@ class TreeSampler:
         self._threads.end_sample()
         self._owners.end_sample()
         self._last_reading, self._next_reading = self._next_reading, {}
-        self._tracked = {pid: p.start_ticks for pid, p in processes.items()}
+        tracked = {pid: p.start_ticks for pid, p in processes.items()}
         # A process first seen now has no clock from before the scan: the next sample lists.
         self._listed_clocks = {pid: self._pre.get(pid) for pid in processes}
-        for key in [k for k in self._known if self._tracked.get(k[0]) != k[1]]:
-            del self._known[key]
+        if tracked != self._tracked:
+            self._tracked = tracked
+            for key in [k for k in self._known if tracked.get(k[0]) != k[1]]:
+                del self._known[key]
 
         host = read_host(self.root, self.throttle_stat_path)
         if self._self_pid in processes:
@@ -348,6 +352,10 @@ class TreeSampler:
         if last is not None and moved is not None and self._reusable(pid, last, moved, now):
             kept = self._keep(pid, last, unavailable, starts)
             if kept is not None:
+                if raw_stat != last.raw_stat:
+                    # Nothing moved, and this line is the one the next sample compares
+                    # (`_unparsed`): a line of the scan, then of `StatScanner.reread`.
+                    self._next_reading[pid] = last._replace(raw_stat=raw_stat)
                 return kept
         sample = self._read_threads(pid, stat, raw_stat, now, strict, unavailable, cpu, starts)
         if sample is not None and moved is not None and _still(sample):

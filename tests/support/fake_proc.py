@@ -162,6 +162,7 @@ class FakeProc:
         """(Re)write task/TID of one thread."""
         tdir = self.proc / str(proc.pid) / "task" / str(thread.tid)
         tdir.mkdir(parents=True, exist_ok=True)
+        # CPU time is the thread's own; the rest is the process's, as the kernel shows it.
         (tdir / "stat").write_text(
             stat_line(
                 thread.tid,
@@ -170,7 +171,12 @@ class FakeProc:
                 proc.ppid,
                 utime=thread.utime_ticks,
                 stime=thread.stime_ticks,
+                children_ticks=proc.children_ticks,
                 start_ticks=proc.start_ticks,
+                args_len=sum(len(a.encode()) + 1 for a in proc.cmdline)
+                if proc.args_shown
+                else None,
+                threads=len(proc.threads),
             )
         )
         (tdir / "status").write_text(

@@ -490,6 +490,55 @@ def test_stat_scanner_rereads_after_esrch(tmp_path: Path, monkeypatch: pytest.Mo
     assert len(scanner) == 0
 
 
+def test_stat_scanner_rereads_the_main_threads_line_of_the_process_tracked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`reread` reads task/PID/stat (held after its first open), shows what the process's
+    line shows but its CPU time, and gives up (None: scan) on a pid that now names
+    another process, or when a tracked one is gone."""
+    fake = _tree(tmp_path)
+    scanner = proctree.StatScanner(str(tmp_path))
+    stats = scanner.scan()
+    tracked = {pid: proctree.parse_stat(stats[pid]).start_ticks for pid in (100, 200, 300)}
+    fake.processes[200].children_ticks = (3, 4)
+    fake.write(fake.processes[200])
+    again = scanner.reread(tracked)
+    assert again is not None and set(again) == set(tracked)
+    for pid in tracked:
+        whole, main = proctree.parse_stat(stats[pid]), proctree.parse_stat(again[pid])
+        assert (main.comm, main.state, main.ppid, main.threads, main.start_ticks) == (
+            whole.comm,
+            whole.state,
+            whole.ppid,
+            whole.threads,
+            whole.start_ticks,
+        )
+    assert proctree.parse_stat(again[200]).children_ticks == 7
+    opened = _opened(monkeypatch)
+    assert scanner.reread(tracked) is not None
+    assert opened == []  # held
+    monkeypatch.undo()
+    held_300 = scanner._main[300]
+    assert scanner.reread({100: tracked[100], 200: tracked[200]}) is not None
+    assert 300 not in scanner._main and _closed(held_300)  # no longer tracked: closed
+    fake.remove(300)
+    fake.add_process(300, 100, comm="stranger", start_ticks=9999)  # the pid names another one
+    assert scanner.reread(tracked) is None and 300 not in scanner._main
+    gone, real_pread = scanner._main[200], os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        if fd == gone:
+            raise ProcessLookupError(3, "No such process")  # the kernel's ESRCH: reaped
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    assert scanner.reread({200: tracked[200]}) is None
+    monkeypatch.undo()
+    held = list(scanner._main.values())
+    scanner.close()
+    assert held and all(_closed(fd) for fd in held) and not scanner._main
+
+
 def test_stat_scanner_holds_at_most_max_fds(tmp_path: Path) -> None:
     fake = _tree(tmp_path)
     scanner = proctree.StatScanner(str(tmp_path), max_fds=2)
