@@ -98,9 +98,10 @@ class ProcessAccumulator:
     """Threads by owner over the run (`owners.RunOwners`); None while no owner was read."""
 
     def add(self, p: ProcessRates, seconds: float) -> None:
-        if p is self.latest and self.work.seconds > 0 and p.owners is None and not p.exited:
+        if p is self.latest and self.work.seconds > 0 and not p.exited:
             # The very same rates again (a kept reading, `rates.KeptRates`): its peaks,
-            # pools and variables are in already; only the time it covers grows.
+            # pools, variables and owners are in already (none of its threads ran); only
+            # the time it covers grows.
             self.work.add(seconds, p)
             self.active_seconds[p.active_threads] += seconds
             return

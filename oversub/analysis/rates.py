@@ -353,6 +353,19 @@ class KeptRates:
     def put(self, kept: _Kept) -> None:
         self._next[kept.sample.pid] = kept
 
+    def floored(self, p: ProcessRates, floor_ns: float) -> ProcessRates:
+        """`ownership.with_floor(p, floor_ns)`, computed once for the rates of a kept
+        reading and then the same object (what a run summary and the NDJSON encoder take
+        as the same again): zero deltas, none of whose threads any floor above zero makes
+        active. Call it after the `interval` that made `p`."""
+        kept = self._last.get(p.pid)
+        if kept is None or kept.rates is not p or floor_ns <= 0:
+            return with_floor(p, floor_ns)
+        if kept.floored is None:
+            kept = self._last[p.pid] = kept._replace(floored=with_floor(p, floor_ns))
+        assert kept.floored is not None
+        return kept.floored
+
     def end_interval(self) -> None:
         self._last, self._next = self._next, {}
 
@@ -362,6 +375,8 @@ class _Kept(NamedTuple):
     parent: ProcessSample | None
     rates: ProcessRates
     delta: _Delta
+    floored: ProcessRates | None = None
+    """`rates` under the thresholds' floor (`KeptRates.floored`), once computed."""
 
 
 def _lacks_delay(p: ProcessSample) -> bool:
@@ -445,16 +460,18 @@ def interval(
     )
 
 
-def counted(iv: Interval, thresholds: Thresholds) -> Interval:
+def counted(iv: Interval, thresholds: Thresholds, kept: KeptRates | None = None) -> Interval:
     """A measured interval (live from `interval`, or recorded) with its active threads
     counted under `thresholds`: what a verdict judges and every format shows.
 
     Only the active threads depend on thresholds (a thread is active when it was runnable at
     least `active_cpu` of the interval: `ProcessRates.thread_runnable_s`), and through them
-    the pool threads of the totals; every other number is a raw delta or a rate of it."""
+    the pool threads of the totals; every other number is a raw delta or a rate of it.
+    `kept`: the memo the interval was made with; the result is the same without it."""
     # Whole nanoseconds, as the kernel counts them.
     floor_ns = thresholds.active_cpu * iv.seconds * _NS
-    processes = tuple(with_floor(p, floor_ns) for p in iv.processes)
+    floor = with_floor if kept is None else kept.floored
+    processes = tuple(floor(p, floor_ns) for p in iv.processes)
     live = [p for p in processes if not p.exited]
     in_pools, with_pools = pool_threads(live, iv.vcpus)
     totals = replace(

@@ -182,7 +182,7 @@ def follow(
                 memo = kept.get(target)
                 if memo is None:
                     memo = kept[target] = KeptRates()
-                iv = counted(interval_between(before[0], sample, budget.vcpus, memo), th)
+                iv = counted(interval_between(before[0], sample, budget.vcpus, memo), th, memo)
                 a = assess(iv, th)
                 if keep_summaries:  # only then: a long `serve` must not keep every target seen
                     run, _ = runs[target]
@@ -200,7 +200,9 @@ def follow(
             if curr.node is not None and prev.node is not None:
                 nb = source.node_budget
                 assert nb is not None
-                iv = counted(interval_between(prev.node, curr.node, nb.vcpus, node_kept), th)
+                iv = counted(
+                    interval_between(prev.node, curr.node, nb.vcpus, node_kept), th, node_kept
+                )
                 if node_run is not None:
                     node_run.add(iv)
                 node = TargetResult("/", TargetKind.NODE, "/", nb, iv, assess(iv, th), "")

@@ -363,3 +363,38 @@ def test_a_run_of_kept_rates_sums_as_a_run_of_equal_copies() -> None:
         copies.add(replace(kept), seconds)
     assert again.work == copies.work and again.work.seconds == 3.5
     assert again.rates() == copies.rates()
+
+
+def _kept_run_with_owners() -> list[TreeSample]:
+    """`_kept_run`, the idle child's threads attributed (`probe.owners`) in every sample."""
+    samples = _kept_run()
+    child = samples[1].processes[301]
+    owned = replace(child, owners={t.tid: "openmp" for t in child.threads})
+    return [samples[0], *(_with(s, owned) for s in samples[1:])]
+
+
+def test_counting_a_kept_reading_under_the_memo_changes_nothing() -> None:
+    """`counted(..., kept)` floors a kept reading's rates once and hands the same object on:
+    every interval equals the one counted without it, and a run summary of them equals
+    one of equal copies (its fast path takes the owners as added already)."""
+    from oversub.analysis.summary import RunSummary
+    from tests.support.builders import budget
+
+    samples = _kept_run_with_owners()
+    s3 = samples[3]
+    samples += [replace(s3, t=s3.t + k) for k in (1.0, 2.0, 3.0)]  # nothing read again
+    memo, fast, slow = KeptRates(), RunSummary(), RunSummary()
+    kept = []
+    for a, b in pairwise(samples):
+        iv = counted(interval(a, b, 2, memo), TH, memo)
+        assert iv == counted(interval(a, b, 2), TH)
+        kept.append(_by_pid(iv.processes)[301])
+        fast.add(iv)
+        slow.add(replace(iv, processes=tuple(replace(p) for p in iv.processes)))
+    assert kept[-1] is kept[-2] is kept[-3] and kept[-1].owner_counts
+    assert fast.result(budget(2), TH, target_exited=False) == slow.result(
+        budget(2), TH, target_exited=False
+    )
+    zero = Thresholds(active_cpu=0.0)  # no floor: every thread is active, nothing memoised
+    iv = counted(interval(s3, samples[-1], 2, memo), zero, memo)
+    assert iv == counted(interval(s3, samples[-1], 2), zero)
