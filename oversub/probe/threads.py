@@ -38,37 +38,37 @@ _Ran = tuple[int, int, int | None, int | None, int | None]
 """(cpu_ns, times scheduled in, voluntary, involuntary switches, start_ticks or None when
 not read) of a thread at a reading."""
 
-_VOLUNTARY = b"\nvoluntary_ctxt_switches:"
-_INVOLUNTARY = b"\nnonvoluntary_ctxt_switches:"
+_SWITCHES = b"\nvoluntary_ctxt_switches:"
+_INVOLUNTARY = b"nonvoluntary_ctxt_switches:"
 
 
-def _status_int(status: bytes, key: bytes) -> int | None:
-    start = status.find(key)
-    if start < 0:
-        return None
-    start += len(key)
-    end = status.find(b"\n", start)
-    return int(status[start : end if end >= 0 else len(status)])
+def _parse_status(status: bytes) -> tuple[str, int | None, int | None, str | None]:
+    """(state, voluntary, involuntary switches, name) of a thread's status file.
 
-
-def _status_state(status: bytes) -> str:
-    # "State:\tS (sleeping)": the same letter as stat field 3 (both come from the same
-    # kernel table), so reading status spares a third file per thread.
-    start = status.find(b"State:")
-    if start < 0:
-        return "?"
+    The state is the letter of `State:\tS (sleeping)`, the same as stat field 3 (both come
+    from the same kernel table), so reading status spares a third file per thread. The
+    counters are None when absent. The name is the first line's (`Name:`), None when the
+    kernel escaped it (a backslash: the name held a control character or a backslash;
+    `comm` has it raw). One pass of a few slices: this runs for every thread that ran."""
+    nl = status.find(b"\n")
+    name = None
+    if status.startswith(b"Name:"):
+        raw = status[5 : nl if nl >= 0 else len(status)].strip()
+        if b"\\" not in raw:
+            name = raw.decode("utf-8", "replace")
+    at = status.find(b"State:", max(nl, 0))
     # A short slice: stripping the rest of the file (about 1.3 kB) cost 3 us per thread.
-    return status[start + 6 : start + 16].lstrip()[:1].decode("ascii", "replace") or "?"
-
-
-def _name(status: bytes) -> str | None:
-    """The thread's name from status (its first line, `Name:`), None when the kernel escaped
-    it (a backslash: the name held a control character or a backslash; `comm` has it raw)."""
-    if not status.startswith(b"Name:"):
-        return None
-    end = status.find(b"\n")
-    name = status[5 : end if end >= 0 else len(status)].strip()
-    return None if b"\\" in name else name.decode("utf-8", "replace")
+    state = "?" if at < 0 else status[at + 6 : at + 16].lstrip()[:1].decode("ascii", "replace")
+    voluntary = involuntary = None
+    at = status.find(_SWITCHES)
+    if at >= 0:
+        # "voluntary_ctxt_switches:\tN\nnonvoluntary_ctxt_switches:\tM", each N at most 20
+        # digits: the two lines fit in 128 bytes.
+        fields = status[at : at + 128].split()
+        voluntary = int(fields[1])
+        if len(fields) > 3 and fields[2] == _INVOLUNTARY:
+            involuntary = int(fields[3])
+    return state or "?", voluntary, involuntary, name
 
 
 class _Process:
@@ -190,11 +190,8 @@ class ThreadReader:
                         status = held.read(status_path, status_path, task_fd, group)
                         if not status:
                             continue
-                    state = _status_state(status)
-                    voluntary = _status_int(status, _VOLUNTARY)
-                    involuntary = _status_int(status, _INVOLUNTARY)
+                    state, voluntary, involuntary, thread_name = _parse_status(status)
                     tid = int(name)
-                    thread_name = _name(status)
                     if thread_name is not None:
                         names[tid] = thread_name
                 if runs is not None:
@@ -208,16 +205,9 @@ class ThreadReader:
                         started_all = False
                 if runs is not None:
                     next_run[name] = (cpu_ns, runs, voluntary, involuntary, started)
+                # Positional (tid, state, cpu, run delay, switches, start): one per thread.
                 threads.append(
-                    ThreadSample(
-                        tid=tid,
-                        state=state,
-                        cpu_ns=cpu_ns,
-                        run_delay_ns=run_delay,
-                        voluntary_ctx=voluntary,
-                        involuntary_ctx=involuntary,
-                        start_ticks=started,
-                    )
+                    ThreadSample(tid, state, cpu_ns, run_delay, voluntary, involuntary, started)
                 )
             except OSError as exc:
                 if exc.errno in NO_DESCRIPTORS:
