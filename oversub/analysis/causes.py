@@ -11,8 +11,7 @@ variables (`poolsize`). Pure: functions of `ProcessRates` and the `runtimes` cat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from oversub.analysis.ownership import busy_owners
 from oversub.core.results import OwnerCount, ProcessRates
@@ -28,8 +27,7 @@ for, when most of them also yield (`gil_bound`)."""
 _NOT_POOLS = frozenset({"python", "jemalloc", UNATTRIBUTED})
 
 
-@dataclass(frozen=True)
-class Blame:
+class Blame(NamedTuple):
     """One runtime's pool that runs more threads than the target, and where."""
 
     owner: str
@@ -38,8 +36,7 @@ class Blame:
     """The largest size it shows (`pool_size`)."""
 
 
-@dataclass(frozen=True)
-class Cause:
+class Cause(NamedTuple):
     kind: Kind
     """spin: a blamed pool's waiting threads spin (costs multiples); sleep: every blamed
     pool's threads sleep (costs a few percent); gil: the interpreter's threads take turns;

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oversub.analysis.plans import make_plan
 from oversub.core.errors import UsageError
@@ -54,8 +54,7 @@ _DIGITS = re.compile(r"[0-9]{1,9}\Z")
 _MASK = re.compile(r"(?:0x)?([0-9A-Fa-f]{1,1024})\Z")
 
 
-@dataclass(frozen=True)
-class LauncherInfo:
+class LauncherInfo(NamedTuple):
     """What the launcher says about this node."""
 
     procs: int

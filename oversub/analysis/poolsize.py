@@ -22,8 +22,7 @@ Pure: functions of `ProcessRates` and N.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from oversub.core.pools import POOLS_BY_KEY, controlling_value, first_level
 from oversub.core.results import ProcessRates
@@ -31,8 +30,7 @@ from oversub.core.results import ProcessRates
 Source = Literal["live", "variable", "default"]
 
 
-@dataclass(frozen=True)
-class PoolSize:
+class PoolSize(NamedTuple):
     """One sizable pool of one process."""
 
     key: str

@@ -15,7 +15,7 @@ crash and never a silent zero.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import NamedTuple
 
 from oversub.analysis.forktime import parent_threads
@@ -29,8 +29,7 @@ from oversub.core.thresholds import Thresholds
 _NS = 1_000_000_000
 
 
-@dataclass(frozen=True)
-class _Delta:
+class _Delta(NamedTuple):
     """Counter changes of one process over the interval, summed over its threads."""
 
     cpu_ns: int
@@ -225,7 +224,7 @@ def _process_rates(
 
 def _exited_delta(p: ProcessSample) -> _Delta:
     """Zero deltas for a process gone by the end: its work after `prev` was not seen."""
-    return replace(_unchanged(p), runnable_ns=(), switches=())
+    return _unchanged(p)._replace(runnable_ns=(), switches=())
 
 
 BUSY_DEMAND = 0.5

@@ -23,7 +23,7 @@ import array
 import struct
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 Pread = Callable[[int, int], bytes]
 """`pread(length, offset)`: bytes of the file (fewer at its end)."""
@@ -63,8 +63,7 @@ class NotReadable(ValueError):
     """The file is not an ELF shared object this reader trusts; the message says why."""
 
 
-@dataclass(frozen=True)
-class ElfSymbol:
+class ElfSymbol(NamedTuple):
     """Where a data symbol lives in a shared object, relative to its load base."""
 
     offset: int

@@ -31,7 +31,6 @@ import contextlib
 import os
 import re
 import stat
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from oversub.core import pools
@@ -59,8 +58,7 @@ becomes oversub's controlling terminal (a pty), never leaks into a child. It is 
 opened so once an O_PATH descriptor (which opens nothing) showed a regular file."""
 
 
-@dataclass(frozen=True)
-class MappedLibrary:
+class MappedLibrary(NamedTuple):
     """One pool library as mapped by a process (from its maps file)."""
 
     key: str

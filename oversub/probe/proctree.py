@@ -14,7 +14,7 @@ import os
 import time
 import weakref
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # Clock ticks per second of /proc times (USER_HZ, 100 nearly everywhere). Windows has no
 # sysconf; nothing there reads /proc, the fallback only keeps imports working.
@@ -31,8 +31,7 @@ def ticks_to_ns(ticks: int) -> int:
     return ticks * 1_000_000_000 // CLK_TCK
 
 
-@dataclass(frozen=True)
-class ProcStat:
+class ProcStat(NamedTuple):
     """The fields of a `/proc/PID/stat` (or `task/TID/stat`) line that oversub reads (the
     sampler and `run.runner`, one parser for both)."""
 
