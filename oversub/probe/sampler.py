@@ -195,8 +195,8 @@ class TreeSampler:
         if quiet:
             # No process joined or left, and none was re-parented (its parent's exit runs
             # the parent): the tracked processes, the same parents. Each line was read
-            # through the descriptor opened when its process was first scanned, and a
-            # descriptor pins its process (`StatScanner`): the same pid and start time.
+            # through a descriptor checked, when opened, to be that process's, and a
+            # descriptor pins its process (`StatScanner.reread`): the same start time.
             tree = set(self._tracked)
             parents = self._parents
         else:
