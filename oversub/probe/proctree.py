@@ -237,6 +237,8 @@ class StatScanner:
         for fd in old.values():
             os.close(fd)  # processes that left the listing
         self._box[0] = held
+        for pid in self._main.keys() - stats.keys():
+            os.close(self._main.pop(pid))  # and their main threads' (`reread`)
         return stats
 
     def reread(self, tracked: Mapping[int, int]) -> dict[int, bytes] | None:
@@ -253,9 +255,8 @@ class StatScanner:
         descriptor is opened once and checked to be the tracked process (the pid may have
         been reused since the scan); from then on it pins that process, as `scan`'s do."""
         main = self._main
-        if len(main) > len(tracked) or any(pid not in tracked for pid in main):
-            for pid in [p for p in main if p not in tracked]:
-                os.close(main.pop(pid))
+        for pid in main.keys() - tracked.keys():
+            os.close(main.pop(pid))  # no longer tracked
         stats: dict[int, bytes] = {}
         for pid, start in tracked.items():
             fd = main.get(pid)

@@ -534,6 +534,12 @@ def test_stat_scanner_rereads_the_main_threads_line_of_the_process_tracked(
     monkeypatch.setattr(os, "pread", pread)
     assert scanner.reread({200: tracked[200]}) is None
     monkeypatch.undo()
+    assert scanner.reread({100: tracked[100]}) is not None
+    held_100 = scanner._main[100]
+    fake.remove(100)
+    scanner.scan()  # 100 left the listing: its main thread's descriptor goes too
+    assert 100 not in scanner._main and _closed(held_100)
+    assert scanner.reread({200: tracked[200]}) is not None
     held = list(scanner._main.values())
     scanner.close()
     assert held and all(_closed(fd) for fd in held) and not scanner._main
