@@ -360,10 +360,11 @@ class KeptRates:
         kept = self._last.get(p.pid)
         if kept is None or kept.rates is not p or floor_ns <= 0:
             return with_floor(p, floor_ns)
-        if kept.floored is None:
-            kept = self._last[p.pid] = kept._replace(floored=with_floor(p, floor_ns))
-        assert kept.floored is not None
-        return kept.floored
+        floored = kept.floored
+        if floored is None:
+            floored = with_floor(p, floor_ns)
+            self._last[p.pid] = kept._replace(floored=floored)
+        return floored
 
     def end_interval(self) -> None:
         self._last, self._next = self._next, {}

@@ -183,14 +183,11 @@ def scan_stats(root: str = "/") -> dict[int, bytes]:
     return stats
 
 
-def _close_held(box: list[dict[str, int]], main: dict[int, int] | None = None) -> None:
-    for fd in box[0].values():
+def _close_held(box: list[dict[str, int]], main: dict[int, int]) -> None:
+    for fd in [*box[0].values(), *main.values()]:
         os.close(fd)
     box[0] = {}
-    if main is not None:
-        for fd in main.values():
-            os.close(fd)
-        main.clear()
+    main.clear()
 
 
 class StatScanner:

@@ -502,8 +502,12 @@ def test_stat_scanner_rereads_the_main_threads_line_of_the_process_tracked(
     tracked = {pid: proctree.parse_stat(stats[pid]).start_ticks for pid in (100, 200, 300)}
     fake.processes[200].children_ticks = (3, 4)
     fake.write(fake.processes[200])
+    first = _opened(monkeypatch)
     again = scanner.reread(tracked)
+    monkeypatch.undo()
     assert again is not None and set(again) == set(tracked)
+    proc = tmp_path / "proc"
+    assert sorted(first) == [str(proc / f"{p}" / "task" / f"{p}" / "stat") for p in tracked]
     for pid in tracked:
         whole, main = proctree.parse_stat(stats[pid]), proctree.parse_stat(again[pid])
         assert (main.comm, main.state, main.ppid, main.threads, main.start_ticks) == (
