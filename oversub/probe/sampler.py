@@ -5,7 +5,8 @@ process's stat line; only the tree's own when none of it ran, `TreeSampler._quie
 per process its CPU clock (`proctree.process_cpu_ns`) and, unless
 `TreeSampler._reusable` says nothing can have changed since its last reading, its task list
 and per thread `schedstat` and one more small file (`probe.threads`). Per-thread files stay
-open between samples and are re-read with pread (`proctree.HeldFiles`), and so is every
+open between samples from a process's second reading on and are re-read with pread
+(`proctree.HeldFiles`), and so is every
 process's stat line (`proctree.StatScanner`): that halves the cost of a sample. The costly
 files are cached per process identity (pid, start_ticks): environ is read once (and again
 after an exec), cmdline and maps when the thread count or comm changes (libraries load on

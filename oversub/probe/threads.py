@@ -5,8 +5,11 @@ the last sample then has its `status` read (state and both context-switch counte
 `/proc/PID/status` covers the main thread only), and a thread that did not run only its
 `stat`, for its state (it was not switched out, so its counters stand; `stat` costs the
 kernel less than half of `status`). Without schedstat (a kernel without
-CONFIG_SCHED_INFO) CPU time comes from `stat` and run delay is unknown. The files stay open
-between samples (`proctree.HeldFiles`).
+CONFIG_SCHED_INFO) CPU time comes from `stat` and run delay is unknown. From a process's
+second reading on, the files stay open between samples (`proctree.HeldFiles`); its first
+reading opens, reads and closes them: most processes of a big tree are idle, read once and
+then kept (below), and holding their files would only have cost the bookkeeping and, at the
+end, closing them one by one (docs/signals.md has the figures).
 
 A process that did not run at all since its last reading (`TreeSampler` tells, from its CPU
 clock) is not read again: `keep` carries its threads and their held files into this sample.
@@ -71,6 +74,15 @@ def _parse_status(status: bytes) -> tuple[str, int | None, int | None, str | Non
             end = status.find(b"\n", at)
             involuntary = int(status[at:end] if end >= 0 else status[at:])
     return state or "?", voluntary, involuntary, name
+
+
+def _read_unheld(_key: object, path: str, dir_fd: int, _group: object) -> bytes:
+    """`HeldFiles.read` for a process's first reading: open, read, close."""
+    return read_small(path, dir_fd, _READ)
+
+
+_READ = 16384
+"""Bytes read at once: more than any status file."""
 
 
 class _Process:
@@ -138,8 +150,8 @@ class ThreadReader:
         Raises OSError (errno in `NO_DESCRIPTORS`) when a file could not be opened for want
         of file descriptors: not seen is not exited."""
         threads: list[ThreadSample] = []
-        held = self.held
         previous = self._last.get((pid, start_ticks))
+        fetch = self.held.read if previous is not None else _read_unheld
         last_run = previous.ran if previous is not None else {}
         old_names = previous.names if previous is not None else {}
         record = _Process()
@@ -155,13 +167,13 @@ class ThreadReader:
                 line: bytes | None = None
                 try:
                     schedstat_path = name + "/schedstat"
-                    raw = held.read(schedstat_path, schedstat_path, task_fd, group)
+                    raw = fetch(schedstat_path, schedstat_path, task_fd, group)
                     sched = raw.split()
                     cpu_ns, run_delay, runs = int(sched[0]), int(sched[1]), int(sched[2])
                 except FileNotFoundError:
                     # No CONFIG_SCHED_INFO, or the thread just went: stat tells which.
                     status_path = name + "/status"
-                    status = held.read(status_path, status_path, task_fd, group)
+                    status = fetch(status_path, status_path, task_fd, group)
                     if not status:
                         continue
                     stat = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd))
@@ -177,7 +189,7 @@ class ThreadReader:
                     # counters are unchanged; only its state may differ (woken, waiting for
                     # a CPU). stat has the state and costs less than half of status.
                     stat_path = name + "/stat"
-                    line = held.read(stat_path, stat_path, task_fd, group)
+                    line = fetch(stat_path, stat_path, task_fd, group)
                     if not line:
                         continue
                     close = line.rfind(b")") + 2
@@ -189,7 +201,7 @@ class ThreadReader:
                 else:
                     if status is None:
                         status_path = name + "/status"
-                        status = held.read(status_path, status_path, task_fd, group)
+                        status = fetch(status_path, status_path, task_fd, group)
                         if not status:
                             continue
                     state, voluntary, involuntary, thread_name = _parse_status(status)
@@ -201,7 +213,7 @@ class ThreadReader:
                     if started is None and starts:
                         if line is None:
                             stat_path = name + "/stat"
-                            line = held.read(stat_path, stat_path, task_fd, group)
+                            line = fetch(stat_path, stat_path, task_fd, group)
                         started = parse_stat(line).start_ticks
                     if started is None:
                         started_all = False

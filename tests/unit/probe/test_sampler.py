@@ -407,6 +407,27 @@ def test_thread_starts_read_with_owners(tmp_path: Path, monkeypatch: pytest.Monk
     assert opened.count("300/stat") == 1
 
 
+def test_thread_files_are_held_from_a_process_second_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first reading opens, reads and closes its threads' files (most processes of a big
+    tree are read once, then kept); a process read again holds them, and a third reading
+    goes through the held descriptors."""
+    fake = _tree(tmp_path)
+    with TreeSampler(100, root=str(tmp_path), cpu_clock=fake.cpu_clock) as s:
+        s.sample()
+        assert len(s._threads.held) == 0
+        # The root's main thread is runnable: no reading of it is kept, each is a new one.
+        s.sample()
+        assert len(s._threads.held) == 4  # schedstat and stat of threads 100 and 101
+        opened = _opened(monkeypatch)
+        third = s.sample()
+        monkeypatch.undo()
+    assert [t.tid for t in third.processes[100].threads] == [100, 101]
+    assert not [p for p in opened if p.startswith(("100/", "101/"))]
+    assert len(s._threads.held) == 0  # closed with the sampler
+
+
 def _opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The paths os.open opens from now on."""
     paths: list[str] = []
