@@ -18,9 +18,10 @@ import re
 from oversub.core import pools
 from oversub.probe.proctree import read_all
 
-# A mapped file's basename: the last path component of a maps line. Lines without a path
-# (anonymous memory) or with a pseudo path ("[heap]") do not match.
-_MAPPED_BASENAME = re.compile(rb"/([^/\n]+)$", re.MULTILINE)
+# A maps line's path: from its first " /" to the end of the line (the columns before the
+# path, address to inode, hold no slash). Lines without a path (anonymous memory) or with a
+# pseudo path ("[heap]") do not match. Twice as fast as matching each line's basename.
+_MAPPED_PATH = re.compile(rb" /[^\n]*")
 
 # One `NAME=value` entry of environ whose NAME starts with a thread prefix. Built from
 # pools.THREAD_ENV_PREFIXES so that other entries are never even sliced out of the buffer.
@@ -35,14 +36,32 @@ _POOL_ORDER = {kind.key: i for i, kind in enumerate(pools.POOL_KINDS)}
 
 def pools_from_maps(maps: bytes) -> tuple[str, ...]:
     """Pool keys of the libraries in a maps file, deduplicated, in `pools.POOL_KINDS` order."""
-    # Thousands of lines map the same few files: classify each distinct name once.
-    names = {m.group(1) for m in _MAPPED_BASENAME.finditer(maps)}
     found: set[str] = set()
-    for name in names:
-        key = pools.classify_library(name.decode("utf-8", "replace"))
+    # Thousands of lines map the same few files: each distinct path is looked at once, and
+    # a file name once per run (`_pool_of`).
+    for path in set(_MAPPED_PATH.findall(maps)):
+        key = _pool_of(path[path.rfind(b"/") + 1 :])
         if key is not None:
             found.add(key)
     return tuple(sorted(found, key=_POOL_ORDER.__getitem__))
+
+
+_POOL_OF: dict[bytes, str | None] = {}
+"""File name -> pool key (or None): the processes of a tree map the same libraries."""
+_POOL_OF_MAX = 4096
+"""Names kept: a process chooses the names it maps, and may map thousands."""
+
+
+def _pool_of(name: bytes) -> str | None:
+    try:
+        return _POOL_OF[name]
+    except KeyError:
+        pass
+    key = pools.classify_library(name.decode("utf-8", "replace"))
+    if len(_POOL_OF) >= _POOL_OF_MAX:
+        _POOL_OF.clear()
+    _POOL_OF[name] = key
+    return key
 
 
 MAPS_MAX = 32 << 20

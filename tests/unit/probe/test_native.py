@@ -50,6 +50,26 @@ def test_deleted_library_still_counts() -> None:
     assert native.pools_from_maps(maps.encode()) == ("libiomp5",)
 
 
+def test_a_path_with_spaces_and_pseudo_paths_in_maps() -> None:
+    """The path is what follows a line's first " /", whatever it holds; "[heap]" and
+    anonymous memory name no file."""
+    maps = maps_text(["/opt/my libs/x86 64/libgomp.so.1", "/usr/lib/libc.so.6"]) + (
+        "7f0000000000-7f0000001000 rw-p 00000000 00:00 0 \n"
+        "55d000000000-55d000021000 rw-p 00000000 00:00 0          [heap]\n"
+        "7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0          [stack]\n"
+    )
+    assert native.pools_from_maps(maps.encode()) == ("libgomp",)
+
+
+def test_the_names_classified_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process chooses the names it maps: the per-name cache does not grow without end."""
+    monkeypatch.setattr(native, "_POOL_OF", {})
+    maps = maps_text([f"/tmp/lib{i}.so" for i in range(native._POOL_OF_MAX + 10)])
+    assert native.pools_from_maps(maps.encode()) == ()
+    assert 0 < len(native._POOL_OF) <= native._POOL_OF_MAX
+    assert native.pools_from_maps(maps_text(["/x/libmkl_rt.so.2"]).encode()) == ("mkl",)
+
+
 def test_unreadable_maps_and_missing_process_are_unknown(tmp_path: Path) -> None:
     fake = FakeProc(tmp_path)
     fake.add_process(10, 1)
