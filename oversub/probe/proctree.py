@@ -399,7 +399,7 @@ def _default_max_fds() -> int:
     return max(0, min(soft // 2 - 64, 1 << 15))
 
 
-def _close_all(groups: dict[Hashable, dict[Hashable, int]]) -> None:
+def _close_all(groups: dict[Hashable, dict[str, int]]) -> None:
     for fds in groups.values():
         for fd in fds.values():
             os.close(fd)
@@ -407,45 +407,103 @@ def _close_all(groups: dict[Hashable, dict[Hashable, int]]) -> None:
 
 
 class HeldFiles:
-    """File descriptors of per-thread /proc files kept open between samples.
+    """File descriptors of per-thread /proc files kept open between samples, by group (a
+    process: its identity, e.g. (pid, start_ticks)) and path (e.g. "TID/schedstat").
 
     `pread(fd, 0)` makes procfs regenerate a file: about half the cost of open+read+close
     (7.7 vs 15 µs per thread for status + schedstat, measured). A descriptor pins its task,
     so once the thread has exited it reads ESRCH, and a reused tid is never read through an
     old descriptor. At most `max_fds` stay open (default: half the soft RLIMIT_NOFILE);
-    beyond that files are opened for each read. Descriptors not read during a sample are
-    closed by `end_sample()`, except those of a `group` (a process) its owner `keep`s: a
-    kept group costs nothing, however many files it holds.
+    beyond that files are opened for each read.
+
+    A group is read through `files(group, dir_fd, hold)`: what it reads is held (when
+    `hold`), and when it is done, whatever it held and did not read (an exited thread's, a
+    file it read the last time only) is closed. `end_sample()` closes the groups neither
+    read nor `keep`t since the previous call: a kept group costs nothing, however many
+    files it holds.
     """
 
     def __init__(self, max_fds: int | None = None) -> None:
         self.max_fds = _default_max_fds() if max_fds is None else max_fds
-        self._groups: dict[Hashable, dict[Hashable, int]] = {}
-        """group -> key -> descriptor."""
+        self._groups: dict[Hashable, dict[str, int]] = {}
+        """group -> path -> descriptor."""
         self._count = 0
-        self._seen: dict[Hashable, set[Hashable]] = {}
-        """group -> the keys read in this sample."""
-        self._kept: set[Hashable] = set()
+        self._touched: set[Hashable] = set()
+        """The groups read or kept in this sample."""
         # Closes the descriptors when the owner forgets to call close().
         self._finalizer = weakref.finalize(self, _close_all, self._groups)
 
     def __len__(self) -> int:
         return self._count
 
-    def read(
-        self, key: Hashable, path: str, dir_fd: int | None = None, group: Hashable = None
-    ) -> bytes:
-        """Content of `path` (relative to `dir_fd`), through the descriptor held for `key`
-        in `group`.
+    def files(self, group: Hashable, dir_fd: int | None = None, hold: bool = True) -> GroupFiles:
+        """The reader of `group`'s files, relative to `dir_fd`; use it in a `with` block.
+        `hold`: keep what it opens (within `max_fds`); otherwise it opens, reads and
+        closes."""
+        room = self.max_fds - self._count if hold else 0  # what the group holds counts
+        held = self._groups.pop(group, None) or {}
+        self._count -= len(held)
+        return GroupFiles(self, group, dir_fd, held, room)
 
-        `key` and `group` together must name the file AND the task's identity (e.g. group
-        (pid, start_ticks), key "TID/leaf").
-        Raises OSError like os.open when the file cannot be opened.
-        """
-        fds = self._groups.get(group)
-        fd = fds.get(key) if fds is not None else None
+    def _give_back(self, group: Hashable, kept: dict[str, int], stale: dict[str, int]) -> None:
+        for fd in stale.values():
+            os.close(fd)
+        self._touched.add(group)
+        if kept:
+            self._groups[group] = kept
+            self._count += len(kept)
+
+    def keep(self, group: Hashable) -> None:
+        """Count every file of `group` as read in this sample: its descriptors stay open
+        although the owner reused an earlier reading instead of reading them again."""
+        self._touched.add(group)
+
+    def end_sample(self) -> None:
+        """Close the descriptors of the groups neither read nor kept since the last call."""
+        for group in [g for g in self._groups if g not in self._touched]:
+            fds = self._groups.pop(group)
+            self._count -= len(fds)
+            for fd in fds.values():
+                os.close(fd)
+        self._touched.clear()
+
+    def close(self) -> None:
+        """Close every held descriptor."""
+        _close_all(self._groups)
+        self._count = 0
+        self._touched.clear()
+
+
+class GroupFiles:
+    """One group's files while it is read (`HeldFiles.files`): `read(path)` goes through
+    the descriptor held for `path`, or opens it. Leaving the `with` block gives back what
+    is to be held and closes the rest, also when the block raised."""
+
+    __slots__ = ("_dir_fd", "_group", "_held", "_kept", "_owner", "_room")
+
+    def __init__(
+        self, owner: HeldFiles, group: Hashable, dir_fd: int | None, held: dict[str, int], room: int
+    ) -> None:
+        self._owner = owner
+        self._group = group
+        self._dir_fd = dir_fd
+        self._held = held
+        """Descriptors held from the last reading and not read yet."""
+        self._kept: dict[str, int] = {}
+        """Descriptors read in this one, to hold."""
+        self._room = room
+
+    def __enter__(self) -> GroupFiles:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._owner._give_back(self._group, self._kept, self._held)
+        self._held = self._kept = {}
+
+    def read(self, path: str) -> bytes:
+        """Content of `path`. Raises OSError like os.open when it cannot be opened."""
+        fd = self._held.pop(path, None)
         if fd is not None:
-            assert fds is not None
             try:
                 data = os.pread(fd, _HELD_READ, 0)
                 if len(data) == _HELD_READ:
@@ -453,16 +511,11 @@ class HeldFiles:
             except OSError:
                 data = b""
             if data:
-                seen = self._seen.get(group)
-                if seen is None:
-                    seen = self._seen[group] = set()
-                seen.add(key)
+                self._kept[path] = fd
                 return data
             # The task behind the old descriptor is gone; the path may name a new one.
-            del fds[key]
-            self._count -= 1
             os.close(fd)
-        fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
+        fd = os.open(path, os.O_RDONLY, dir_fd=self._dir_fd)
         try:
             data = os.pread(fd, _HELD_READ, 0)  # _pread_all inlined: one call less per file
             if len(data) == _HELD_READ:
@@ -470,40 +523,9 @@ class HeldFiles:
         except BaseException:
             os.close(fd)
             raise
-        if data and self._count < self.max_fds:
-            if fds is None:
-                fds = self._groups[group] = {}
-            fds[key] = fd
-            self._count += 1
-            seen = self._seen.get(group)
-            if seen is None:
-                seen = self._seen[group] = set()
-            seen.add(key)
+        if data and self._room > 0:
+            self._kept[path] = fd
+            self._room -= 1
         else:
             os.close(fd)
         return data
-
-    def keep(self, group: Hashable) -> None:
-        """Count every file of `group` as read in this sample: its descriptors stay open
-        although the owner reused an earlier reading instead of reading them again."""
-        self._kept.add(group)
-
-    def end_sample(self) -> None:
-        """Close the descriptors of files not read (or kept) since the previous call."""
-        for group in [g for g in self._groups if g not in self._kept]:
-            fds = self._groups[group]
-            seen = self._seen.get(group)
-            for key in [k for k in fds if seen is None or k not in seen]:
-                os.close(fds.pop(key))
-                self._count -= 1
-            if not fds:
-                del self._groups[group]
-        self._seen.clear()
-        self._kept.clear()
-
-    def close(self) -> None:
-        """Close every held descriptor."""
-        _close_all(self._groups)
-        self._count = 0
-        self._seen.clear()
-        self._kept.clear()

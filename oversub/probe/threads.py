@@ -76,15 +76,6 @@ def _parse_status(status: bytes) -> tuple[str, int | None, int | None, str | Non
     return state or "?", voluntary, involuntary, name
 
 
-def _read_unheld(_key: object, path: str, dir_fd: int, _group: object) -> bytes:
-    """`HeldFiles.read` for a process's first reading: open, read, close."""
-    return read_small(path, dir_fd, _READ)
-
-
-_READ = 16384
-"""Bytes read at once: more than any status file."""
-
-
 class _Process:
     """One process identity's threads at its last reading."""
 
@@ -150,85 +141,80 @@ class ThreadReader:
         Raises OSError (errno in `NO_DESCRIPTORS`) when a file could not be opened for want
         of file descriptors: not seen is not exited."""
         threads: list[ThreadSample] = []
-        previous = self._last.get((pid, start_ticks))
-        fetch = self.held.read if previous is not None else _read_unheld
+        group = (pid, start_ticks)
+        previous = self._last.get(group)
         last_run = previous.ran if previous is not None else {}
         old_names = previous.names if previous is not None else {}
         record = _Process()
         next_run, names = record.ran, record.names
-        group = (pid, start_ticks)
         started_all = True
-        for name in os.listdir(task_fd):
-            # Any failure below means the thread exited since the listing: skip it.
-            try:
-                status: bytes | None = None
-                runs: int | None
-                run_delay: int | None
-                line: bytes | None = None
+        # A first reading opens, reads and closes; later ones hold the files (module doc).
+        with self.held.files(group, task_fd, hold=previous is not None) as files:
+            fetch = files.read
+            for name in os.listdir(task_fd):
+                # Any failure below means the thread exited since the listing: skip it.
                 try:
-                    schedstat_path = name + "/schedstat"
-                    raw = fetch(schedstat_path, schedstat_path, task_fd, group)
-                    sched = raw.split()
-                    cpu_ns, run_delay, runs = int(sched[0]), int(sched[1]), int(sched[2])
-                except FileNotFoundError:
-                    # No CONFIG_SCHED_INFO, or the thread just went: stat tells which.
-                    status_path = name + "/status"
-                    status = fetch(status_path, status_path, task_fd, group)
-                    if not status:
-                        continue
-                    stat = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd))
-                    started: int | None = stat.start_ticks
-                    cpu_ns = ticks_to_ns(stat.utime_ticks + stat.stime_ticks)
-                    run_delay = runs = None
-                    if Signal.SCHEDSTAT not in unavailable:
-                        unavailable.append(Signal.SCHEDSTAT)
-                prev = last_run.get(name)
-                if status is None and prev is not None and prev[0] == cpu_ns and prev[1] == runs:
-                    # Not run since the last sample (same CPU time, same number of times
-                    # scheduled in): it cannot have been switched out, so both switch
-                    # counters are unchanged; only its state may differ (woken, waiting for
-                    # a CPU). stat has the state and costs less than half of status.
-                    stat_path = name + "/stat"
-                    line = fetch(stat_path, stat_path, task_fd, group)
-                    if not line:
-                        continue
-                    close = line.rfind(b")") + 2
-                    state = line[close : close + 1].decode("ascii", "replace") or "?"
-                    voluntary, involuntary = prev[2], prev[3]
-                    tid = int(name)
-                    if tid in old_names:
-                        names[tid] = old_names[tid]
-                else:
-                    if status is None:
-                        status_path = name + "/status"
-                        status = fetch(status_path, status_path, task_fd, group)
+                    status: bytes | None = None
+                    runs: int | None
+                    run_delay: int | None
+                    line: bytes | None = None
+                    try:
+                        sched = fetch(name + "/schedstat").split()
+                        cpu_ns, run_delay, runs = int(sched[0]), int(sched[1]), int(sched[2])
+                    except FileNotFoundError:
+                        # No CONFIG_SCHED_INFO, or the thread just went: stat tells which.
+                        status = fetch(name + "/status")
                         if not status:
                             continue
-                    state, voluntary, involuntary, thread_name = _parse_status(status)
+                        stat = parse_stat(read_small(f"{name}/stat", dir_fd=task_fd))
+                        started: int | None = stat.start_ticks
+                        cpu_ns = ticks_to_ns(stat.utime_ticks + stat.stime_ticks)
+                        run_delay = runs = None
+                        if Signal.SCHEDSTAT not in unavailable:
+                            unavailable.append(Signal.SCHEDSTAT)
+                    was = last_run.get(name)
                     tid = int(name)
-                    if thread_name is not None:
-                        names[tid] = thread_name
-                if runs is not None:
-                    started = prev[4] if prev is not None else None
-                    if started is None and starts:
-                        if line is None:
-                            stat_path = name + "/stat"
-                            line = fetch(stat_path, stat_path, task_fd, group)
-                        started = parse_stat(line).start_ticks
-                    if started is None:
-                        started_all = False
-                if runs is not None:
-                    next_run[name] = (cpu_ns, runs, voluntary, involuntary, started)
-                # Positional (tid, state, cpu, run delay, switches, start): one per thread.
-                threads.append(
-                    ThreadSample(tid, state, cpu_ns, run_delay, voluntary, involuntary, started)
-                )
-            except OSError as exc:
-                if exc.errno in NO_DESCRIPTORS:
-                    raise  # not seen, which is not the same as exited: the caller says so
-                continue
-            except (ValueError, IndexError):
-                continue
+                    if status is None and was is not None and was[0] == cpu_ns and was[1] == runs:
+                        # Not run since the last sample (same CPU time, same number of times
+                        # scheduled in): it cannot have been switched out, so both switch
+                        # counters are unchanged; only its state may differ (woken, waiting
+                        # for a CPU). stat has the state and costs less than half of status.
+                        line = fetch(name + "/stat")
+                        if not line:
+                            continue
+                        close = line.rfind(b")") + 2
+                        state = line[close : close + 1].decode("ascii", "replace") or "?"
+                        voluntary, involuntary = was[2], was[3]
+                        if tid in old_names:
+                            names[tid] = old_names[tid]
+                    else:
+                        if status is None:
+                            status = fetch(name + "/status")
+                            if not status:
+                                continue
+                        state, voluntary, involuntary, thread_name = _parse_status(status)
+                        if thread_name is not None:
+                            names[tid] = thread_name
+                    if runs is not None:
+                        started = was[4] if was is not None else None
+                        if started is None:
+                            if starts:
+                                if line is None:
+                                    line = fetch(name + "/stat")
+                                started = parse_stat(line).start_ticks
+                            else:
+                                started_all = False
+                        next_run[name] = (cpu_ns, runs, voluntary, involuntary, started)
+                    # Positional (tid, state, cpu, run delay, switches, start): one per thread.
+                    threads.append(
+                        ThreadSample(tid, state, cpu_ns, run_delay, voluntary, involuntary, started)
+                    )
+                except OSError as exc:
+                    if exc.errno in NO_DESCRIPTORS:
+                        raise  # not seen, which is not the same as exited: the caller says so
+                    continue
+                except (ValueError, IndexError):
+                    continue
         record.threads = tuple(threads)
         record.started = started_all
         self._next[(pid, start_ticks)] = record

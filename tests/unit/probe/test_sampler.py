@@ -326,38 +326,60 @@ def test_counters_move_between_samples_through_held_files(tmp_path: Path) -> Non
 
 
 def test_held_files_bounded_and_closed(tmp_path: Path) -> None:
-    files = [tmp_path / f"f{i}" for i in range(3)]
-    for i, f in enumerate(files):
-        f.write_text(f"v{i}")
-    held = proctree.HeldFiles(max_fds=2)
-    assert [held.read(i, str(f)) for i, f in enumerate(files)] == [b"v0", b"v1", b"v2"]
-    assert len(held) == 2  # the third was opened, read and closed
-    held.end_sample()
-    assert len(held) == 2
-    files[0].write_text("new")
-    assert held.read(0, str(files[0])) == b"new"  # re-read through the held descriptor
-    held.end_sample()
-    assert len(held) == 1  # key 1 was not read in this sample
-    with pytest.raises(FileNotFoundError):
-        held.read(9, str(tmp_path / "missing"))
-    held.close()
-    assert len(held) == 0
-    unbounded = proctree.HeldFiles(max_fds=0)
-    assert unbounded.read(0, str(files[1])) == b"v1" and len(unbounded) == 0
-    grouped = proctree.HeldFiles()
-    grouped.read(0, str(files[0]), group="a")
-    grouped.read(1, str(files[1]), group="a")
-    grouped.read(0, str(files[2]), group="b")  # the same key in another group: its own file
-    grouped.end_sample()
-    grouped.keep("a")  # reused without a read: all of its files stay open
-    grouped.end_sample()
-    assert len(grouped) == 2
-    files[2].write_text("v2 again")
-    assert grouped.read(0, str(files[1]), group="a") == b"new"  # still files[0]'s descriptor
-    grouped.end_sample()
-    assert len(grouped) == 1  # "b" neither read nor kept, "a" read only key 0
-    grouped.close()
-    assert len(grouped) == 0
+    for i in range(3):
+        (tmp_path / f"f{i}").write_text(f"v{i}")
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        held = proctree.HeldFiles(max_fds=2)
+        with held.files("a", dir_fd) as files:
+            assert [files.read(f"f{i}") for i in range(3)] == [b"v0", b"v1", b"v2"]
+        assert len(held) == 2  # the third was opened, read and closed
+        held.end_sample()
+        assert len(held) == 2  # group "a" was read in this sample
+        (tmp_path / "f0").write_text("new")
+        with held.files("a", dir_fd) as files:
+            assert files.read("f0") == b"new"  # re-read through the held descriptor
+            # No room: f1's descriptor counts until the reading ends, so f2 is not held.
+            assert files.read("f2") == b"v2"
+        assert len(held) == 1  # only f0: f1 was not read in this reading, so it was closed
+        with pytest.raises(FileNotFoundError), held.files("a", dir_fd) as files:
+            assert files.read("f2") == b"v2"  # held now: room for one
+            files.read("missing")
+        assert len(held) == 1  # a reading that raised gives back what it read (f2), f0 closed
+        held.close()
+        assert len(held) == 0
+
+        unheld = proctree.HeldFiles()
+        with unheld.files("a", dir_fd, hold=False) as files:
+            assert files.read("f1") == b"v1"
+        assert len(unheld) == 0  # opened, read and closed
+        unbounded = proctree.HeldFiles(max_fds=0)
+        with unbounded.files("a", dir_fd) as files:
+            assert files.read("f1") == b"v1"
+        assert len(unbounded) == 0
+
+        grouped = proctree.HeldFiles()
+        with grouped.files("a", dir_fd) as files:
+            files.read("f0")
+            files.read("f1")
+        with grouped.files("b", dir_fd) as files:
+            files.read("f0")  # the same path in another group: its own descriptor
+        assert len(grouped) == 3
+        grouped.end_sample()
+        grouped.keep("a")  # reused without a read: all of its files stay open
+        grouped.end_sample()
+        assert len(grouped) == 2  # "b" neither read nor kept
+        (tmp_path / "f0").write_text("new again")
+        os.rename(tmp_path / "f1", tmp_path / "f1.old")
+        (tmp_path / "f1").write_text("a new file")
+        with grouped.files("a", dir_fd) as files:
+            assert files.read("f1") == b"v1"  # still the held descriptor's file
+        grouped.end_sample()
+        assert len(grouped) == 1  # "a" read only f1
+        grouped.close()
+        assert len(grouped) == 0
+    finally:
+        os.close(dir_fd)
 
 
 def test_thread_starts_read_only_for_parents(
