@@ -140,6 +140,38 @@ def test_a_threads_owner_is_read_once_and_a_running_one_is_retried_a_few_times(
     assert read_owners(tmp_path, [named, blocked], reader) == {101: "polars", 102: "libgomp"}
 
 
+def test_a_process_whose_threads_are_all_proven_gets_its_last_answer_again(
+    tmp_path: Path,
+) -> None:
+    proc = FakeProcess(tmp_path, [LIBC, GOMP])
+    named = proc.thread(101, "polars-0")
+    other = proc.thread(102, "gloo_tcp_loop")
+    proc.flush()
+    reader = OwnerReader(str(tmp_path), machine="x86_64")
+    first = read_owners(tmp_path, [named, other], reader)
+    assert first == {101: "polars", 102: "gloo"}
+    assert read_owners(tmp_path, [named, other], reader) is first  # the same threads
+    # A new thread is looked at: it blocks in libgomp.
+    proc.thread(103)  # its files
+    proc.flush()
+    (proc.base / "task" / "103" / "syscall").write_text(f"202 0x0 {STACK:#x} {GOMP[0] + 8:#x}\n")
+    blocked = ThreadSample(103, "S", 0, 0, 0, 0)
+    assert read_owners(tmp_path, [named, other, blocked], reader) == {
+        101: "polars",
+        102: "gloo",
+        103: "libgomp",
+    }
+    # One left: the answer leaves it out.
+    assert read_owners(tmp_path, [named, blocked], reader) == {101: "polars", 103: "libgomp"}
+    # An unproven thread keeps being looked at, so its answer is not kept as settled.
+    running = proc.thread(104)
+    proc.flush()
+    assert read_owners(tmp_path, [named, running], reader) == {101: "polars", 104: "unattributed"}
+    (proc.base / "task" / "104" / "syscall").write_text(f"202 0x0 {STACK:#x} {GOMP[0] + 8:#x}\n")
+    now_blocked = ThreadSample(104, "S", 0, 0, 0, 0)
+    assert read_owners(tmp_path, [named, now_blocked], reader) == {101: "polars", 104: "libgomp"}
+
+
 def test_a_blocked_thread_without_evidence_is_given_up_after_max_tries(tmp_path: Path) -> None:
     proc = FakeProcess(tmp_path, [LIBC])
     thread = proc.thread(101, pc=0x1234)  # in no mapped object
