@@ -2,8 +2,8 @@
 
 A thread's owner never changes, so it is looked for once per thread (pid, process start
 time, tid; a tid that leaves the sample is forgotten), and a process whose threads all have
-a proven owner gets its last answer again while its threads stay the same (a 5,000-thread
-sample that reads every process: 8.4 -> 3.3 ms of attribution). Evidence, in order:
+a proven owner gets its last answer again while its threads stay the same
+(docs/development.md, Performance, has the figure). Evidence, in order:
 
 1. its name, `/proc/PID/task/TID/comm`: `polars-N`, `gloo_tcp_loop`, `jemalloc_bg_thd`, ...
    (`runtimes.owner_of_name`); a name inherited from the process proves nothing;
