@@ -12,6 +12,7 @@ number of cgroups times the threads.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -95,14 +96,17 @@ class NodeSampler(TreeSampler):
         members = read_members(self.top) or {}
         self.group = {}
         self.from_jobs = set()
+        # Many processes share a cgroup: each path is classified once per sample.
+        groups = functools.cache(group_of)
         for pid, path in members.items():
-            key = group_of(path)
+            key = groups(path)
             if key is not None:
                 self.group[pid] = key
         if self.jobs is not None:
+            job_of = functools.cache(job_group_of)
             for pid, path in (read_members(self.jobs) or {}).items():
-                key = job_group_of(path)
-                if key is not None and job_group_of(self.group.get(pid, "")) is None:
+                key = job_of(path)
+                if key is not None and job_of(self.group.get(pid, "")) is None:
                     self.group[pid] = key
                     self.from_jobs.add(key)
         pids = set(stats)
