@@ -149,8 +149,10 @@ class ProcessAccumulator:
             **self.work.measures()._asdict(),
         )
 
-    def summary(self) -> ProcessSummary:
-        r = self.rates()
+    def summary(self, r: ProcessRates | None = None) -> ProcessSummary:
+        """The process over the run; `r`: its `rates()`, where the caller has them."""
+        if r is None:
+            r = self.rates()
         return ProcessSummary(
             pid=r.pid,
             ppid=r.ppid,

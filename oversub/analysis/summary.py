@@ -151,7 +151,7 @@ class RunSummary:
             unavailable=tuple(self._unavailable),
         )
         assessment = assess(whole_run, thresholds)
-        processes = [accs[i].summary() for i in order]
+        processes = [accs[i].summary(rates[i]) for i in order]
         if target_exited:
             # The run ended because the root exited, after the last interval saw it alive:
             # the root's line must agree with `target_exited`.
