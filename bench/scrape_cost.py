@@ -11,7 +11,6 @@ HTTP        `oversub serve --all` on the node of bench/node_cost.py (100 process
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import statistics
 import subprocess
@@ -48,16 +47,12 @@ def exposition_cost() -> str:
         source.close()
     state = exporter.latest()
     assert state.round is not None and state.round.node is not None
-    template = dataclasses.replace(state.round.node, kind="cgroup", state="oversubscribed")
+    template = state.round.node._replace(kind="cgroup", state="oversubscribed")
     targets = tuple(
-        dataclasses.replace(
-            template, target=f"/kubepods/pod{i:02d}", cgroup=f"/kubepods/pod{i:02d}"
-        )
+        template._replace(target=f"/kubepods/pod{i:02d}", cgroup=f"/kubepods/pod{i:02d}")
         for i in range(20)
     )
-    state = dataclasses.replace(
-        state, round=dataclasses.replace(state.round, targets=targets, found=len(targets))
-    )
+    state = state._replace(round=state.round._replace(targets=targets, found=len(targets)))
     times = []
     body = b""
     for _ in range(ROUNDS):

@@ -8,7 +8,7 @@ as an interval's (`rates.measures`). Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from oversub.analysis.ownership import RunOwners
 from oversub.analysis.rates import Measures, measures, per_cpu_s
@@ -134,8 +134,7 @@ class ProcessAccumulator:
     def rates(self) -> ProcessRates:
         """The process over its observed time, with its sustained active threads."""
         s = self.work.seconds
-        return replace(
-            self.latest,
+        return self.latest._replace(
             active_threads=sustained(self.active_seconds, s),
             pools=self.pools,
             thread_env=self.thread_env,

@@ -12,7 +12,6 @@ and never calls `make_plan` with `info.procs` itself, because a SLURM task with
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
@@ -245,8 +244,7 @@ def plan_for_launcher(budget: Budget, info: LauncherInfo, workers: int = 0) -> P
     # Unconfined: every task sees the same CPUs, so one binding computed here would pin
     # all tasks onto the same CPUs. SLURM must place them. N is the task's share: a limit
     # of its own, the launcher's.
-    task_budget = dataclasses.replace(
-        budget,
+    task_budget = budget._replace(
         vcpus=per_task,
         limited_by="launcher",
         launcher=f"{SLURM_CPUS}={cpus_per_task}",

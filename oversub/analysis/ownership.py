@@ -7,7 +7,7 @@ words them. Pure: functions of `ProcessRates` and the `runtimes` catalogue.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from oversub.core.results import OwnerCount, ProcessRates
 
@@ -166,4 +166,4 @@ def with_floor(p: ProcessRates, floor_ns: float) -> ProcessRates:
         )
     if counts is p.owner_counts and active == p.active_threads:
         return p
-    return replace(p, owner_counts=counts, active_threads=active)
+    return p._replace(owner_counts=counts, active_threads=active)

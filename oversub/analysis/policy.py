@@ -11,7 +11,6 @@ computed here, `exit_status` turns the outcome into the documented code (docs/gu
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -101,6 +100,4 @@ def judge(outcome: CheckOutcome) -> CheckOutcome:
         reason = "nothing was measured: the target exited before a full interval"
     if reason is None:
         return outcome
-    return dataclasses.replace(
-        outcome, summary=dataclasses.replace(s, verdict=None, not_judged=reason)
-    )
+    return outcome._replace(summary=s._replace(verdict=None, not_judged=reason))

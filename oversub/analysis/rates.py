@@ -15,7 +15,6 @@ crash and never a silent zero.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import NamedTuple
 
 from oversub.analysis.forktime import parent_threads
@@ -474,10 +473,9 @@ def counted(iv: Interval, thresholds: Thresholds, kept: KeptRates | None = None)
     processes = tuple(floor(p, floor_ns) for p in iv.processes)
     live = [p for p in processes if not p.exited]
     in_pools, with_pools = pool_threads(live, iv.vcpus)
-    totals = replace(
-        iv.totals,
+    totals = iv.totals._replace(
         active_threads=sum(p.active_threads for p in live),
         pool_threads=in_pools,
         pool_processes=with_pools,
     )
-    return replace(iv, processes=processes, totals=totals)
+    return iv._replace(processes=processes, totals=totals)

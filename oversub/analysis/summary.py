@@ -17,8 +17,6 @@ live pool.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from oversub.analysis.accumulators import ProcessAccumulator, TreeAccumulator
 from oversub.analysis.poolsize import pool_threads
 from oversub.analysis.verdict import assess
@@ -138,7 +136,7 @@ class RunSummary:
         order = sorted(range(len(accs)), key=lambda i: (-rates[i].cpu_percent, rates[i].pid))
         in_pools, with_pools = pool_threads(rates, budget.vcpus)
         # Pools at the end of the run (their latest live sizes), not a mean over intervals.
-        totals = replace(self._tree.totals(), pool_threads=in_pools, pool_processes=with_pools)
+        totals = self._tree.totals()._replace(pool_threads=in_pools, pool_processes=with_pools)
         host = self._tree.host_rates()
         whole_run = Interval(
             t0=self._t0,
@@ -156,7 +154,7 @@ class RunSummary:
             # The run ended because the root exited, after the last interval saw it alive:
             # the root's line must agree with `target_exited`.
             processes = [
-                replace(p, exited=True) if p.pid == whole_run.root_pid else p for p in processes
+                p._replace(exited=True) if p.pid == whole_run.root_pid else p for p in processes
             ]
         verdict: Verdict | None = assessment.verdict
         not_judged = None

@@ -17,7 +17,6 @@ import os
 import stat
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 
 from oversub.core.errors import UsageError
@@ -166,4 +165,4 @@ def thresholds_from(
         elif setting.key in config:
             label = f"pyproject.toml [tool.oversub]: {setting.key}"
             values[setting.name] = _number(label, config[setting.key], setting.allowed)
-    return replace(Thresholds(), **values)
+    return Thresholds()._replace(**values)

@@ -33,7 +33,6 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
       oversub report run.ndjson --format html -o run.html
       oversub report run.ndjson --margin 0.5 --format json
     """
-    import dataclasses
     import shutil
     import sys
 
@@ -49,7 +48,7 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
         out = check_report_path("-o", out)
     recording = read_recording(file)
     given = {k: v for k, v in pop_thresholds(kwargs).items() if v is not None}
-    thresholds = dataclasses.replace(recording.header.thresholds, **given)
+    thresholds = recording.header.thresholds._replace(**given)
     replay = reassess(recording, thresholds)
     width = shutil.get_terminal_size((100, 24)).columns if out is None else 100
     color = out is None and colour_for(sys.stdout)

@@ -2,10 +2,11 @@
 
 Samples live in `oversub.core.samples`, analysis results in `oversub.core.results` and the
 thresholds beside the settings table in `oversub.core.settings`; the split keeps `oversub
-recommend --format env` (run inside launch scripts) from paying for ~20 dataclass creations
-it never uses.
+recommend --format env` (run inside launch scripts) from creating ~20 record types it never
+uses.
 
-Everything here is a frozen dataclass with no I/O. Probes build them from the system,
+Everything here is an immutable record (a NamedTuple: docs/development.md, Performance,
+says why) with no I/O; `_replace` makes a changed copy. Probes build them from the system,
 analysis turns them into results, renderers turn results into text. Mappings are plain
 dicts by convention and must not be mutated after construction.
 """
@@ -13,8 +14,7 @@ dicts by convention and must not be mutated after construction.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 LimitSource = Literal["affinity", "quota", "cpuset", "launcher", "none"]
 """What sets the effective budget N (`limited_by` in JSON). "launcher": a launcher's
@@ -28,8 +28,7 @@ MAX_VCPUS = 65536
 # --------------------------------------------------------------------------- budget
 
 
-@dataclass(frozen=True)
-class CpuQuota:
+class CpuQuota(NamedTuple):
     """The tightest cgroup CPU bandwidth limit on the path from a process's cgroup to the root."""
 
     cpus: float
@@ -46,8 +45,7 @@ class CpuQuota:
     """Filesystem path of that cgroup's `cpu.stat` (throttling counters), if readable."""
 
 
-@dataclass(frozen=True)
-class CpusetLimit:
+class CpusetLimit(NamedTuple):
     """The CPUs a cgroup cpuset allows."""
 
     cpus: tuple[int, ...]
@@ -58,8 +56,7 @@ class CpusetLimit:
     """cgroup version of the cpuset controller."""
 
 
-@dataclass(frozen=True)
-class Budget:
+class Budget(NamedTuple):
     """How many vCPUs a process may really use, and why."""
 
     pid: int
@@ -105,8 +102,7 @@ class Budget:
 # --------------------------------------------------------------------------- recommend
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """A thread plan for M processes (each with W single-thread helpers) on a budget."""
 
     budget: Budget

@@ -8,13 +8,12 @@ Foundation (standard library only): `analysis.merge` reads the JSON reports that
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oversub.core.names import FailOn, Severity, Verdict
 
 
-@dataclass(frozen=True)
-class NodeFinding:
+class NodeFinding(NamedTuple):
     """One finding of a node's report, as `merge` needs it."""
 
     rule: str
@@ -24,8 +23,7 @@ class NodeFinding:
     """Bounded (see `analysis.merge`); untrusted: every renderer escapes it."""
 
 
-@dataclass(frozen=True)
-class NodeReport:
+class NodeReport(NamedTuple):
     """One node's report (`check --json`, `watch --format json`), read back by `merge`."""
 
     source: str
@@ -46,8 +44,7 @@ class NodeReport:
         return self.findings[0] if self.findings else None
 
 
-@dataclass(frozen=True)
-class NodeRow:
+class NodeRow(NamedTuple):
     """One row of the merged report: a node's report and the name it is shown under."""
 
     label: str
@@ -61,8 +58,7 @@ class NodeRow:
     was not judged."""
 
 
-@dataclass(frozen=True)
-class RuleNodes:
+class RuleNodes(NamedTuple):
     """A rule and the nodes whose reports name it."""
 
     rule: str
@@ -76,8 +72,7 @@ class RuleNodes:
     """The first of those nodes' messages, prefixed by its label."""
 
 
-@dataclass(frozen=True)
-class JobReport:
+class JobReport(NamedTuple):
     """The per-node reports of one job, merged (`analysis.merge.merge`)."""
 
     rows: tuple[NodeRow, ...]

@@ -9,11 +9,10 @@ of its own so that `watch` and `check`, which write it, do not load the merge ty
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class NodeIdentity:
+class NodeIdentity(NamedTuple):
     """Where a report was written: the node and, when set, the launcher's ids."""
 
     node: str

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from oversub.core.model import Budget
 from oversub.core.names import FailOn, Severity, Signal, Verdict, WaitKind
@@ -11,8 +11,7 @@ from oversub.core.rules import Rule
 from oversub.core.thresholds import Thresholds
 
 
-@dataclass(frozen=True)
-class OwnerCount:
+class OwnerCount(NamedTuple):
     """The threads of one owner (`oversub.core.runtimes`) in one process over an interval (or a
     whole run: `analysis.owners.RunOwners`)."""
 
@@ -32,8 +31,7 @@ class OwnerCount:
     counted."""
 
 
-@dataclass(frozen=True)
-class ProcessRates:
+class ProcessRates(NamedTuple):
     """One process over one interval (or over the whole run, for summaries)."""
 
     pid: int
@@ -97,8 +95,7 @@ class ProcessRates:
     owners were not read."""
 
 
-@dataclass(frozen=True)
-class HostRates:
+class HostRates(NamedTuple):
     """Host context over an interval."""
 
     outside_cpus: float | None
@@ -118,8 +115,7 @@ class HostRates:
         return cls(None, None, None, None, None)
 
 
-@dataclass(frozen=True)
-class Totals:
+class Totals(NamedTuple):
     """The tree as a whole over an interval."""
 
     processes: int
@@ -155,8 +151,7 @@ class Totals:
         return cls(0, 0, 0, 0.0, 0.0, None, None, None, None)
 
 
-@dataclass(frozen=True)
-class Interval:
+class Interval(NamedTuple):
     """What a tree did between two consecutive samples: the pure result of
     `analysis.rates.interval`.
 
@@ -182,8 +177,7 @@ class Interval:
         return self.t1 - self.t0
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """One rule that fired, with its evidence and the fix."""
 
     rule: Rule
@@ -200,8 +194,7 @@ class Finding:
     """What to change, concretely."""
 
 
-@dataclass(frozen=True)
-class Assessment:
+class Assessment(NamedTuple):
     """Verdict and findings for an interval or a run."""
 
     verdict: Verdict
@@ -209,8 +202,7 @@ class Assessment:
     """Worst first."""
 
 
-@dataclass(frozen=True)
-class ProcessSummary:
+class ProcessSummary(NamedTuple):
     """One process over the whole run: mean and peak of each metric."""
 
     pid: int
@@ -241,8 +233,7 @@ class ProcessSummary:
     """Threads by owner over the run (`analysis.owners.RunOwners`); None = not read."""
 
 
-@dataclass(frozen=True)
-class Summary:
+class Summary(NamedTuple):
     """A whole `watch`/`check` run (the `--format json` object)."""
 
     root_pid: int
@@ -262,8 +253,8 @@ class Summary:
     duration_s: float
     target_exited: bool
     unavailable: tuple[Signal, ...] = ()
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    thresholds: Thresholds = field(default_factory=Thresholds)
+    notes: tuple[str, ...] = ()
+    thresholds: Thresholds = Thresholds()
     """The thresholds the run was judged with (renderers need `min_wait` to tell a delay
     ratio of almost nothing from real waiting)."""
     preflight: bool = False
@@ -279,8 +270,7 @@ class Summary:
         return self.verdict is not None
 
 
-@dataclass(frozen=True)
-class CheckOutcome:
+class CheckOutcome(NamedTuple):
     """How a `check` run ended: what `analysis.policy` judges and the reports show."""
 
     summary: Summary
@@ -296,8 +286,7 @@ class CheckOutcome:
     """A preflight: no sample is expected."""
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(NamedTuple):
     """A judged run against `--fail-on` (`analysis.policy.gate`): what fails the build."""
 
     fail_on: FailOn

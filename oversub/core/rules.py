@@ -14,7 +14,7 @@ that fires it in `oversub/analysis/`, and a row in docs/rules.md's table.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oversub.core.names import Name, Verdict
 
@@ -40,8 +40,7 @@ class Rule(Name):
     PREFLIGHT_IDLE = "preflight-idle"
 
 
-@dataclass(frozen=True)
-class RuleInfo:
+class RuleInfo(NamedTuple):
     """What the catalogue says of one rule."""
 
     rule: Rule

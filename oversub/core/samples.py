@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from oversub.core.names import Signal, WaitKind
 
 
 class ThreadSample(NamedTuple):
-    """Cumulative counters of one thread at one instant (a tuple: the probe makes one per
-    thread per reading, 5,000 at a time, and a frozen dataclass costs three times more)."""
+    """Cumulative counters of one thread at one instant (the probe makes one per thread per
+    reading, 5,000 at a time)."""
 
     tid: int
     state: str
@@ -30,8 +29,7 @@ class ThreadSample(NamedTuple):
     only where it is used (`probe.threads`)."""
 
 
-@dataclass(frozen=True)
-class ProcessSample:
+class ProcessSample(NamedTuple):
     """One process of the watched tree at one instant."""
 
     pid: int
@@ -65,8 +63,7 @@ class ProcessSample:
     read from outside by `oversub.probe.owners`; None = not read."""
 
 
-@dataclass(frozen=True)
-class ThrottleStat:
+class ThrottleStat(NamedTuple):
     """cgroup CPU bandwidth counters (cpu.stat), cumulative."""
 
     nr_periods: int
@@ -74,8 +71,7 @@ class ThrottleStat:
     throttled_ns: int
 
 
-@dataclass(frozen=True)
-class HostSample:
+class HostSample(NamedTuple):
     """Host-wide counters at one instant, cumulative."""
 
     busy_ns: int | None
@@ -91,8 +87,7 @@ class HostSample:
     too: subtracted from "outside the tree". None when the sample is not of the real host."""
 
 
-@dataclass(frozen=True)
-class TreeSample:
+class TreeSample(NamedTuple):
     """The watched tree and the host at one instant."""
 
     t: float

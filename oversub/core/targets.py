@@ -5,7 +5,7 @@ sampling loop hands on each interval (`TargetResult`, `Round`) and `serve` expos
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oversub.core.model import Budget
 from oversub.core.names import TargetKind
@@ -13,8 +13,7 @@ from oversub.core.results import Assessment, Interval
 from oversub.core.samples import TreeSample
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """What `watch`, `check` and `serve` follow; `run.node.attach` makes its source."""
 
     kind: TargetKind
@@ -52,8 +51,7 @@ class Target:
         return root is None or all(t.state in "ZX" for t in root.threads)
 
 
-@dataclass(frozen=True)
-class TargetResult:
+class TargetResult(NamedTuple):
     """One target over the last interval."""
 
     target: str
@@ -68,8 +66,7 @@ class TargetResult:
     """The verdict as a state (`analysis.fleet.state`); "" for the node, which has none."""
 
 
-@dataclass(frozen=True)
-class Round:
+class Round(NamedTuple):
     """All targets over one interval, ranked worst first (`analysis.fleet.rank`)."""
 
     targets: tuple[TargetResult, ...]
@@ -86,8 +83,7 @@ class Round:
     """Wall time the reading and its analysis took: the cost of one interval."""
 
 
-@dataclass(frozen=True)
-class Counters:
+class Counters(NamedTuple):
     """What a target did since the exporter first saw it: sums of its intervals' raw deltas.
     None: unknown in some interval (the counter is then not exported)."""
 
@@ -99,8 +95,7 @@ class Counters:
     """None until an interval measured throttling (a target without a quota has none)."""
 
 
-@dataclass(frozen=True)
-class Exported:
+class Exported(NamedTuple):
     """What `serve` exposes at a scrape: the latest round and the counters, read whole."""
 
     round: Round | None

@@ -1,18 +1,17 @@
 """The numbers the verdict depends on, with their defaults from the settings table.
 
 Apart from `oversub.core.settings` so that listing the commands (`oversub --help`) builds the
-table's rows but not this dataclass.
+table's rows but not this record.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oversub.core.settings import default
 
 
-@dataclass(frozen=True)
-class Thresholds:
+class Thresholds(NamedTuple):
     """Every number the verdict depends on; each is a CLI flag and a pyproject key, and each
     default is the one of `oversub.core.settings` (where the help text lives too)."""
 

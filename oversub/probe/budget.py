@@ -11,7 +11,6 @@ real system. Only `detail=True` touches py-cpuinfo (slow), see `oversub.probe.cp
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import sys
@@ -243,6 +242,4 @@ def read_budget(pid: int | None = None, *, root: str = "/", detail: bool = False
     from oversub.probe.cpudetail import read_cpu_detail  # only --detail pays for it
 
     cpu = read_cpu_detail(root)
-    return dataclasses.replace(
-        budget, cpu_model=cpu.model, cpu_flags=cpu.flags, notes=budget.notes + cpu.notes
-    )
+    return budget._replace(cpu_model=cpu.model, cpu_flags=cpu.flags, notes=budget.notes + cpu.notes)

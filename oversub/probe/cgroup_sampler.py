@@ -11,7 +11,6 @@ number of cgroups times the threads.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import time
@@ -47,7 +46,7 @@ class CgroupSampler(TreeSampler):
 
     def sample(self) -> TreeSample:
         sample = super().sample()
-        return dataclasses.replace(sample, gone=True) if self._gone else sample
+        return sample._replace(gone=True) if self._gone else sample
 
     def tree(self, stats: dict[int, bytes], *, first: bool) -> set[int]:
         members = read_members(self.ref)
@@ -128,8 +127,8 @@ class NodeSampler(TreeSampler):
                 by_group.setdefault(key, {})[pid] = process
         split: dict[str, TreeSample] = {}
         for key, processes in by_group.items():
-            host = dataclasses.replace(sample.host, throttle=read_throttle(stat_paths.get(key)))
-            split[key] = dataclasses.replace(sample, processes=processes, host=host)
+            host = sample.host._replace(throttle=read_throttle(stat_paths.get(key)))
+            split[key] = sample._replace(processes=processes, host=host)
         return split
 
 

@@ -18,7 +18,6 @@ Without /proc (macOS, Windows) `psutil_sampler` gives per-thread CPU only.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -254,7 +253,7 @@ class TreeSampler:
         host = read_host(self.root, self.throttle_stat_path)
         if self._self_pid in processes:
             # oversub is the watched tree's root: its CPU is the tree's, not to be subtracted.
-            host = dataclasses.replace(host, observer_cpu_ns=None)
+            host = host._replace(observer_cpu_ns=None)
         if host.psi_some_us is None:
             unavailable.append(Signal.PSI)
         return TreeSample(

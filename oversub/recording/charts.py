@@ -13,7 +13,7 @@ import math
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from oversub.recording.types import Replay
@@ -111,9 +111,9 @@ def changed_thresholds(replay: Replay) -> list[tuple[str, float, float]]:
     """(name, recorded, given) of each threshold the replay changes."""
     own = replay.recording.header.thresholds
     return [
-        (f.name, getattr(own, f.name), getattr(replay.thresholds, f.name))
-        for f in fields(own)
-        if getattr(own, f.name) != getattr(replay.thresholds, f.name)
+        (name, getattr(own, name), getattr(replay.thresholds, name))
+        for name in own._fields
+        if getattr(own, name) != getattr(replay.thresholds, name)
     ]
 
 
@@ -304,7 +304,7 @@ def report_dict(replay: Replay) -> dict[str, Any]:
         if rec.ending is None
         else {"verdict": rec.ending.verdict, "findings": list(rec.ending.findings)},
         "thresholds": {
-            f.name: getattr(replay.thresholds, f.name) for f in fields(replay.thresholds)
+            name: getattr(replay.thresholds, name) for name in replay.thresholds._fields
         },
         "changed": [name for name, _, _ in changed_thresholds(replay)],
         "summary": summary_dict(replay.summary),

@@ -8,7 +8,6 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import fields
 from typing import Any
 
 from oversub.core.model import MAX_VCPUS, Budget, CpuQuota, CpusetLimit
@@ -214,4 +213,4 @@ def budget_of(d: Any) -> Budget:
 
 def thresholds_of(d: Any) -> Thresholds:
     d = obj(d, "thresholds")
-    return Thresholds(**{f.name: number(field(d, f.name), f.name) for f in fields(Thresholds)})
+    return Thresholds(**{name: number(field(d, name), name) for name in Thresholds._fields})

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import fields
 from typing import Any
 
 from oversub.analysis.rates import Measures, measures, tree_totals
@@ -72,7 +71,7 @@ def _budget_json(b: Budget) -> dict[str, Any]:
         "affinity": list(b.affinity),
         "quota": None
         if b.quota is None
-        else {f.name: getattr(b.quota, f.name) for f in fields(CpuQuota)},
+        else {name: getattr(b.quota, name) for name in CpuQuota._fields},
         "cpuset": None
         if b.cpuset is None
         else {"cpus": list(b.cpuset.cpus), "cgroup": b.cpuset.cgroup, "version": b.cpuset.version},
@@ -98,7 +97,7 @@ def header_record(h: Header) -> dict[str, Any]:
         "command": None if h.command is None else list(h.command),
         "interval": h.interval,
         "budget": _budget_json(h.budget),
-        "thresholds": {f.name: getattr(h.thresholds, f.name) for f in fields(Thresholds)},
+        "thresholds": {name: getattr(h.thresholds, name) for name in Thresholds._fields},
     }
 
 
@@ -139,7 +138,7 @@ class Encoder:
                 "ictx": t.involuntary_ctx,
                 "vctx": t.voluntary_ctx,
             },
-            "host": {f.name: getattr(iv.host, f.name) for f in fields(HostRates)},
+            "host": {name: getattr(iv.host, name) for name in HostRates._fields},
             "unavailable": [s.value for s in iv.unavailable],
             "p": [self._process(p) for p in iv.processes],
         }
@@ -248,7 +247,7 @@ class Decoder:
             processes=tuple(sorted(processes, key=lambda r: (-r.cpu_percent, r.exited, r.pid))),
             totals=totals,
             host=HostRates(
-                **{f.name: opt_number(field(host, f.name), f.name) for f in fields(HostRates)}
+                **{name: opt_number(field(host, name), name) for name in HostRates._fields}
             ),
             unavailable=tuple(unavailable),
         )

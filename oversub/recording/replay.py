@@ -14,7 +14,6 @@ sustained active threads are then those of the coarser intervals.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from oversub.analysis.accumulators import most
 from oversub.analysis.ownership import add_switches
@@ -127,7 +126,7 @@ def _merge_process(a: ProcessRates | None, b: ProcessRates | None, seconds: floa
         only = a if a is not None else b
         assert only is not None
         m = measures(seconds, only.cpu_s, only.delay_s, only.involuntary_ctx, only.voluntary_ctx)
-        return replace(only, **m._asdict())
+        return only._replace(**m._asdict())
     runnable: dict[int, float] = {}
     switches: dict[int, tuple[int, int]] | None = {}
     for p in (a, b):
@@ -137,8 +136,7 @@ def _merge_process(a: ProcessRates | None, b: ProcessRates | None, seconds: floa
             switches = add_switches(switches, p)
     m = _summed(a, b, seconds)
     # What the process is, and whether it is gone, at the end of the second interval.
-    return replace(
-        b,
+    return b._replace(
         thread_ids=tuple(runnable),
         thread_runnable_s=tuple(runnable.values()),
         thread_switches=()

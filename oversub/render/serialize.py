@@ -12,7 +12,6 @@ import math
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from oversub.core.pools import RECOMMENDED_VARS
@@ -224,7 +223,7 @@ def totals_dict(t: Totals) -> dict[str, Any]:
 def host_dict(h: HostRates) -> dict[str, float | None]:
     """Host context: every `HostRates` field (`outside_cpus`, `steal_cpus`, `psi_some`,
     `throttled_ratio`, `throttled_s`), float or null when unknown."""
-    return {f.name: json_number(getattr(h, f.name)) for f in fields(h)}
+    return {name: json_number(getattr(h, name)) for name in h._fields}
 
 
 def _process_rates_dict(r: ProcessRates) -> dict[str, Any]:
@@ -252,7 +251,7 @@ def _owners(counts: tuple[OwnerCount, ...] | None) -> list[dict[str, Any]] | Non
     `threads`, `busy` (active), `ran` (ran or waited at all), `runnable_s`; null = not read."""
     if counts is None:
         return None
-    return [asdict(c) | {"runnable_s": json_number(c.runnable_s)} for c in counts]
+    return [c._asdict() | {"runnable_s": json_number(c.runnable_s)} for c in counts]
 
 
 def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:

@@ -9,7 +9,6 @@ stdout and stderr pass through. What `check` says while it runs goes to a `Progr
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 from typing import TYPE_CHECKING, Protocol
@@ -208,4 +207,4 @@ def run_static(budget: Budget, procs: int, threads: int, workers: int) -> CheckO
     summary = unmeasured_summary(
         budget, 0, note="static preflight: nothing was sampled", assessment=assessment
     )
-    return CheckOutcome(summary=dataclasses.replace(summary, preflight=True), static=True)
+    return CheckOutcome(summary=summary._replace(preflight=True), static=True)

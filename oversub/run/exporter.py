@@ -10,7 +10,6 @@ Prometheus expects).
 
 from __future__ import annotations
 
-import dataclasses
 import platform
 import threading
 import time
@@ -99,9 +98,8 @@ class Exporter:
         }
         if self.only_loaded:
             loaded = tuple(t for t in r.targets if fleet.holds_load(t.interval, t.assessment))
-            r = dataclasses.replace(r, targets=loaded, found=len(loaded))
-        state = dataclasses.replace(
-            self.latest(),
+            r = r._replace(targets=loaded, found=len(loaded))
+        state = self.latest()._replace(
             round=r,
             counters=dict(self._counters),
             up=r.up,

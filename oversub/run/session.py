@@ -33,8 +33,7 @@ OnInterval = Callable[[Interval, Assessment, int, float], None]
 far, elapsed seconds)."""
 
 
-@dataclass(frozen=True)
-class SessionOptions:
+class SessionOptions(NamedTuple):
     """How long and how often to sample."""
 
     interval: float = 1.0
@@ -43,7 +42,7 @@ class SessionOptions:
     """Stop after this many seconds of measurement (None: until the target exits)."""
     warmup: float = 0.0
     """Seconds to let pass before the first measured sample (start-up is not steady state)."""
-    thresholds: Thresholds = field(default_factory=Thresholds)
+    thresholds: Thresholds = Thresholds()
     max_intervals: int | None = None
     """Stop after this many intervals (`--once` is 1)."""
 

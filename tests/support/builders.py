@@ -6,7 +6,7 @@ recordings."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from oversub.analysis.rates import counted, interval
@@ -210,7 +210,7 @@ def tree_pair(
 def without(sample: TreeSample, *pids: int) -> TreeSample:
     """The same sample with some processes missing (not yet born, or already gone)."""
     kept = {pid: p for pid, p in sample.processes.items() if pid not in pids}
-    return replace(sample, processes=kept)
+    return sample._replace(processes=kept)
 
 
 def analyse(
@@ -328,12 +328,12 @@ def make_quota(**overrides: Any) -> CpuQuota:
         version=2,
         stat_path="/sys/fs/cgroup/kubepods/pod1/cpu.stat",
     )
-    return replace(base, **overrides)
+    return base._replace(**overrides)
 
 
 def make_cpuset(**overrides: Any) -> CpusetLimit:
     """A cgroup v2 cpuset of CPUs 0-1 in /kubepods/pod1."""
-    return replace(CpusetLimit(cpus=(0, 1), cgroup="/kubepods/pod1", version=2), **overrides)
+    return CpusetLimit(cpus=(0, 1), cgroup="/kubepods/pod1", version=2)._replace(**overrides)
 
 
 def make_budget(**overrides: Any) -> Budget:
@@ -350,7 +350,7 @@ def make_budget(**overrides: Any) -> Budget:
         cores=((0, 2), (1, 3)),
         limited_by="none",
     )
-    return replace(base, **overrides)
+    return base._replace(**overrides)
 
 
 def make_quota_budget(**overrides: Any) -> Budget:
@@ -377,7 +377,7 @@ def make_plan(**overrides: Any) -> Plan:
         binding=((0, 1), (2, 3)),
         warnings=(),
     )
-    return replace(base, **overrides)
+    return base._replace(**overrides)
 
 
 def make_process_rates(**overrides: Any) -> ProcessRates:
@@ -397,7 +397,7 @@ def make_process_rates(**overrides: Any) -> ProcessRates:
         pools=("libgomp", "torch"),
         thread_env={},
     )
-    return replace(base, **overrides)
+    return base._replace(**overrides)
 
 
 def make_totals(**overrides: Any) -> Totals:
@@ -413,7 +413,7 @@ def make_totals(**overrides: Any) -> Totals:
         voluntary_ctx_per_s=6.0,
         involuntary_ctx_per_cpu_s=260.0,
     )
-    return replace(base, **overrides)
+    return base._replace(**overrides)
 
 
 def make_host_rates(**overrides: Any) -> HostRates:
@@ -425,7 +425,7 @@ def make_host_rates(**overrides: Any) -> HostRates:
         throttled_ratio=None,
         throttled_s=None,
     )
-    return replace(base, **overrides)
+    return base._replace(**overrides)
 
 
 def make_finding(**overrides: Any) -> Finding:
@@ -439,13 +439,13 @@ def make_finding(**overrides: Any) -> Finding:
         evidence={"demand": 4.0, "vcpus": 2, "run_delay_ratio": 0.5},
         fix="export OMP_NUM_THREADS=1 before starting the job.",
     )
-    return replace(base, **overrides)
+    return base._replace(**overrides)
 
 
 def make_assessment(**overrides: Any) -> Assessment:
     """An oversubscribed verdict with the headline finding."""
     base = Assessment(verdict=Verdict.OVERSUBSCRIBED, findings=(make_finding(),))
-    return replace(base, **overrides)
+    return base._replace(**overrides)
 
 
 def make_interval(**overrides: Any) -> Interval:
@@ -478,7 +478,7 @@ def make_interval(**overrides: Any) -> Interval:
         totals=make_totals(),
         host=make_host_rates(),
     )
-    return replace(base, **overrides)
+    return base._replace(**overrides)
 
 
 def make_process_summary(**overrides: Any) -> ProcessSummary:
@@ -505,7 +505,7 @@ def make_process_summary(**overrides: Any) -> ProcessSummary:
         exited=False,
         seconds=10.0,
     )
-    return replace(base, **overrides)
+    return base._replace(**overrides)
 
 
 def make_summary(**overrides: Any) -> Summary:
@@ -526,4 +526,4 @@ def make_summary(**overrides: Any) -> Summary:
         duration_s=10.0,
         target_exited=False,
     )
-    return replace(base, **overrides)
+    return base._replace(**overrides)

@@ -29,11 +29,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _summary(procs: list, unseen: bool):  # type: ignore[no-untyped-def,type-arg]
-    from dataclasses import replace
 
     iv = analyse(procs, 2, thresholds=TH)
     if unseen:
-        iv = replace(iv, unavailable=(*iv.unavailable, Signal.PROCESSES))
+        iv = iv._replace(unavailable=(*iv.unavailable, Signal.PROCESSES))
     run = RunSummary()
     run.add(iv)
     return run.result(budget(2), TH, target_exited=False)

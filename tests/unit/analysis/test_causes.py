@@ -9,7 +9,6 @@ again; an idle pool that never ran does not make a working job at-risk.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import pytest
 
@@ -54,7 +53,7 @@ def worker(pid: int, counts: tuple[OwnerCount, ...], **kw: object) -> ProcessRat
         owner_counts=counts,
         owners={},
     )
-    return replace(base, **kw)  # type: ignore[arg-type]
+    return base._replace(**kw)  # type: ignore[arg-type]
 
 
 def tree(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from oversub.analysis.launcher import (
@@ -118,7 +116,7 @@ def test_plain_launcher_shares_the_budget() -> None:
 
 def measured(vcpus: int) -> Budget:
     """A measured budget of `vcpus` CPUs (a given one, pid 0, gets no binding)."""
-    return dataclasses.replace(synthetic_budget(vcpus), pid=4242, notes=())
+    return synthetic_budget(vcpus)._replace(pid=4242, notes=())
 
 
 def test_slurm_task_confined_to_its_cpus() -> None:

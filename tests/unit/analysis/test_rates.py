@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -69,7 +68,7 @@ def test_processes_sorted_by_cpu_highest_first() -> None:
 def test_interval_not_later_than_previous_is_a_caller_bug(dt: float) -> None:
     prev, curr = tree_pair(busy_workers(1, 1))
     with pytest.raises(ValueError):
-        counted(interval(prev, replace(curr, t=prev.t + dt), 2), TH)
+        counted(interval(prev, curr._replace(t=prev.t + dt), 2), TH)
 
 
 @pytest.mark.parametrize(("cpu", "active"), [(0.19, 0), (0.20, 1), (0.21, 1)])
@@ -93,7 +92,7 @@ def _fresh(pid: int, cpu_s: float, delay_s: float, ticks: int = 1000) -> Process
 
 
 def _with(sample: TreeSample, *procs: ProcessSample) -> TreeSample:
-    return replace(sample, processes={**sample.processes, **{p.pid: p for p in procs}})
+    return sample._replace(processes={**sample.processes, **{p.pid: p for p in procs}})
 
 
 def test_process_new_in_interval_counts_its_full_counters() -> None:
@@ -162,7 +161,7 @@ def test_new_thread_counts_full_counters_and_reused_tid_restarts() -> None:
     new_thread = thread(ROOT * 100 + 7, round(0.25 * NS), 0, vol=1, invol=2)
     # The main thread's tid now belongs to a new thread whose counters restarted.
     restarted = thread(ROOT, round(0.1 * NS), round(0.05 * NS), vol=1, invol=1)
-    curr = _with(curr, replace(root, threads=(restarted, new_thread)))
+    curr = _with(curr, root._replace(threads=(restarted, new_thread)))
     iv = counted(interval(prev, curr, 2), TH)
     p = iv.processes[0]
     assert p.cpu_percent == pytest.approx(35.0)
@@ -249,8 +248,8 @@ def test_oversubs_own_cpu_is_not_outside_load() -> None:
     # as busy: "outside the tree" must not include it (it turned healthy trees "starved").
     prev, curr = tree_pair(busy_workers(1, 1), host=Host(outside=0.5))
     base = 7 * NS
-    prev = replace(prev, host=replace(prev.host, observer_cpu_ns=base))
-    curr = replace(curr, host=replace(curr.host, observer_cpu_ns=base + round(0.2 * NS)))
+    prev = prev._replace(host=prev.host._replace(observer_cpu_ns=base))
+    curr = curr._replace(host=curr.host._replace(observer_cpu_ns=base + round(0.2 * NS)))
     iv = counted(interval(prev, curr, 2), Thresholds())
     assert iv.host.outside_cpus == pytest.approx(0.3, abs=1e-6)
     unknown = counted(
@@ -328,12 +327,12 @@ def test_kept_rates_are_reused_while_the_reading_and_its_parent_stay() -> None:
     for a, b in pairwise(samples):
         last = _by_pid(interval(a, b, 2, memo).processes)[301]
     s3 = samples[3]
-    later = replace(s3, t=s3.t + 1.0)  # the same readings, parent's included
+    later = s3._replace(t=s3.t + 1.0)  # the same readings, parent's included
     again = _by_pid(interval(s3, later, 2, memo).processes)[301]
     assert again is last
     assert again == _by_pid(interval(s3, later, 2).processes)[301]
-    moved = replace(later, t=later.t + 1.0, processes=dict(later.processes))
-    moved.processes[ROOT] = replace(moved.processes[ROOT])  # read again, same values
+    moved = later._replace(t=later.t + 1.0, processes=dict(later.processes))
+    moved.processes[ROOT] = moved.processes[ROOT]._replace()  # read again, same values
     recomputed = _by_pid(interval(later, moved, 2, memo).processes)[301]
     assert recomputed is not again and recomputed == again
 
@@ -347,12 +346,12 @@ def test_a_run_of_kept_rates_sums_as_a_run_of_equal_copies() -> None:
 
     samples = _kept_run()
     s3 = samples[3]
-    samples += [replace(s3, t=s3.t + k) for k in (1.0, 2.0, 3.0)]  # nothing read again
+    samples += [s3._replace(t=s3.t + k) for k in (1.0, 2.0, 3.0)]  # nothing read again
     memo, fast, slow = KeptRates(), RunSummary(), RunSummary()
     for a, b in pairwise(samples):
         iv = counted(interval(a, b, 2, memo), TH)
         fast.add(iv)
-        slow.add(replace(iv, processes=tuple(replace(p) for p in iv.processes)))
+        slow.add(iv._replace(processes=tuple(p._replace() for p in iv.processes)))
     assert fast.result(budget(2), TH, target_exited=False) == slow.result(
         budget(2), TH, target_exited=False
     )
@@ -360,7 +359,7 @@ def test_a_run_of_kept_rates_sums_as_a_run_of_equal_copies() -> None:
     again, copies = ProcessAccumulator(latest=kept), ProcessAccumulator(latest=kept)
     for seconds in (1.0, 0.5, 2.0):
         again.add(kept, seconds)
-        copies.add(replace(kept), seconds)
+        copies.add(kept._replace(), seconds)
     assert again.work == copies.work and again.work.seconds == 3.5
     assert again.rates() == copies.rates()
 
@@ -369,7 +368,7 @@ def _kept_run_with_owners() -> list[TreeSample]:
     """`_kept_run`, the idle child's threads attributed (`probe.owners`) in every sample."""
     samples = _kept_run()
     child = samples[1].processes[301]
-    owned = replace(child, owners={t.tid: "openmp" for t in child.threads})
+    owned = child._replace(owners={t.tid: "openmp" for t in child.threads})
     return [samples[0], *(_with(s, owned) for s in samples[1:])]
 
 
@@ -382,7 +381,7 @@ def test_counting_a_kept_reading_under_the_memo_changes_nothing() -> None:
 
     samples = _kept_run_with_owners()
     s3 = samples[3]
-    samples += [replace(s3, t=s3.t + k) for k in (1.0, 2.0, 3.0)]  # nothing read again
+    samples += [s3._replace(t=s3.t + k) for k in (1.0, 2.0, 3.0)]  # nothing read again
     memo, fast, slow = KeptRates(), RunSummary(), RunSummary()
     kept = []
     for a, b in pairwise(samples):
@@ -390,7 +389,7 @@ def test_counting_a_kept_reading_under_the_memo_changes_nothing() -> None:
         assert iv == counted(interval(a, b, 2), TH)
         kept.append(_by_pid(iv.processes)[301])
         fast.add(iv)
-        slow.add(replace(iv, processes=tuple(replace(p) for p in iv.processes)))
+        slow.add(iv._replace(processes=tuple(p._replace() for p in iv.processes)))
     assert kept[-1] is kept[-2] is kept[-3] and kept[-1].owner_counts
     assert fast.result(budget(2), TH, target_exited=False) == slow.result(
         budget(2), TH, target_exited=False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 
 import pytest
@@ -91,7 +90,7 @@ def test_threads_for_rejects_bad_counts(procs: int, workers: int) -> None:
 
 def measured(vcpus: int) -> Budget:
     """`vcpus` CPUs, one per core, as if measured (pid != 0): a binding is planned."""
-    return dataclasses.replace(synthetic_budget(vcpus), pid=4242, notes=())
+    return synthetic_budget(vcpus)._replace(pid=4242, notes=())
 
 
 def test_plan_divides_budget_and_exports_every_variable() -> None:
@@ -311,7 +310,7 @@ def test_binding_oversubscribed_is_empty() -> None:
 
 def test_binding_cpus_unknown_to_topology() -> None:
     # No NUMA or core information: every CPU is its own core in one node.
-    b = dataclasses.replace(budget(SMT4), numa={}, cores=())
+    b = budget(SMT4)._replace(numa={}, cores=())
     assert binding_plan(b, 2, 2) == ((0, 1), (2, 3))
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 
 import pytest
 from rich.console import Console
@@ -348,7 +347,7 @@ def summaries() -> Iterator[tuple[str, object]]:
             s = unmeasured_summary(
                 synthetic_budget(n), 0, note="static preflight: nothing was sampled", assessment=a
             )
-            yield f"preflight-{n}-{procs}x{threads}+{workers}", replace(s, preflight=True)
+            yield f"preflight-{n}-{procs}x{threads}+{workers}", s._replace(preflight=True)
 
 
 @pytest.mark.parametrize(("summary"), [pytest.param(s, id=name) for name, s in summaries()])
@@ -421,7 +420,7 @@ def test_every_closing_line_reads_true(kwargs: dict[str, object]) -> None:
 def test_every_plan_reads_true(n: int, measured: bool) -> None:
     budget = synthetic_budget(n)
     if measured:
-        budget = replace(budget, pid=4242, notes=())
+        budget = budget._replace(pid=4242, notes=())
     for procs in (1, 2, 3, 9):
         for workers in (0, 1, 2):
             plan = make_plan(budget, procs, workers)

@@ -154,13 +154,12 @@ def test_a_run_not_judged_has_no_verdict_in_any_report(
 
 
 def test_a_failed_command_keeps_what_was_measured_but_fails_nothing(tmp_path: Path) -> None:
-    from dataclasses import replace
 
     from tests.support.builders import make_finding, make_summary
 
     err = io.StringIO()
     opts = CheckOptions(junit_path=tmp_path / "r.xml")
-    summary = replace(make_summary(), findings=(make_finding(),))
+    summary = make_summary()._replace(findings=(make_finding(),))
     status = report(
         CheckOutcome(summary=summary, command=("x",), command_status=4),
         opts,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -119,7 +118,7 @@ def test_check_prints_a_start_line_and_progress_while_it_runs(tmp_path: Path) ->
         session=SessionOptions(interval=0.2, warmup=0.0),
         progress_every=0.5,
     )
-    budget = replace(make_budget(vcpus=1, affinity=(0,)), pid=1)
+    budget = make_budget(vcpus=1, affinity=(0,))._replace(pid=1)
     status = check_command(
         [sys.executable, "-c", "import time; time.sleep(2.5)"], budget, opts, err=err
     )

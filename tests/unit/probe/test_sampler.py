@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import gc
 import os
@@ -838,7 +837,7 @@ def test_attach_reads_the_throttling_of_the_budgets_quota_cgroup() -> None:
     assert source.sampler.throttle_stat_path is None  # type: ignore[attr-defined]
     source.close()
     quota = CpuQuota(0.5, 50_000, 100_000, "/job", 2, "/sys/fs/cgroup/job/cpu.stat")
-    source = attach(Target.tree(os.getpid()), dataclasses.replace(budget, quota=quota))
+    source = attach(Target.tree(os.getpid()), budget._replace(quota=quota))
     assert source.sampler.throttle_stat_path == quota.stat_path  # type: ignore[attr-defined]
     source.close()
 

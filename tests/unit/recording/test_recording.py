@@ -8,7 +8,6 @@ bit. The real runs are in tests/system/test_record_integration.py.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,8 +47,7 @@ def test_an_interval_comes_back_with_the_same_rates_bit_for_bit() -> None:
     for iv in run_of(4):
         back, stamp = Decoder().interval(loads(dumps(Encoder().interval(iv, "T"))))
         assert stamp == "T"
-        assert counted(back, TH) == replace(
-            counted(iv, TH),
+        assert counted(back, TH) == counted(iv, TH)._replace(
             processes=counted(back, TH).processes,
         )
         for a, b in zip(
@@ -59,8 +57,7 @@ def test_an_interval_comes_back_with_the_same_rates_bit_for_bit() -> None:
         ):
             # Idle threads are not stored (never active, whatever the threshold).
             kept = [i for i, r in enumerate(a.thread_runnable_s) if r > 0]
-            assert b == replace(
-                a,
+            assert b == a._replace(
                 thread_ids=tuple(a.thread_ids[i] for i in kept),
                 thread_runnable_s=tuple(a.thread_runnable_s[i] for i in kept),
                 thread_switches=tuple(a.thread_switches[i] for i in kept),
@@ -209,10 +206,10 @@ def test_infinities_and_huge_strings_are_refused() -> None:
 def test_thread_switches_come_back_and_merged_intervals_sum_them() -> None:
     def with_switches(iv: Interval, k: int) -> Interval:
         procs = tuple(
-            replace(p, thread_switches=tuple((k * (i + 1), k) for i in range(len(p.thread_ids))))
+            p._replace(thread_switches=tuple((k * (i + 1), k) for i in range(len(p.thread_ids))))
             for p in iv.processes
         )
-        return replace(iv, processes=procs)
+        return iv._replace(processes=procs)
 
     a, b = (with_switches(iv, k) for iv, k in zip(run_of(2), (10, 20), strict=True))
     back, _ = Decoder().interval(loads(dumps(Encoder().interval(a, "T"))))
@@ -221,7 +218,7 @@ def test_thread_switches_come_back_and_merged_intervals_sum_them() -> None:
     m = next(p for p in merge(a, b).processes if p.pid == 150)
     assert m.thread_switches == tuple((30 * (i + 1), 30) for i in range(len(m.thread_ids)))
     # An interval without them makes the merged switches unknown, never a partial sum.
-    bare = replace(b, processes=tuple(replace(q, thread_switches=()) for q in b.processes))
+    bare = b._replace(processes=tuple(q._replace(thread_switches=()) for q in b.processes))
     assert next(p for p in merge(a, bare).processes if p.pid == 150).thread_switches == ()
 
 

@@ -17,7 +17,6 @@ import struct
 import subprocess
 import threading
 import zlib
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,15 +37,14 @@ def hostile_run(port: int = 9) -> list[Interval]:
     out = []
     for iv in oversubscribed_run(4):
         procs = tuple(
-            replace(
-                p,
+            p._replace(
                 name=HOSTILE.format(port=port),
                 cmdline=f'python <link rel="stylesheet" href="http://127.0.0.1:{port}/c.css">',
                 thread_env={"OMP_NUM_THREADS": HOSTILE_ENV},
             )
             for p in iv.processes
         )
-        out.append(replace(iv, processes=procs))
+        out.append(iv._replace(processes=procs))
     return out
 
 

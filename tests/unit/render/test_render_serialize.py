@@ -8,7 +8,6 @@ import math
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 
@@ -361,7 +360,7 @@ def test_an_ndjson_line_with_kept_texts_is_the_line_encoded_whole() -> None:
     rounds = [
         make_interval(processes=(hostile, quiet)),
         make_interval(processes=(hostile, quiet)),  # both kept: their texts reused
-        make_interval(processes=(replace(hostile, cpu_percent=55.5), quiet)),
+        make_interval(processes=(hostile._replace(cpu_percent=55.5), quiet)),
         make_interval(processes=(quiet,)),
         make_interval(processes=()),
     ]

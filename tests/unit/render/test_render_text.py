@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import replace
 
 import pytest
 from rich.console import Console, RenderableType
@@ -153,7 +152,7 @@ def test_plan_text_workers_and_warnings() -> None:
         binding=(),
         warnings=("8 threads on 4 vCPUs: reduce workers",),
     )
-    p = replace(p, budget=make_budget(pid=0, notes=("budget given with --cpus",)))
+    p = p._replace(budget=make_budget(pid=0, notes=("budget given with --cpus",)))
     out = render(plan_renderable(p))
     assert "given" in line_with(out, "N ")
     assert "note: budget given with --cpus" in out

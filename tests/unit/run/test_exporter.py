@@ -5,8 +5,6 @@ follows docs/metrics.md."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from oversub.core.names import TargetKind
 from oversub.core.samples import TreeSample
 from oversub.render.prometheus import exported_targets, families, label
@@ -49,7 +47,7 @@ class Scripted:
         i = self.read_count
         self.read_count += 1
         present = {
-            name: (samples[i], replace(budget(1, pid=0), cgroup=name))
+            name: (samples[i], budget(1, pid=0)._replace(cgroup=name))
             for name, (samples, at) in self.targets.items()
             if i in at
         }
