@@ -148,10 +148,8 @@ class ProcessAccumulator:
             **self.work.measures()._asdict(),
         )
 
-    def summary(self, r: ProcessRates | None = None) -> ProcessSummary:
-        """The process over the run; `r`: its `rates()`, where the caller has them."""
-        if r is None:
-            r = self.rates()
+    def summary(self, r: ProcessRates) -> ProcessSummary:
+        """The process over the run; `r`: its `rates()` (the caller has them already)."""
         return ProcessSummary(
             pid=r.pid,
             ppid=r.ppid,

@@ -303,9 +303,7 @@ def report_dict(replay: Replay) -> dict[str, Any]:
         "recorded": None
         if rec.ending is None
         else {"verdict": rec.ending.verdict, "findings": list(rec.ending.findings)},
-        "thresholds": {
-            name: getattr(replay.thresholds, name) for name in replay.thresholds._fields
-        },
+        "thresholds": replay.thresholds._asdict(),
         "changed": [name for name, _, _ in changed_thresholds(replay)],
         "summary": summary_dict(replay.summary),
         "series": [

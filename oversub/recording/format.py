@@ -29,12 +29,11 @@ from typing import Any
 
 from oversub.analysis.rates import Measures, measures, tree_totals
 from oversub.core.errors import NotARecording
-from oversub.core.model import MAX_VCPUS, Budget, CpuQuota
+from oversub.core.model import MAX_VCPUS, Budget
 from oversub.core.names import Signal, WaitKind
 from oversub.core.pools import POOLS_BY_KEY
 from oversub.core.results import HostRates, Interval, ProcessRates
 from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED
-from oversub.core.thresholds import Thresholds
 from oversub.recording.fields import (
     BadRecord,
     array,
@@ -69,9 +68,7 @@ def _budget_json(b: Budget) -> dict[str, Any]:
         "logical": b.logical,
         "physical": b.physical,
         "affinity": list(b.affinity),
-        "quota": None
-        if b.quota is None
-        else {name: getattr(b.quota, name) for name in CpuQuota._fields},
+        "quota": None if b.quota is None else b.quota._asdict(),
         "cpuset": None
         if b.cpuset is None
         else {"cpus": list(b.cpuset.cpus), "cgroup": b.cpuset.cgroup, "version": b.cpuset.version},
@@ -97,7 +94,7 @@ def header_record(h: Header) -> dict[str, Any]:
         "command": None if h.command is None else list(h.command),
         "interval": h.interval,
         "budget": _budget_json(h.budget),
-        "thresholds": {name: getattr(h.thresholds, name) for name in Thresholds._fields},
+        "thresholds": h.thresholds._asdict(),
     }
 
 
@@ -138,7 +135,7 @@ class Encoder:
                 "ictx": t.involuntary_ctx,
                 "vctx": t.voluntary_ctx,
             },
-            "host": {name: getattr(iv.host, name) for name in HostRates._fields},
+            "host": iv.host._asdict(),
             "unavailable": [s.value for s in iv.unavailable],
             "p": [self._process(p) for p in iv.processes],
         }
