@@ -7,7 +7,7 @@ REAL   := .venv-real
 # machine without the local wheel (empty: pip's own configuration decides).
 TORCH_INDEX ?=
 
-.PHONY: demo test lint typecheck unit shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html test-fleet test-slurm docs-images clean
+.PHONY: demo test lint typecheck unit system shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html test-fleet test-slurm docs-images clean
 
 # The stamp is rebuilt when the project metadata changes, so a stale venv never hides a new dependency.
 $(VENV)/.stamp: pyproject.toml
@@ -26,10 +26,16 @@ lint: $(VENV)/.stamp
 typecheck: $(VENV)/.stamp
 	$(BIN)/mypy
 
+# Two runs. `unit`: every test not marked `integration`, on every usable vCPU
+# (pytest-xdist). `system`: the `integration` tests, which start real process trees and
+# judge what they do, one at a time: another test beside one would be load it did not start.
 unit: $(VENV)/.stamp
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto -m 'not integration and not real and not html'
 
-test: shells lint typecheck unit
+system: $(VENV)/.stamp
+	$(BIN)/pytest -q -m 'integration and not real and not html'
+
+test: shells lint typecheck unit system
 
 # The shells the completion tests drive, tmux for the terminal tests (they read the screen
 # back with capture-pane) and strace for the signal tests (it delivers a signal at the exact
@@ -98,13 +104,13 @@ test-slurm: $(VENV)/.stamp $(REAL)/.stamp
 	@$(PYTHON) tools/syspkg.py --for "make test-slurm" --require slurmctld=slurm-wlm slurmd=slurm-wlm srun=slurm-wlm munged=munge pgrep=procps
 	$(BIN)/python tools/slurm_check.py
 
-# The unit tests on every Python that pyproject's classifiers list and this machine has, each
-# in its own .venv-matrix/3.X; it says which ran and which are missing, and why. The
+# The unit tests (on every usable vCPU, as `make unit`) on every Python that pyproject's
+# classifiers list and this machine has, each in its own .venv-matrix/3.X; it says which ran and which are missing, and why. The
 # integration tests judge real CPU use and take minutes per version: `make test` runs them on
 # the main interpreter, `make test-matrix-full` on every version (MATRIX_ARGS= does the same).
 # MATRIX_PYTHONS="3.10 3.13" picks versions; MATRIX_ARGS go to pytest.
 MATRIX_PYTHONS ?=
-MATRIX_ARGS ?= -m 'not integration and not real'
+MATRIX_ARGS ?= -n auto -m 'not integration and not real'
 test-matrix: shells
 	MATRIX_PYTHONS="$(MATRIX_PYTHONS)" $(PYTHON) tools/matrix.py $(if $(MATRIX_ARGS),-- $(MATRIX_ARGS))
 

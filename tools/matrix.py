@@ -9,10 +9,10 @@ pyenv's versions/3.X.* (a pyenv shim for a version that is not activated fails w
 so PATH alone is not enough). Each version gets its own .venv-matrix/3.X with
 `pip install -e '.[dev]'`, rebuilt when pyproject.toml or the interpreter changes, and runs
 pytest with the project's own settings; arguments after `--` go to pytest (`make
-test-matrix` passes `-m 'not integration and not real'`, the unit tests; `make
-test-matrix-full` none, the whole suite as `make test` runs it). Versions run one after
-another: the integration tests start real processes and judge their CPU use, so two suites
-at once would disturb each other.
+test-matrix` passes `-n auto -m 'not integration and not real'`, the unit tests on every
+usable vCPU; `make test-matrix-full` none, the whole suite one test at a time). Versions
+run one after another: the integration tests start real processes and judge their CPU use,
+so two suites at once would disturb each other.
 
 Prints which versions ran (with result, test count and time) and which are missing and why.
 Exit status: 1 when a suite failed or an environment could not be built; a missing

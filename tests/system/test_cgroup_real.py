@@ -116,11 +116,12 @@ def test_each_cgroup_is_judged_against_its_own_budget(spawn: Spawner) -> None:
 
 def test_cgroup_and_all_agree_on_one_cgroup_under_outside_load(spawn: Spawner) -> None:
     """`watch --cgroup` and `watch --all` side by side on the same cgroup over the same
-    interval, 10 times, with a busy loop outside it: 2 processes x 2 busy threads under a
+    interval, 6 times, with a busy loop outside it: 2 processes x 2 busy threads under a
     CPU quota of 1 % of a CPU, so each process runs a few milliseconds per interval, less
     than one clock tick in most, while its threads wait all the time. Node mode once reused
     such a process's reading (no tick moved) and lost its waiting: the cgroup --cgroup
-    judged oversubscribed was starved, or not seen, for --all."""
+    judged oversubscribed was starved, or not seen, for --all, in 2 runs of 3 (6 runs all
+    agree by chance 1 time in 700; the fake-/proc test of the rule fails every time)."""
     judged = ["--duration", "3", "--interval", "0.5", "--format", "json"]
     # The tree starts under a whole CPU (Python's start-up at 1 % would take half a minute)
     # and is stopped under it again (a killed process must run to exit).
@@ -137,7 +138,7 @@ def test_cgroup_and_all_agree_on_one_cgroup_under_outside_load(spawn: Spawner) -
             wait_until(lambda: busy_workers(job.pid, 2, 2), what="the oversubscribed tree")
             wait_until(lambda: busy_workers(outside.pid, 1, 1), what="the busy loop outside")
             _set_quota(mount.version, directory, 0.01)
-            for _ in range(10):
+            for _ in range(6):
                 one = _launch(["watch", "--cgroup", busy, *judged], AFFINITY[-1])
                 node = _launch(["watch", "--all", *judged], AFFINITY[-1])
                 alone, everything = _result(one), _result(node)

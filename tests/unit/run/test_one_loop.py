@@ -78,7 +78,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "target", "stops_at_exit"), CASES, ids=lambda c: str(c))
+@pytest.mark.parametrize(
+    ("argv", "target", "stops_at_exit"),
+    CASES,
+    # Not the pid itself: every pytest-xdist worker must collect the same test ids.
+    ids=[" ".join(argv).replace(str(PID), "PID") for argv, _, _ in CASES],
+)
 def test_each_command_attaches_its_target_and_runs_the_one_loop(
     argv: list[str],
     target: Target,
