@@ -711,6 +711,7 @@ def test_report_path_that_is_not_a_regular_file_is_refused_up_front(
 
         server = socket.socket(socket.AF_UNIX)
         server.bind(path)
+        server.close()  # the socket file stays
     else:
         path = special
     argv = ["check", "-M", "1", "-T", "1", "--json", path]

@@ -171,31 +171,23 @@ def test_record_through_a_link_keeps_the_link_when_it_is_coarsened(tmp_path: Pat
 
 
 def _as_nobody(work: Callable[[], object]) -> tuple[int, str]:
-    """Run `work` in a forked child as uid/gid 65534; (0 or 2 for a UsageError, its text)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child never returns to pytest
-        status = 1
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            try:
-                work()
-                status = 0
-            except UsageError as exc:
-                os.write(write, str(exc).encode())
-                status = 2
-        except BaseException as exc:
-            os.write(write, f"harness: {exc!r}".encode())
-        finally:
-            os._exit(status)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        text = pipe.read().decode()
-    _, code = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(code), text
+    """Run `work` with effective uid/gid 65534 (what the kernel's permission checks use):
+    (0, or 2 for a UsageError with its text). The identity is switched in this process and
+    switched back, not in a forked child: the test may run in a pytest-xdist worker, whose
+    other threads a forked child would lack (a lock one of them held would never be freed)."""
+    groups = os.getgroups()
+    os.setgroups([])
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)
+    try:
+        work()
+        return 0, ""
+    except UsageError as exc:
+        return 2, str(exc)
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+        os.setgroups(groups)
 
 
 @pytest.fixture
@@ -221,7 +213,7 @@ def test_another_users_file_in_a_sticky_directory_is_refused_before_the_run(
     theirs = sticky / "r.json"
     theirs.write_text("root's report\n")
     theirs.chmod(0o666)
-    code, text = _as_nobody(lambda: print(check_report_path("--json", theirs)))
+    code, text = _as_nobody(lambda: check_report_path("--json", theirs))
     assert code == 2, text
     assert "sticky directory" in text and str(theirs) in text
     mine = sticky / "mine.json"

@@ -77,7 +77,7 @@ def child(fake_openblas: Path) -> Iterator[subprocess.Popen[str]]:
         yield proc
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()  # reaps it and closes its pipe
 
 
 def test_elf_symbol_finds_the_data_object(fake_openblas: Path) -> None:
@@ -124,7 +124,7 @@ def test_a_pool_whose_threads_do_not_exist_has_no_extra_threads(fake_openblas: P
         assert LiveReader().read(proc.pid, maps) == LiveSizes({"openblas": 4}, {"openblas": 0})
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()  # reaps it and closes its pipe
 
 
 def test_the_sampler_carries_live_sizes(child: subprocess.Popen[str]) -> None:
@@ -204,7 +204,7 @@ def test_a_value_that_is_no_thread_count_is_ignored(fake_openblas: Path, value: 
         assert LiveReader().read(proc.pid, maps) == LiveSizes({}, {})
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()  # reaps it and closes its pipe
 
 
 def test_a_vanished_process_reads_nothing(fake_openblas: Path) -> None:
@@ -216,7 +216,7 @@ def test_a_vanished_process_reads_nothing(fake_openblas: Path) -> None:
     reader = LiveReader()
     assert reader.read(proc.pid, maps).sizes == {"openblas": 2}
     proc.kill()
-    proc.wait()
+    proc.communicate()  # reaps it and closes its pipe
     deadline = time.monotonic() + 5
     while Path(f"/proc/{proc.pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.01)
