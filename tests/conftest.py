@@ -11,7 +11,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from oversub.probe.budget import read_budget
 from tests.support.harness import Spawner
 
 
@@ -29,5 +28,8 @@ def spawn() -> Iterator[Spawner]:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto` (`make unit`): one worker per vCPU this run may really use (affinity,
     cgroup quota, cpuset), as oversub counts them. pytest-xdist's own default counts the
-    host's cores: in a container limited to 2 CPUs of 64 it would start 64 workers."""
+    host's cores: in a container limited to 2 CPUs of 64 it would start 64 workers.
+    Imported here, where only `-n auto` pays for it."""
+    from oversub.probe.budget import read_budget
+
     return read_budget().vcpus
