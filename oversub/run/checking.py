@@ -123,8 +123,20 @@ def _run_command(
 
             target = Target.tree(proc.pid, adopter=adopter)
             with contextlib.closing(attach(target, budget)) as source:
+
+                def sleep(seconds: float) -> None:
+                    # The command's exit ends the source's wait (its root's pidfd); the
+                    # timeout must end it too.
+                    if timeout is not None:
+                        seconds = min(seconds, started + timeout - time.monotonic())
+                    source.wait(max(0.0, seconds))
+
                 result = follow(
-                    source, session, on_round=each_interval(observe), should_stop=should_stop
+                    source,
+                    session,
+                    on_round=each_interval(observe),
+                    should_stop=should_stop,
+                    sleep=sleep,
                 )
         except KeyboardInterrupt:
             result = None

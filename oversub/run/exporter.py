@@ -87,9 +87,14 @@ class Exporter:
             self.options,
             on_round=self._round,
             should_stop=self.stop.is_set,
+            sleep=self._sleep,
             stop_at_exit=False,
             keep_summaries=False,
         )
+
+    def _sleep(self, seconds: float) -> None:
+        """The loop's wait: it ends at once when `stop` is set."""
+        self.stop.wait(seconds)
 
     def _round(self, r: Round) -> None:
         everything = [*r.targets, *([r.node] if r.node is not None else [])]

@@ -78,6 +78,10 @@ class Source(Protocol):
         """A cheap early sign that the target exited (the next reading says for sure)."""
         ...
 
+    def wait(self, seconds: float) -> None:
+        """Sleep `seconds`, or less: a tree's wait returns once its root has exited."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -116,7 +120,7 @@ def follow(
     stop_at_exit: bool = True,
     keep_summaries: bool = True,
     only_loaded: bool = False,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
     """Read every target each `options.interval` until the duration ends, `should_stop()`,
@@ -124,7 +128,17 @@ def follow(
     that hold load (`analysis.fleet.holds_load`). Without `stop_at_exit` (`serve`) a target
     that is not up is absent from its rounds. The first reading raises when the target
     cannot be observed at all (NoSuchProcess, PermissionDenied, NoSuchCgroup); after that,
-    vanishing processes are normal."""
+    vanishing processes are normal.
+
+    Between readings the loop waits in `sleep(seconds)`, once per interval, and asks
+    `should_stop()` when it returns. By default that is the source's wait, which returns
+    as soon as the target exits (`stop_at_exit`), else `time.sleep`; a caller whose stop
+    comes from elsewhere passes a `sleep` that returns then (serve: its stop event's wait;
+    check: one that ends at its timeout)."""
+    if sleep is None:
+        # Not the source's wait without `stop_at_exit`: once the target has exited it
+        # would return at once, every time, and the loop would spin until the duration.
+        sleep = source.wait if stop_at_exit else time.sleep
     th = options.thresholds
     result = RunResult()
     runs: dict[str, tuple[RunSummary, Budget]] = {}
@@ -274,11 +288,9 @@ def _sleep_until(
     sleep: Callable[[float], None],
     should_stop: Callable[[], bool],
 ) -> None:
-    """Sleep in short slices so a finished command is noticed quickly."""
+    """Wait until `deadline`, or until `should_stop()` after `sleep` returned early."""
     while True:
         left = deadline - clock()
-        if left <= 0:
+        if left <= 0 or should_stop():
             return
-        if should_stop():
-            return
-        sleep(min(left, 0.1))
+        sleep(left)

@@ -92,6 +92,12 @@ class OneSource:
         # ends then, not at the end of the interval. A removed cgroup: the next reading.
         return self._exit is not None and self._exit.gone()
 
+    def wait(self, seconds: float) -> None:
+        if self._exit is None:
+            time.sleep(seconds)
+        else:
+            self._exit.wait(seconds)
+
     def close(self) -> None:
         if self._exit is not None:
             self._exit.close()
@@ -140,6 +146,9 @@ class NodeSource:
 
     def exiting(self) -> bool:
         return False  # the node is always there
+
+    def wait(self, seconds: float) -> None:
+        time.sleep(seconds)
 
     def close(self) -> None:
         self.sampler.close()

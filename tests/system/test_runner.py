@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -319,6 +320,37 @@ def test_exit_watch_follows_the_process_not_its_main_thread(
         for proc in (sleeper, leaderless):
             proc.kill()
             proc.wait(timeout=30)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "proc"])
+def test_exit_watch_wait_ends_at_the_exit_and_not_before_its_time(
+    pidfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `watch` waits out each interval here: a live process keeps it waiting the whole time
+    # asked, an exit ends the wait at once (not at the end of a 60 s interval).
+    if not pidfd:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)  # the /proc fallback
+    elif not hasattr(os, "pidfd_open"):
+        pytest.skip("no os.pidfd_open on this platform")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with ExitWatch(sleeper.pid) as watch:
+            began = time.monotonic()
+            watch.wait(0.3)
+            assert time.monotonic() - began >= 0.3  # a live process: the whole wait
+            assert not watch.gone()
+            threading.Timer(0.2, sleeper.kill).start()
+            began = time.monotonic()
+            watch.wait(60)
+            assert time.monotonic() - began < 30, "the wait outlived the process"
+            assert watch.gone()
+            began = time.monotonic()
+            watch.wait(60)  # gone already: no wait at all
+            assert time.monotonic() - began < 30
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=30)
 
 
 def test_exit_watch_of_a_missing_pid_is_gone() -> None:

@@ -59,6 +59,9 @@ class Scripted:
     def exiting(self) -> bool:
         return False
 
+    def wait(self, seconds: float) -> None:
+        raise AssertionError("the run sleeps in the clock given")
+
     def close(self) -> None:
         pass
 

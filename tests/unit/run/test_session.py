@@ -95,3 +95,47 @@ def test_a_sampler_that_keeps_pace_says_nothing() -> None:
     cost = 0.1 * (SLOW_PACE - 1) / 2  # late, but well within the tolerance
     _, _, notes = _run(SessionOptions(interval=0.1, duration=2.0), cost=cost)
     assert notes == []
+
+
+class _Exiting:
+    """The exit watch of a root that exits at `at` on the clock: its wait returns then."""
+
+    def __init__(self, clock: Clock, at: float) -> None:
+        self.clock, self.at, self.waits = clock, at, 0
+
+    def gone(self) -> bool:
+        return self.clock.now >= self.at
+
+    def wait(self, seconds: float) -> None:
+        self.waits += 1
+        self.clock.now = min(self.clock.now + seconds, max(self.clock.now, self.at))
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_loop_wakes_once_an_interval() -> None:
+    # It slept in 0.1 s slices to look for an exit: ten wake-ups a second, 1.2 ms of CPU.
+    clock = Clock()
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock.sleep(seconds)
+
+    source = OneSource(Target.tree(ROOT), Sampler(clock, 0.0), synthetic_budget(2), "")  # type: ignore[arg-type]
+    follow(source, SessionOptions(interval=1.0, duration=5.0), sleep=sleep, clock=clock)
+    assert waits == [1.0] * 5
+
+
+def test_the_roots_exit_ends_the_wait_and_the_run() -> None:
+    # No `sleep` given: the source's wait, which its root's exit ends (a pidfd), not the
+    # end of a 60 s interval.
+    clock = Clock()
+    sampler = Sampler(clock, 0.0)
+    watch = _Exiting(clock, at=130.5)
+    source = OneSource(Target.tree(ROOT), sampler, synthetic_budget(2), "", watch)  # type: ignore[arg-type]
+    follow(source, SessionOptions(interval=60.0, duration=600.0), clock=clock)
+    assert clock.now == 130.5
+    assert watch.waits == 1
+    assert set(sampler.times) == {100.0, 130.5}  # the first reading, and the last look
