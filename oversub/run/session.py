@@ -282,6 +282,11 @@ class _Pace:
         )
 
 
+LONGEST_WAIT_S = 3600.0
+"""One wait of the loop is at most this long (the longest --interval); a longer one (a
+warm-up of years) is waited in turns: poll() takes no timeout past 24 days."""
+
+
 def _sleep_until(
     deadline: float,
     clock: Callable[[], float],
@@ -293,4 +298,4 @@ def _sleep_until(
         left = deadline - clock()
         if left <= 0 or should_stop():
             return
-        sleep(left)
+        sleep(min(left, LONGEST_WAIT_S))

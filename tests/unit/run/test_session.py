@@ -3,10 +3,12 @@ when the sampler cannot keep the interval asked for."""
 
 from __future__ import annotations
 
+import pytest
+
 from oversub.analysis.plans import synthetic_budget
 from oversub.core.samples import HostSample, ProcessSample, TreeSample
 from oversub.core.targets import Target
-from oversub.run.session import SLOW_PACE, SessionOptions, follow
+from oversub.run.session import LONGEST_WAIT_S, SLOW_PACE, SessionOptions, follow
 from oversub.run.sources import OneSource
 from tests.support.builders import thread
 
@@ -126,6 +128,22 @@ def test_the_loop_wakes_once_an_interval() -> None:
     source = OneSource(Target.tree(ROOT), Sampler(clock, 0.0), synthetic_budget(2), "")  # type: ignore[arg-type]
     follow(source, SessionOptions(interval=1.0, duration=5.0), sleep=sleep, clock=clock)
     assert waits == [1.0] * 5
+
+
+def test_a_warm_up_of_years_is_waited_in_turns_the_kernel_takes() -> None:
+    # `check --warmup 1e9`: one poll() of 1e12 ms raised OverflowError (an internal error).
+    clock = Clock()
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock.sleep(seconds)
+
+    source = OneSource(Target.tree(ROOT), Sampler(clock, 0.0), synthetic_budget(2), "")  # type: ignore[arg-type]
+    options = SessionOptions(interval=1.0, duration=1.0, warmup=1e9)
+    follow(source, options, sleep=sleep, clock=clock)
+    assert max(waits) == LONGEST_WAIT_S
+    assert sum(waits) == pytest.approx(1e9 + 1.0)
 
 
 def test_the_roots_exit_ends_the_wait_and_the_run() -> None:
