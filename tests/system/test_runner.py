@@ -290,15 +290,20 @@ def _main_thread_state(pid: int) -> str:
     return data[data.rfind(b")") + 2 :][:1].decode()
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "proc"])
-def test_exit_watch_follows_the_process_not_its_main_thread(
-    pidfd: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if not pidfd:
-        monkeypatch.delattr(os, "pidfd_open", raising=False)  # the /proc fallback
+@pytest.fixture(params=["pidfd", "proc"])
+def exit_watch_way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A test of ExitWatch runs twice: through a pidfd, and through /proc (the fallback
+    where os.pidfd_open is missing)."""
+    if request.param == "proc":
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
     elif not hasattr(os, "pidfd_open"):
         pytest.skip("no os.pidfd_open on this platform")
+    return str(request.param)
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("exit_watch_way")
+def test_exit_watch_follows_the_process_not_its_main_thread() -> None:
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     leaderless = subprocess.Popen([sys.executable, "-c", _LEADER_EXITS])
     try:
@@ -323,16 +328,10 @@ def test_exit_watch_follows_the_process_not_its_main_thread(
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "proc"])
-def test_exit_watch_wait_ends_at_the_exit_and_not_before_its_time(
-    pidfd: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("exit_watch_way")
+def test_exit_watch_wait_ends_at_the_exit_and_not_before_its_time() -> None:
     # `watch` waits out each interval here: a live process keeps it waiting the whole time
     # asked, an exit ends the wait at once (not at the end of a 60 s interval).
-    if not pidfd:
-        monkeypatch.delattr(os, "pidfd_open", raising=False)  # the /proc fallback
-    elif not hasattr(os, "pidfd_open"):
-        pytest.skip("no os.pidfd_open on this platform")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with ExitWatch(sleeper.pid) as watch:

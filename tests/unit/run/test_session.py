@@ -116,8 +116,8 @@ class _Exiting:
         pass
 
 
-def test_the_loop_wakes_once_an_interval() -> None:
-    # It slept in 0.1 s slices to look for an exit: ten wake-ups a second, 1.2 ms of CPU.
+def _waits(options: SessionOptions) -> list[float]:
+    """The seconds of each wait of a run of `options` on the fake clock."""
     clock = Clock()
     waits: list[float] = []
 
@@ -126,22 +126,18 @@ def test_the_loop_wakes_once_an_interval() -> None:
         clock.sleep(seconds)
 
     source = OneSource(Target.tree(ROOT), Sampler(clock, 0.0), synthetic_budget(2), "")  # type: ignore[arg-type]
-    follow(source, SessionOptions(interval=1.0, duration=5.0), sleep=sleep, clock=clock)
-    assert waits == [1.0] * 5
+    follow(source, options, sleep=sleep, clock=clock)
+    return waits
+
+
+def test_the_loop_wakes_once_an_interval() -> None:
+    # It slept in 0.1 s slices to look for an exit: ten wake-ups a second, 1.2 ms of CPU.
+    assert _waits(SessionOptions(interval=1.0, duration=5.0)) == [1.0] * 5
 
 
 def test_a_warm_up_of_years_is_waited_in_turns_the_kernel_takes() -> None:
     # `check --warmup 1e9`: one poll() of 1e12 ms raised OverflowError (an internal error).
-    clock = Clock()
-    waits: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        waits.append(seconds)
-        clock.sleep(seconds)
-
-    source = OneSource(Target.tree(ROOT), Sampler(clock, 0.0), synthetic_budget(2), "")  # type: ignore[arg-type]
-    options = SessionOptions(interval=1.0, duration=1.0, warmup=1e9)
-    follow(source, options, sleep=sleep, clock=clock)
+    waits = _waits(SessionOptions(interval=1.0, duration=1.0, warmup=1e9))
     assert max(waits) == LONGEST_WAIT_S
     assert sum(waits) == pytest.approx(1e9 + 1.0)
 
