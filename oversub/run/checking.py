@@ -102,7 +102,7 @@ def _run_command(
             with stopsignals.blocked():
                 proc = start_command(argv)
                 reaper = TreeReaper(proc, adopter=adopter)
-            started = time.monotonic()
+            ends = None if timeout is None else time.monotonic() + timeout
             progress.started(proc.pid, report_command(argv), session, timeout)
 
             def should_stop() -> bool:
@@ -110,7 +110,7 @@ def _run_command(
                 assert proc is not None
                 if proc.poll() is not None:
                     return True
-                if timeout is not None and time.monotonic() - started >= timeout:
+                if ends is not None and time.monotonic() >= ends:
                     timed_out = True
                     return True
                 return False
@@ -127,8 +127,8 @@ def _run_command(
                 def sleep(seconds: float) -> None:
                     # The command's exit ends the source's wait (its root's pidfd); the
                     # timeout must end it too.
-                    if timeout is not None:
-                        seconds = min(seconds, started + timeout - time.monotonic())
+                    if ends is not None:
+                        seconds = min(seconds, ends - time.monotonic())
                     source.wait(max(0.0, seconds))
 
                 result = follow(

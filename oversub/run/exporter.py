@@ -43,7 +43,7 @@ def add(counters: Counters, t: TargetResult) -> Counters:
 
 
 class Exporter:
-    """Holds the latest state for scrapes; `run` samples until a stop signal or `stop`."""
+    """Holds the latest state for scrapes; `run` samples until a stop signal."""
 
     def __init__(
         self,
@@ -73,7 +73,6 @@ class Exporter:
             version=version,
             python=platform.python_version(),
         )
-        self.stop = threading.Event()
 
     def latest(self) -> Exported:
         with self._lock:
@@ -86,15 +85,9 @@ class Exporter:
             self.source,
             self.options,
             on_round=self._round,
-            should_stop=self.stop.is_set,
-            sleep=self._sleep,
             stop_at_exit=False,
             keep_summaries=False,
         )
-
-    def _sleep(self, seconds: float) -> None:
-        """The loop's wait: it ends at once when `stop` is set."""
-        self.stop.wait(seconds)
 
     def _round(self, r: Round) -> None:
         everything = [*r.targets, *([r.node] if r.node is not None else [])]

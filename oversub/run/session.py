@@ -133,8 +133,8 @@ def follow(
     Between readings the loop waits in `sleep(seconds)`, once per interval, and asks
     `should_stop()` when it returns. By default that is the source's wait, which returns
     as soon as the target exits (`stop_at_exit`), else `time.sleep`; a caller whose stop
-    comes from elsewhere passes a `sleep` that returns then (serve: its stop event's wait;
-    check: one that ends at its timeout)."""
+    comes from elsewhere passes a `sleep` that returns then (check: one that ends at its
+    timeout). A stop signal interrupts any of them."""
     if sleep is None:
         # Not the source's wait without `stop_at_exit`: once the target has exited it
         # would return at once, every time, and the loop would spin until the duration.

@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,30 @@ def test_timeout_ends_the_tree_and_is_not_a_failure(tmp_path: Path) -> None:
     assert doc["timed_out"] is True, result_json
     for proc in doc["processes"]:
         assert not alive(proc["pid"]) or proc["pid"] == os.getpid()
+
+
+def test_timeout_ends_the_wait_of_a_long_interval(tmp_path: Path) -> None:
+    # The loop waits a whole interval in one call that the command's exit ends: the
+    # timeout must end it too, not the 60 s interval.
+    began = time.monotonic()
+    result = oversub(
+        [
+            "check",
+            "--timeout",
+            "1",
+            "--interval",
+            "60",
+            "--warmup",
+            "0",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--",
+            *stress(1, 1, 120),
+        ]
+    )
+    assert time.monotonic() - began < 40, result.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["timed_out"] is True, doc
 
 
 def test_ctrl_c_kills_the_whole_tree(spawn: Spawner) -> None:
