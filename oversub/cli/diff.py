@@ -19,7 +19,8 @@ from oversub.render import DiffFormat
     "--metric",
     default=None,
     metavar="NAME",
-    help="Also compare this figure, recorded by `check --metric NAME` (higher is better).",
+    help="Also judge this figure, recorded by `check --metric NAME` (higher is better); "
+    "every figure both recordings hold is shown without it.",
 )
 @click.option(
     "--tolerance",
@@ -32,7 +33,7 @@ def command(
     before: Path, after: Path, fmt: str, metric: str | None, tolerance: float
 ) -> ExitStatus:
     """Compare two recordings (`--record`): verdict, demand, delay ratio, active threads,
-    switches and a throughput, side by side with the change.
+    switches and the throughputs both recorded, side by side with the change.
 
     Exit 0 when AFTER is not worse than BEFORE, 1 when it is: a worse verdict, a delay
     ratio more than 0.10 higher, or (with --metric) the metric lower by more than

@@ -10,6 +10,10 @@ AFTER is *worse* than BEFORE when any of these holds (each is a reason, in words
 - with `--metric NAME` (a throughput: higher is better), its value is lower by more than
   `tolerance` of BEFORE's (default 5 %), or AFTER did not record it while BEFORE did.
 
+Every other figure both runs recorded (`check --metric`) is shown beside the gated one
+without being judged: when it is lower by more than `tolerance`, the comparison says so
+(`Comparison.noted`) and that `--metric NAME` would gate on it.
+
 A run without a verdict (nothing measured, the command failed) cannot be compared: the
 comparison says so, and the command exits 3.
 """
@@ -38,6 +42,26 @@ def figures(replay: Replay, metric: str | None = None) -> Figures:
         cpu_percent=s.totals.cpu_percent,
         seconds=s.duration_s,
         metric=None if metric is None else values.get(metric),
+        metrics=replay.metrics,
+    )
+
+
+def shown_metrics(before: Figures, after: Figures, metric: str | None) -> tuple[str, ...]:
+    """The throughputs a comparison shows: the gated `metric`, then every figure both runs
+    recorded, in BEFORE's order."""
+    held = {name for name, _ in after.metrics}
+    shared = [name for name, _ in before.metrics if name in held and name != metric]
+    return tuple([metric, *shared] if metric is not None else shared)
+
+
+def _ungated_drops(
+    before: Figures, after: Figures, names: tuple[str, ...], tolerance: float
+) -> tuple[str, ...]:
+    b, a = dict(before.metrics), dict(after.metrics)
+    return tuple(
+        f"{name} {b[name]:g} -> {a[name]:g}, {(b[name] - a[name]) / b[name]:.0%} lower"
+        for name in names
+        if b[name] > 0 and a[name] < b[name] * (1 - tolerance)
     )
 
 
@@ -74,4 +98,6 @@ def compare(
                 )
             elif a.metric > b.metric * (1 + tolerance):
                 better.append(f"{metric} {b.metric:g} -> {a.metric:g}")
-    return Comparison(b, a, metric, tuple(worse), tuple(better), unjudged)
+    shown = shown_metrics(b, a, metric)
+    noted = _ungated_drops(b, a, tuple(n for n in shown if n != metric), tolerance)
+    return Comparison(b, a, metric, tuple(worse), tuple(better), unjudged, shown, noted)

@@ -81,13 +81,18 @@ def rows(c: Comparison) -> list[Row]:
         ("CPU %", f"{b.cpu_percent:.0f}", f"{a.cpu_percent:.0f}", ""),
         ("seconds measured", f"{b.seconds:.1f}", f"{a.seconds:.1f}", ""),
     ]
-    if c.metric is not None:
+    before: dict[str, float | None] = dict(b.metrics)
+    after: dict[str, float | None] = dict(a.metrics)
+    if c.metric is not None:  # the gated one: its value may be missing from either run
+        before[c.metric], after[c.metric] = b.metric, a.metric
+    for name in c.metrics:
+        was, now = before.get(name), after.get(name)
         out.append(
             (
-                c.metric,
-                "not recorded" if b.metric is None else f"{b.metric:g}",
-                "not recorded" if a.metric is None else f"{a.metric:g}",
-                _change(b.metric, a.metric),
+                name,
+                "not recorded" if was is None else f"{was:g}",
+                "not recorded" if now is None else f"{now:g}",
+                _change(was, now),
             )
         )
     return out
@@ -99,14 +104,18 @@ def closing(c: Comparison) -> str:
             f"oversub diff: cannot compare: {' and '.join(c.unjudged).upper()} has no verdict "
             "(nothing measured, or the command failed), exit 3"
         )
+    noted = ""
+    if c.noted:
+        noted = f" (not gated: {'; '.join(c.noted)}; --metric NAME gates on a figure)"
     if c.worse:
-        return "oversub diff: AFTER is worse: " + "; ".join(c.worse) + ", exit 1"
+        return "oversub diff: AFTER is worse: " + "; ".join(c.worse) + noted + ", exit 1"
     better = ("; better: " + "; ".join(c.better)) if c.better else ""
-    return f"oversub diff: AFTER is not worse{better}, exit 0"
+    return f"oversub diff: AFTER is not worse{better}{noted}, exit 0"
 
 
 def diff_text(c: Comparison, before: str, after: str) -> str:
-    table = [("", "BEFORE", "AFTER", "change"), *rows(c)]
+    # A throughput's name comes from the file: escaped like every recorded string.
+    table = [("", "BEFORE", "AFTER", "change"), *(tuple(map(terminal, r)) for r in rows(c))]
     widths = [max(len(r[i]) for r in table) for i in range(4)]
     lines = [
         f"BEFORE: {terminal(before)}",
@@ -147,20 +156,26 @@ def _figures(f: Figures) -> dict[str, Any]:
         "cpu_percent": round(f.cpu_percent, 3),
         "seconds": round(f.seconds, 3),
         "metric": f.metric,
+        "metrics": dict(f.metrics),
     }
 
 
 def diff_dict(c: Comparison, before: str, after: str) -> dict[str, Any]:
     """`diff --format json`: `before`, `after` (file and figures: `verdict`, `vcpus`, `demand`,
     `run_delay_ratio`, `active_threads`, `involuntary_ctx_per_cpu_s`, `cpu_percent`,
-    `seconds`, `metric`), `metric` (the name, or null), `worse` and `better` (reasons, in
-    words), `unjudged` (which run has no verdict), `exit_status`."""
+    `seconds`, `metric`: the gated figure's value, `metrics`: every figure the run
+    recorded), `metric` (the gated name, or null), `metrics` (the names shown: the gated
+    one, then every other both runs recorded), `worse` and `better` (reasons, in words),
+    `noted` (a shown figure that is not gated and is lower in AFTER), `unjudged` (which run
+    has no verdict), `exit_status`."""
     return {
         "before": {"file": before, **_figures(c.before)},
         "after": {"file": after, **_figures(c.after)},
         "metric": c.metric,
+        "metrics": list(c.metrics),
         "worse": list(c.worse),
         "better": list(c.better),
+        "noted": list(c.noted),
         "unjudged": list(c.unjudged),
         "exit_status": 3 if c.unjudged else 1 if c.worse else 0,
     }

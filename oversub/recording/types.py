@@ -101,6 +101,8 @@ class Figures:
     seconds: float
     metric: float | None
     """The value of `--metric` the workload printed (last one), None when not recorded."""
+    metrics: tuple[tuple[str, float], ...] = ()
+    """Every figure the workload printed and the run recorded (`Replay.metrics`)."""
 
 
 @dataclass(frozen=True)
@@ -117,3 +119,9 @@ class Comparison:
     """What improved, in words."""
     unjudged: tuple[str, ...] = ()
     """Which run has no verdict (nothing to compare: exit 3)."""
+    metrics: tuple[str, ...] = ()
+    """The throughputs shown: `metric` first, then every other figure both runs recorded."""
+    noted: tuple[str, ...] = ()
+    """Each shown throughput that is not gated (no `--metric` names it) and is lower in
+    AFTER by more than the tolerance, in words ("steps 100 -> 50, 50% lower"): said, not
+    judged."""

@@ -17,13 +17,19 @@ from tests.support.builders import oversubscribed_run, recording_lines
 from tests.support.harness import oversub, run_cli
 
 
-def replay(threads: int, delay: float, metric: float | None = None) -> Replay:
+def lines_with(threads: int, delay: float, **metrics: float) -> list[str]:
+    """A recording's lines whose summary holds `metrics` (as `check --metric` records)."""
     lines = recording_lines(oversubscribed_run(4, threads=threads, delay=delay))
-    if metric is not None:
+    if metrics:
         summary = json.loads(lines[-1])
-        summary["metrics"] = {"steps": metric}
+        summary["metrics"] = metrics
         lines[-1] = json.dumps(summary)
-    return reassess(parse(lines))
+    return lines
+
+
+def replay(threads: int, delay: float, metric: float | None = None, **others: float) -> Replay:
+    metrics = others if metric is None else {"steps": metric, **others}
+    return reassess(parse(lines_with(threads, delay, **metrics)))
 
 
 OVER = dict(threads=2, delay=0.5)  # 3 workers x 2 threads waiting half the time on N = 2
@@ -57,6 +63,66 @@ def test_a_metric_missing_after_is_worse_and_one_missing_before_is_not() -> None
         "steps was not recorded in AFTER",
     )
     assert compare(replay(**OVER), replay(**OVER, metric=1), "steps").worse == ()
+
+
+def test_without_metric_the_throughputs_both_runs_hold_are_shown_not_gated() -> None:
+    """Two `check --metric` recordings compared without `--metric`: the figures both hold are
+    shown (a figure only one holds is not: nothing to compare it with), none is judged, and
+    a drop beyond the tolerance is said, with the flag that gates on it."""
+    c = compare(replay(**OVER, metric=100, loss=2.0), replay(**OVER, metric=50, other=1.0))
+    assert c.metric is None and c.metrics == ("steps",)
+    assert c.worse == () and c.better == ()
+    assert c.noted == ("steps 100 -> 50, 50% lower",)
+    c = compare(replay(**OVER, metric=100, loss=2.0), replay(**OVER, metric=96, loss=9.0))
+    assert c.metrics == ("steps", "loss") and c.noted == ()
+    # Gated: the named one first and judged, the other shown beside it.
+    c = compare(replay(**OVER, metric=100, loss=2.0), replay(**OVER, metric=50, loss=1.0), "loss")
+    assert c.metrics == ("loss", "steps")
+    assert c.worse == ("loss 2 -> 1 (more than 5% lower)",)
+    assert c.noted == ("steps 100 -> 50, 50% lower",)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown"])
+def test_diff_shows_the_recorded_throughput_without_metric(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = write(tmp_path / "before.ndjson", lines_with(**OVER, steps_per_s=1017.0))
+    after = write(tmp_path / "after.ndjson", lines_with(**FIXED, steps_per_s=14530.7))
+    code, out, err = run_cli(["diff", before, after, "--format", fmt], capsys)
+    assert code == ExitStatus.OK, err
+    if fmt == "json":
+        doc = json.loads(out)
+        assert doc["metric"] is None and doc["metrics"] == ["steps_per_s"]
+        assert doc["before"]["metrics"] == {"steps_per_s": 1017.0}
+        assert doc["after"]["metrics"] == {"steps_per_s": 14530.7}
+    else:
+        row = next(line for line in out.splitlines() if "steps_per_s" in line)
+        assert "1017" in row and "14530.7" in row and "+1329%" in row, out
+    # The other way round: 93 % lower, shown and said, and exit 1 for the verdict only.
+    code, out, err = run_cli(["diff", after, before, "--format", fmt], capsys)
+    assert code == ExitStatus.FOUND, err
+    said = "steps_per_s 14530.7 -> 1017, 93% lower"
+    if fmt == "json":
+        assert json.loads(out)["noted"] == [said]
+    else:
+        said = f"(not gated: {said}; --metric NAME gates on a figure)"
+        assert (said.replace(">", "&gt;") if fmt == "markdown" else said) in out, out
+
+
+def test_a_recorded_throughput_name_is_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name read from the file reaches the terminal escaped (the file is untrusted)."""
+    paths = []
+    for i, value in enumerate((1.0, 2.0)):
+        lines = lines_with(**OVER)
+        summary = json.loads(lines[-1])
+        summary["metrics"] = {"x\x1b[2Jy": value}
+        lines[-1] = json.dumps(summary)
+        paths.append(write(tmp_path / f"{i}.ndjson", lines))
+    code, out, err = run_cli(["diff", *paths], capsys)
+    assert code == ExitStatus.OK, err
+    assert "\x1b" not in out and "x\\x1b[2Jy" in out, out
 
 
 def write(path: Path, lines: list[str]) -> str:
