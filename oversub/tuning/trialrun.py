@@ -3,7 +3,7 @@ discarded (or passed to stderr) and read for the metric, the recording, the figu
 
 The run itself is `run.tune.run_trial`, that is `run.check.run_command`: check's sampler,
 verdict, containment and stop. The metric is read by check --metric's parser
-(`cli.metrics.StdoutMetrics`).
+(`cli.check.metric.StdoutMetrics`).
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ class TrialRunner:
             elif metric not in captured.values:
                 failure = f"no {metric}=<number> line on stdout"
             elif self.opts.metric_stat == "mean":
-                value = captured.sums[metric] / captured.counts[metric]
+                value = captured.means[metric]
             else:
                 value = captured.values[metric]
         if recorder is not None:

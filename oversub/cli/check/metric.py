@@ -7,6 +7,11 @@ printed at the end, or a running figure). Only while CMD runs: fd 1 of oversub i
 pointed at the pipe when CMD starts (CMD inherits it) and restored when CMD's tree is gone.
 With a pipe instead of a terminal, CMD may buffer its output (Python does): that is the
 price of reading it, and why this happens only with `--metric`.
+
+CMD's output is hostile input: the reader is linear in it. A line is split on whitespace
+(one pass) and a token is a figure only when it is `NAME=` for a NAME asked for followed by a
+number (`is_number`: split at its sign, exponent and point, nothing that backtracks); of a
+line longer than `MAX_LINE` bytes only the whole tokens of its last `MAX_LINE` bytes count.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from oversub.core.errors import UsageError
 
@@ -25,6 +30,8 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,63}\Z")
 """What a metric may be called: a word of at most 64 characters."""
 MAX_LINE = 4096
 """Bytes of a line kept for matching (a longer line is passed on whole, matched on its end)."""
+MAX_NAMES = 16
+"""Names remembered when any name is read (`StdoutMetrics(None)`): the first ones seen."""
 
 
 def check_names(names: Sequence[str]) -> tuple[str, ...]:
@@ -37,19 +44,58 @@ def check_names(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-class StdoutMetrics:
-    """A context that tees fd 1 through a pipe and collects `NAME=<number>` tokens."""
+def is_number(text: str) -> bool:
+    """A decimal figure: `[-+]?(D+(.D*)?|.D+)([eE][-+]?D+)?` with D an ASCII digit, tested
+    by splitting it at its sign, exponent and point (each a single pass of str's C code:
+    no pattern that backtracks over the digits)."""
+    body = text[1:] if text[:1] in ("+", "-") else text
+    mantissa, sep, exponent = body.replace("E", "e").partition("e")
+    if sep:
+        exponent = exponent[1:] if exponent[:1] in ("+", "-") else exponent
+        if not (exponent.isascii() and exponent.isdigit()):
+            return False
+    whole, _, fraction = mantissa.partition(".")
+    if not whole and not fraction:
+        return False
+    return all(not part or (part.isascii() and part.isdigit()) for part in (whole, fraction))
 
-    def __init__(self, names: Sequence[str]) -> None:
-        alternatives = "|".join(re.escape(n) for n in names)
-        self._pattern = re.compile(
-            rf"(?:^|\s)({alternatives})=([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)(?=\s|$)"
-        )
+
+def scan(line: bytes, names: Collection[str] | None) -> Iterator[tuple[str, float]]:
+    """The `NAME=<number>` tokens of one line (without its newline) whose NAME is in `names`
+    (any valid name when None) and whose number is finite, in order. Only the last `MAX_LINE`
+    bytes of a longer line are read, without the token the cut went through."""
+    cut = len(line) > MAX_LINE
+    text = (line[-MAX_LINE - 1 :] if cut else line).decode("utf-8", "replace")
+    tokens = text.split()
+    if cut and tokens and not text[:1].isspace():
+        tokens = tokens[1:]  # the cut went through it (or just before it: unknown)
+    for token in tokens:
+        name, sep, value = token.partition("=")
+        if not sep or not is_number(value):
+            continue
+        if names is None and not NAME.match(name):
+            continue
+        if names is not None and name not in names:
+            continue
+        number = float(value)
+        if math.isfinite(number):
+            yield name, number
+
+
+class StdoutMetrics:
+    """A context that tees fd 1 through a pipe and collects `NAME=<number>` tokens.
+
+    `names` None: any valid name, the first `MAX_NAMES` seen (what CMD prints, for a hint)."""
+
+    def __init__(self, names: Sequence[str] | None) -> None:
+        self._names = None if names is None else frozenset(names)
         self.values: dict[str, float] = {}
         """The last value of each name."""
-        self.sums: dict[str, float] = {}
+        self.means: dict[str, float] = {}
         self.counts: dict[str, int] = {}
-        """Sum and number of every value of each name (`tune --metric-stat mean`)."""
+        """Mean and number of every value of each name (`tune --metric-stat mean`). The mean
+        is kept as a running mean, which stays finite for any finite figures (a sum of
+        figures near the largest double would not)."""
         self._saved: int | None = None
         self._read: int | None = None
         self._thread: threading.Thread | None = None
@@ -90,17 +136,21 @@ class StdoutMetrics:
                     except OSError:
                         out = None  # the reader left: keep draining so CMD never blocks
                 *lines, pending = (pending + chunk).split(b"\n")
-                pending = pending[-MAX_LINE:]
+                pending = pending[-MAX_LINE - 1 :]  # one byte more: was the cut at a blank?
                 for line in lines:
-                    self._scan(line[-MAX_LINE:])
-            self._scan(pending)
+                    self._take(line)
+            self._take(pending)
         finally:
             os.close(self._read)
 
-    def _scan(self, line: bytes) -> None:
-        for name, value in self._pattern.findall(line.decode("utf-8", "replace")):
-            number = float(value)
-            if math.isfinite(number):
-                self.values[name] = number
-                self.sums[name] = self.sums.get(name, 0.0) + number
-                self.counts[name] = self.counts.get(name, 0) + 1
+    def _take(self, line: bytes) -> None:
+        for name, number in scan(line, self._names):
+            count = self.counts.get(name, 0) + 1
+            if count == 1 and self._names is None and len(self.counts) >= MAX_NAMES:
+                continue
+            self.values[name] = number
+            self.counts[name] = count
+            mean = self.means.get(name, 0.0)
+            # (k-1)/k of the old mean plus 1/k of the figure: each term is at most the
+            # largest figure in size, so the mean never overflows.
+            self.means[name] = mean * ((count - 1) / count) + number / count
