@@ -5,9 +5,11 @@ line, why it is not one); `merge` combines them into a `JobReport`; `merge_statu
 exit status, with `check`'s policy (`analysis.policy.fails`). Reading files is the CLI's.
 
 A report is untrusted input (it may come from any node, or from anyone): every field used
-is checked for its type and range, text is cut to `MAX_TEXT` characters, the number of
-findings to `MAX_FINDINGS`, and the launcher ids go through the same allow-list as when
-they were written (`analysis.launcher.launcher_identity`). Renderers escape all of it.
+is checked for its type and range (numbers as a recording's are, `recording.fields.number`:
+finite and bounded, so every format can write them), text is cut to `MAX_TEXT` characters,
+the number of findings to `MAX_FINDINGS`, and the launcher ids go through the same
+allow-list as when they were written (`analysis.launcher.launcher_identity`). Renderers
+escape all of it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from oversub.core.errors import ExitStatus, UsageError
 from oversub.core.model import MAX_VCPUS
 from oversub.core.names import FailOn, Name, Severity, Verdict
 from oversub.core.nodes import JobReport, NodeFinding, NodeReport, NodeRow, RuleNodes
+from oversub.recording.fields import MAX_NUMBER, BadRecord, number
 
 MAX_TEXT = 300
 """Characters kept of a message or a reason; a longer one ends in "…"."""
@@ -130,11 +133,13 @@ def parse_report(doc: object, source: str) -> NodeReport:
     totals = doc.get("totals")
     if not isinstance(totals, dict):
         raise read.bad(f"`totals` is {_kind(totals)}, not an object")
-    demand = totals.get("demand")
-    if demand is not None and (
-        not isinstance(demand, int | float) or isinstance(demand, bool) or not demand >= 0
-    ):
-        raise read.bad("`totals.demand` is not a number >= 0 or null")
+    raw_demand = totals.get("demand")
+    try:
+        demand = None if raw_demand is None else number(raw_demand, "demand")
+    except BadRecord:  # 1e400 decodes to inf, an integer of 400 digits overflows a float
+        raise read.bad(
+            f"`totals.demand` is not a number from 0 to {MAX_NUMBER:g} or null"
+        ) from None
     findings = doc.get("findings")
     if not isinstance(findings, list):
         raise read.bad(f"`findings` is {_kind(findings)}, not a list")
@@ -149,7 +154,7 @@ def parse_report(doc: object, source: str) -> NodeReport:
         node=node,
         launcher_env=launcher_identity(ids),
         vcpus=vcpus,
-        demand=None if demand is None else float(demand),
+        demand=demand,
         verdict=verdict,
         not_judged_reason=None if judged else _cut(reason or "no reason given"),
         findings=tuple(sorted(parsed, key=lambda f: (-f.verdict.rank, -f.severity.rank))),
@@ -157,9 +162,12 @@ def parse_report(doc: object, source: str) -> NodeReport:
 
 
 def natural_key(name: str) -> tuple[tuple[int, int, str], ...]:
-    """Sorts "node2" before "node10": runs of ASCII digits compare by value."""
+    """Sorts "node2" before "node10": runs of ASCII digits compare by value, everything else
+    as text ("²" and "٣" are digits to str.isdigit, not to int(): they stay text, as in
+    `recording.fields.decimal_key`). Any string has a key."""
     parts = re.split(r"([0-9]+)", name)
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts if p)
+    # The split's odd parts are the runs of ASCII digits (a node name has at most 253).
+    return tuple((0, int(p), "") if i % 2 else (1, 0, p) for i, p in enumerate(parts) if p)
 
 
 def listed(names: Sequence[str]) -> str:

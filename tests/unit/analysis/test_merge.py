@@ -3,6 +3,7 @@ strings, and the command on files: every exit code and every bad-input path."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import xml.etree.ElementTree as ET
@@ -213,6 +214,16 @@ def test_reports_of_several_jobs_are_merged_with_a_note() -> None:
     assert partial.job == "SLURM_JOB_ID=812345 (2 of 3 reports)" and partial.notes == ()
 
 
+def test_any_node_name_sorts_and_every_format_writes_it() -> None:
+    # "²" is a digit to str.isdigit but not to int(): it sorts as text, it is not a number.
+    names = ["n1²", "n10", "n2", "n1", "n٣", "²"]
+    merged = job(*(report(n) for n in names))
+    assert [row.report.node for row in merged.rows] == ["n1", "n1²", "n2", "n10", "n٣", "²"]
+    assert natural_key("n1²") == ((1, 0, "n"), (0, 1, ""), (1, 0, "²"))
+    for fmt in MergeFormat:
+        assert "n1²" in render_merge(merged, ExitStatus.OK, fmt)
+
+
 def test_rows_in_natural_node_order() -> None:
     j = job(*(report(f"node{i}") for i in (10, 2, 1)))
     assert [row.label for row in j.rows] == ["node1", "node2", "node10"]
@@ -261,7 +272,9 @@ BAD: list[tuple[object, str]] = [
     (report("a", None, verdict_="ok"), "`judged` is false but `verdict` is set"),
     (report("a", None, not_judged_reason=3), "`not_judged_reason` is a number"),
     (report("a", totals=[]), "`totals` is a list, not an object"),
-    (report("a", totals={"demand": -1}), "`totals.demand` is not a number >= 0 or null"),
+    (report("a", totals={"demand": -1}), "`totals.demand` is not a number from 0 to 1e+15"),
+    (report("a", totals={"demand": float("inf")}), "`totals.demand` is not a number from 0"),
+    (report("a", totals={"demand": 10**400}), "`totals.demand` is not a number from 0"),
     (report("a", totals={"demand": "9"}), "`totals.demand` is not a number"),
     (report("a", findings={}), "`findings` is an object, not a list"),
     (report("a", findings=[IDLE] * (MAX_FINDINGS + 1)), "more than 1000 findings"),
@@ -407,6 +420,8 @@ def _bad_files(tmp_path: Path) -> list[tuple[str, str]]:
         "nan.json": b'{"node": "a", "vcpus": NaN}',
         "deep.json": b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
         "bigint.json": b'{"vcpus": ' + b"9" * 5000 + b"}",
+        "inf.json": json.dumps(report("a")).replace('"demand": 0.9', '"demand": 1e400').encode(),
+        "bignum.json": json.dumps(report("a", totals={"demand": 10**400})).encode(),
         "stream.json": b'{"type": "interval"}\n{"type": "summary"}\n',
         "empty.json": b"",
         "schema.json": json.dumps(report("a", vcpus=0)).encode(),
@@ -423,6 +438,8 @@ def _bad_files(tmp_path: Path) -> list[tuple[str, str]]:
         (str(tmp_path / "nan.json"), "NaN is not a JSON number"),
         (str(tmp_path / "deep.json"), "nested too deeply"),
         (str(tmp_path / "bigint.json"), "not a report: "),
+        (str(tmp_path / "inf.json"), "`totals.demand` is not a number from 0 to 1e+15"),
+        (str(tmp_path / "bignum.json"), "`totals.demand` is not a number from 0 to 1e+15"),
         (str(tmp_path / "stream.json"), "only its last line (the summary record) is a report"),
         (str(tmp_path / "empty.json"), "not JSON (Expecting value at line 1, column 1)"),
         (str(tmp_path / "schema.json"), "`vcpus` is not a whole number"),
@@ -433,8 +450,8 @@ def test_cli_bad_files_exit_2_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     good = write(tmp_path / "good.json", report("a"))
-    for path, problem in _bad_files(tmp_path):
-        code, out, err = run_cli(["merge", good, path], capsys)
+    for (path, problem), fmt in itertools.product(_bad_files(tmp_path), ["text", "json"]):
+        code, out, err = run_cli(["merge", good, path, "--format", fmt], capsys)
         assert code == 2 and out == "", (path, err)
         assert err.startswith(f"oversub: error: {path}: ") and problem in err, err
         assert err.count("\n") == 1 and len(err) < 300, err
