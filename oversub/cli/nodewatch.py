@@ -17,8 +17,10 @@ from oversub.core.errors import ExitStatus
 from oversub.render import WatchFormat
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from oversub.core.results import Summary
-    from oversub.core.targets import Round
+    from oversub.core.targets import Exported, Round
     from oversub.core.thresholds import Thresholds
     from oversub.run.session import SessionOptions
 
@@ -94,3 +96,38 @@ class NodeView:
         with reader_may_leave():
             self.out.write(text)
             self.out.flush()
+
+
+class RootHint:
+    """`serve --all`'s `on_update`: the first time the root cgroup's own processes hold
+    runnable load, one line on stderr says so and names the `serve --pid` that judges them
+    (no target exports them: the metrics stay those of docs/metrics.md); then `then`."""
+
+    def __init__(
+        self, then: Callable[[Exported], None] | None = None, err: TextIO | None = None
+    ) -> None:
+        self.then = then
+        self.err = err
+        self.said = False
+
+    def __call__(self, state: Exported) -> None:
+        if not self.said and state.round is not None:
+            from oversub.render.nodeview import root_serve_line, round_root_load
+
+            load = round_root_load(state.round)
+            if load is not None:
+                node = state.round.node
+                line = root_serve_line(load, node.interval.totals.demand if node else None)
+                _say(line, self.err)
+                self.said = True
+        if self.then is not None:
+            self.then(state)
+
+
+def _say(line: str, err: TextIO | None) -> None:
+    from oversub.render.escape import terminal
+
+    with contextlib.suppress(OSError, ValueError):
+        out = err if err is not None else sys.stderr
+        out.write(terminal(line) + "\n")
+        out.flush()

@@ -123,6 +123,10 @@ def command(
             named = textfile / (f"oversub-{name}.prom" if name else TEXTFILE)
             path = check_report_path("--textfile", named)
             exporter.on_update = Textfile(path)
+        if all_cgroups:
+            from oversub.cli.nodewatch import RootHint
+
+            exporter.on_update = RootHint(then=exporter.on_update)
         server = None if port is None else _listen(exporter, bind, port)
         _say_where(server, path)
         try:

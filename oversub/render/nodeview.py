@@ -6,8 +6,8 @@ Pure: rounds and summaries in, text or rich renderables out. Cgroup paths are un
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from oversub.core.plural import count
 from oversub.core.results import Summary
@@ -33,6 +33,147 @@ MAX_ROWS = 40
 """Rows of the live table; the rest are counted in a line below it."""
 MAX_FIXES = 5
 """Targets whose worst finding and fix the live frame spells out."""
+
+
+ROOT_PIDS_MAX = 5
+"""Pids of the root cgroup's busiest processes a JSON record lists."""
+
+
+class RootLoad(NamedTuple):
+    """Runnable load held by processes of the root cgroup itself: in no child cgroup, so in
+    no target of `--all` (`workload.group_of`), and judged by no verdict."""
+
+    demand: float
+    """Their demand: runnable threads on average (over the interval, or the run)."""
+    pids: tuple[int, ...]
+    """The processes, busiest first."""
+    watch: int
+    """The pid to follow as a process tree: the busiest one's, or the parent of several."""
+    name: str
+    """That process's name (its comm: untrusted, escape it at the sink)."""
+
+
+class _Proc(NamedTuple):
+    pid: int
+    ppid: int
+    name: str
+    demand: float
+    """Its share of the span's demand (a process seen for part of it counts for that part)."""
+    busy: bool
+
+
+def _root_load(node: Iterable[_Proc], in_targets: set[int]) -> RootLoad | None:
+    """The busy processes of the node that no target holds. A process with a thread runnable
+    `--active-cpu` of an interval makes its cgroup hold load (`fleet.holds_load`), so a busy
+    process in no target shown is in the root cgroup (or a kernel thread, which is too)."""
+    procs = {p.pid: p for p in node}
+    busy = sorted(
+        (p for p in procs.values() if p.busy and p.pid not in in_targets),
+        key=lambda p: (-p.demand, p.pid),
+    )
+    if not busy:
+        return None
+    busy_pids = {p.pid for p in busy}
+    children: dict[int, int] = {}
+    for p in busy:
+        children[p.ppid] = children.get(p.ppid, 0) + 1
+    # Follow the busiest one up while its parent holds more of them (the workers of one
+    # job share a parent) or is busy itself; never up to init or the kernel.
+    top = busy[0]
+    seen = {top.pid}
+    while top.ppid > 1 and top.ppid in procs and top.ppid not in seen:
+        parent = procs[top.ppid]
+        if parent.pid in in_targets:
+            break
+        if parent.pid not in busy_pids and children.get(parent.pid, 0) < 2:
+            break
+        seen.add(parent.pid)
+        top = parent
+    return RootLoad(sum(p.demand for p in busy), tuple(p.pid for p in busy), top.pid, top.name)
+
+
+def round_root_load(r: Round) -> RootLoad | None:
+    """The root cgroup's load in one round (`RootLoad`); None without the node or when its
+    processes held none."""
+    if r.node is None:
+        return None
+    iv = r.node.interval
+    span = iv.seconds
+    procs = (
+        _Proc(
+            p.pid,
+            p.ppid,
+            p.name,
+            p.demand if p.seconds is None or span <= 0 else p.demand * p.seconds / span,
+            p.active_threads > 0,
+        )
+        for p in iv.processes
+    )
+    return _root_load(procs, {p.pid for t in r.targets for p in t.interval.processes})
+
+
+def summary_root_load(summaries: Mapping[str, Summary], node: Summary | None) -> RootLoad | None:
+    """The same over a whole run: processes of the node that had a busy interval and belong to
+    no cgroup shown (`summaries`: the cgroups that held load at some point)."""
+    if node is None:
+        return None
+    span = node.duration_s
+    procs = (
+        _Proc(
+            p.pid,
+            p.ppid,
+            p.name,
+            p.demand * p.seconds / span if span > 0 else p.demand,
+            p.active_threads_peak > 0,
+        )
+        for p in node.processes
+    )
+    return _root_load(procs, {p.pid for s in summaries.values() for p in s.processes})
+
+
+def root_record(load: RootLoad | None) -> dict[str, Any] | None:
+    """The `root_cgroup` of a node record: null when the root cgroup's own processes held no
+    load, else `demand`, `pids` (busiest first, at most `ROOT_PIDS_MAX`) and `watch` (the
+    pid `oversub watch PID` would follow them through)."""
+    if load is None:
+        return None
+    return {
+        "demand": json_number(load.demand),
+        "pids": list(load.pids[:ROOT_PIDS_MAX]),
+        "watch": load.watch,
+    }
+
+
+def root_lines(load: RootLoad, node_demand: float | None, *, alone: bool) -> tuple[str, str]:
+    """What the text says of the root cgroup's load: where it is, that `--all` does not judge
+    it, and the command that does (`alone`: no child cgroup held any)."""
+    of_node = "" if node_demand is None else f" of the node's {node_demand:.2f}"
+    figures = f"demand {load.demand:.2f}{of_node}, {count(len(load.pids), 'process')}"
+    if alone:
+        first = (
+            f"no child cgroup held runnable load: the root cgroup did ({figures}), and "
+            "--all judges child cgroups only"
+        )
+    else:
+        first = (
+            f"the root cgroup held runnable load too ({figures}): --all judges child cgroups only"
+        )
+    second = (
+        f"  judge its processes as a tree: oversub watch {load.watch} ({load.name}), "
+        f"or serve --pid {load.watch}"
+    )
+    return first, second
+
+
+def root_serve_line(load: RootLoad, node_demand: float | None) -> str:
+    """`serve --all`'s line on stderr when the root cgroup's own processes hold load: no
+    series exports it (the node's `/` counts them, no verdict does)."""
+    of_node = "" if node_demand is None else f" of the node's {node_demand:.2f}"
+    return (
+        f"oversub serve: the root cgroup holds runnable load (demand {load.demand:.2f}"
+        f"{of_node}, {count(len(load.pids), 'process')}), which --all exports in the node's "
+        f"totals only: serve --pid {load.watch} ({load.name}) judges its processes as a tree"
+    )
 
 
 def _worst(t: TargetResult) -> str:
@@ -61,8 +202,9 @@ def target_record(t: TargetResult) -> dict[str, Any]:
 def round_record(r: Round, timestamp: str | None) -> dict[str, Any]:
     """One line of `watch --all --format ndjson`: `type` "node-interval", `timestamp`,
     `seconds` (the interval), `node` (`vcpus` and `totals` of every process on the node; it
-    has no verdict: its processes are held to their cgroups' budgets), `targets` (the cgroups
-    that held load, worst first: `target_record`)."""
+    has no verdict: its processes are held to their cgroups' budgets; `root_cgroup`: the load
+    of the processes in no child cgroup, which no target judges, `root_record`), `targets`
+    (the cgroups that held load, worst first: `target_record`)."""
     node = r.node
     return {
         "type": "node-interval",
@@ -70,7 +212,11 @@ def round_record(r: Round, timestamp: str | None) -> dict[str, Any]:
         "seconds": json_number(node.interval.seconds) if node else None,
         "node": None
         if node is None
-        else {"vcpus": node.budget.vcpus, "totals": totals_dict(node.interval.totals)},
+        else {
+            "vcpus": node.budget.vcpus,
+            "totals": totals_dict(node.interval.totals),
+            "root_cgroup": root_record(round_root_load(r)),
+        },
         "targets": [target_record(t) for t in r.targets],
     }
 
@@ -79,7 +225,8 @@ def node_summary_record(
     summaries: Mapping[str, Summary], node: Summary | None, timestamp: str | None
 ) -> dict[str, Any]:
     """The end of `watch --all`: `type` "node-summary", `timestamp`, `node` (`vcpus`,
-    `duration_s`, `samples`, `totals` over the run), `targets` (per cgroup that held load at
+    `duration_s`, `samples`, `totals` over the run, `root_cgroup` as in `round_record`, over
+    the run), `targets` (per cgroup that held load at
     least once: `cgroup`, `workload` as in `target_record`, and its whole-run `summary_dict`,
     worst verdict first)."""
     ordered = sorted(summaries.items(), key=lambda kv: _summary_rank(kv[0], kv[1]))
@@ -93,6 +240,7 @@ def node_summary_record(
             "duration_s": json_number(node.duration_s),
             "samples": node.samples,
             "totals": totals_dict(node.totals),
+            "root_cgroup": root_record(summary_root_load(summaries, node)),
         },
         "targets": [
             {"cgroup": key, "workload": describe(key), **summary_dict(s)} for key, s in ordered
@@ -158,6 +306,12 @@ def round_renderable(r: Round, th: Thresholds) -> RenderableType:
         worst = target.assessment.findings[0]
         parts.append(text(f"{bounded(target.cgroup)}: {worst.message}"))
         parts.append(text(f"  fix: {worst.fix}", "dim"))
+    load = round_root_load(r)
+    if load is not None:
+        first, second = root_lines(
+            load, None if node is None else node.interval.totals.demand, alone=not r.targets
+        )
+        parts += [text(first), text(second, "dim")]
     return Group(*parts)
 
 
@@ -178,8 +332,17 @@ def node_summary_renderable(summaries: Mapping[str, Summary], node: Summary | No
                 "bold",
             )
         )
+    load = summary_root_load(summaries, node)
+    root = (
+        []
+        if load is None
+        else root_lines(load, node.totals.demand if node else None, alone=not summaries)
+    )
     if not summaries:
-        parts.append(text("no cgroup held runnable load"))
+        if root:
+            parts += [text(root[0]), text(root[1], "dim")]
+        else:
+            parts.append(text("no cgroup held runnable load"))
         return Group(*parts)
     table = Table(box=None, pad_edge=False)
     for header in ("cgroup", "N", "samples", "demand", "peak", "delay", "verdict", "worst"):
@@ -204,4 +367,6 @@ def node_summary_renderable(summaries: Mapping[str, Summary], node: Summary | No
         if s.findings and s.verdict is not None and s.verdict.rank > 0:
             parts.append(text(f"{bounded(key)}: {s.findings[0].message}"))
             parts.append(text(f"  fix: {s.findings[0].fix}", "dim"))
+    if root:
+        parts += [text(root[0]), text(root[1], "dim")]
     return Group(*parts)
