@@ -1,20 +1,19 @@
 """`oversub tune`'s pure half: the candidates, the plan that fits the budget, the interleaved
-schedule, the statistics of each candidate and the ranking.
+schedule and the ranking.
 
-No I/O, no clock: `run.tune` runs the trials and passes what they gave. The statistics are
-the textbook ones (hyperfine's model): per candidate the mean, the sample standard deviation,
-min, max and the 95 % interval of the mean with Student's t; two candidates are
-indistinguishable when their intervals overlap, and then the cheaper setting is picked.
+No I/O, no clock: `tuning.loop` runs the trials and passes what they gave. The statistics of
+each candidate are `tuning.stats`'s; two candidates are indistinguishable when their 95 %
+intervals overlap, and then the cheaper setting is picked.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
 from oversub.core.errors import UsageError
+from oversub.tuning.stats import describe, overlap, runs_to_separate, throughput_ratio
 from oversub.tuning.trials import Candidate, Ranking, Standing, Stats, Trial, TunePlan
 
 PROCS_VAR = "OVERSUB_TUNE_PROCS"
@@ -25,7 +24,6 @@ MIN_AUTO_RUNS = 2
 """Timed runs per candidate below which no interval exists: the plan drops candidates first."""
 MAX_AUTO_RUNS = 10
 """Without --runs, at most this many timed runs per candidate however large the budget."""
-MAX_SEPARATING_RUNS = 100_000
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _VALUE = re.compile(r"[A-Za-z0-9_.:+-]{1,64}\Z")
@@ -199,81 +197,6 @@ def schedule(candidates: int, warmup: int, runs: int) -> list[tuple[int, int, bo
     """(round from 1, candidate, warm-up?) in the order to run: interleaved, every round runs
     every candidate once (A B C A B C), warm-up rounds first."""
     return [(r + 1, c, r < warmup) for r in range(warmup + runs) for c in range(candidates)]
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-"""Student's t, two-sided 95 % (the 0.975 quantile), for 1 to 30 degrees of freedom."""
-
-
-def t975(df: int) -> float:
-    """Student's t 0.975 quantile for `df` >= 1 degrees of freedom: the table to 30, then the
-    Cornish-Fisher expansion around the normal quantile (within 0.001 of the exact value)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = statistics.NormalDist().inv_cdf(0.975)
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    return z + g1 / df + g2 / df**2 + g3 / df**3
-
-
-def describe(values: Sequence[float]) -> Stats | None:
-    """Mean, sample sd, min, max and the 95 % half width of `values`; None when empty."""
-    if not values:
-        return None
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return Stats(1, mean, None, values[0], values[0], None)
-    sd = statistics.stdev(values)
-    half = t975(len(values) - 1) * sd / math.sqrt(len(values))
-    return Stats(len(values), mean, sd, min(values), max(values), half)
-
-
-def overlap(a: Stats, b: Stats) -> bool:
-    """The two intervals overlap. With a single figure on either side nothing tells them
-    apart: that counts as overlapping."""
-    if a.half is None or b.half is None:
-        return True
-    return a.low <= b.high and b.low <= a.high
-
-
-def runs_to_separate(a: Stats, b: Stats) -> int | None:
-    """Timed runs each candidate would need for the two intervals to part, at the spread and
-    difference measured; None when they are equal or no spread is known."""
-    if a.sd is None or b.sd is None:
-        return None
-    gap = abs(a.mean - b.mean)
-    spread = a.sd + b.sd
-    if gap <= 0:
-        return None
-    if spread <= 0:
-        return max(a.n, b.n)
-    for n in range(2, MAX_SEPARATING_RUNS + 1):
-        if t975(n - 1) * spread / math.sqrt(n) < gap:
-            return n
-    return None
-
-
-def throughput_ratio(
-    a: Stats, b: Stats, higher_is_better: bool
-) -> tuple[float | None, float | None]:
-    """a's throughput over b's (>1: a is faster) and its propagated 95 % half width."""
-    if a.mean <= 0 or b.mean <= 0:
-        return None, None
-    ratio = a.mean / b.mean if higher_is_better else b.mean / a.mean
-    if a.half is None or b.half is None:
-        return ratio, None
-    relative = math.hypot(a.half / a.mean, b.half / b.mean)
-    return ratio, ratio * relative
 
 
 # --------------------------------------------------------------------------- the ranking

@@ -6,12 +6,13 @@ Pure: strings from a `TuneResult`; the text form and the phrases both share are 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from oversub.render.escape import markdown
 from oversub.render.plan_text import code_lines_for
 from oversub.render.serialize import export_lines
-from oversub.tuning.trials import Ranking, Stats, TuneResult
+from oversub.tuning.trials import RATIO_LIMIT, Ranking, Stats, TuneResult, beyond
 from oversub.tuning.view import (
     ENDED,
     about_lines,
@@ -25,23 +26,37 @@ from oversub.tuning.view import (
 # --------------------------------------------------------------------------- JSON
 
 
+def _finite(x: float | None) -> float | None:
+    """A figure JSON can hold: None for inf (a spread beyond the largest double)."""
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _ratio(x: float | None) -> float | None:
+    """A speed-up as a figure: None beyond RATIO_LIMIT (the `*_beyond_limit` key says so)."""
+    return x if x is not None and beyond(x) is None else None
+
+
 def _stats_dict(s: Stats | None) -> dict[str, Any] | None:
     if s is None:
         return None
     return {
         "n": s.n,
         "mean": s.mean,
-        "sd": s.sd,
+        "sd": _finite(s.sd),
         "min": s.minimum,
         "max": s.maximum,
-        "ci95_low": s.low if s.half is not None else None,
-        "ci95_high": s.high if s.half is not None else None,
+        "ci95_low": _finite(s.low) if s.half is not None else None,
+        "ci95_high": _finite(s.high) if s.half is not None else None,
     }
 
 
 def _ranking_dict(r: TuneResult, k: Ranking) -> dict[str, Any]:
     def label(i: int | None) -> str | None:
         return None if i is None else r.candidates[i].label
+
+    ratio = None if k.default_slower is None else 1.0 + k.default_slower
+    slower = _ratio(ratio)
+    beyond_ratio = None if ratio is None else beyond(ratio)
 
     return {
         "order": [label(st.candidate) for st in k.standings],
@@ -50,7 +65,8 @@ def _ranking_dict(r: TuneResult, k: Ranking) -> dict[str, Any]:
         "tied_with_best": [label(i) for i in k.tied],
         "runner_up": label(k.runner_up),
         "runs_to_separate": k.runs_to_separate,
-        "default_slower": k.default_slower,
+        "default_slower": None if slower is None else slower - 1.0,
+        "default_slower_beyond_limit": None if k.default_slower is None else beyond_ratio,
         "default_distinguishable": k.default_distinguishable,
     }
 
@@ -68,16 +84,21 @@ def tune_dict(r: TuneResult) -> dict[str, Any]:
       - `candidates` (list, in priority order): `label`, `threads` (int | null: inherited),
         `procs` (int | null), `roles` (list of "default", "recommended", "one thread"),
         `env` (object: every variable a trial sets), `extra` (object: the `--env` values),
-        `stats` (object | null: `n`, `mean`, `sd`, `min`, `max`, `ci95_low`, `ci95_high`),
-        `speedup` and `speedup_ci95` (throughput over the default's and its half width),
+        `stats` (object | null: `n`, `mean`, `sd`, `min`, `max`, `ci95_low`, `ci95_high`;
+        `sd` and the interval's ends null also when beyond the largest double),
+        `speedup` and `speedup_ci95` (throughput over the default's and its half width; null
+        also beyond `ratio_limit` either way, which `speedup_beyond_limit` then says:
+        "above" or "below", else null),
         `verdict` (str | null), `delay_ratio` (float | null), `failed` (int).
       - `trials` (list, in the order they ran): `index`, `candidate` (label), `round`,
         `warmup`, `value` (float | null), `seconds`, `status` (int | null), `failure`
         (str | null), `verdict`, `delay_ratio`, `record` (str | null).
       - `ranking`: `order` (labels, best first), `best`, `pick`, `tied_with_best`,
-        `runner_up`, `runs_to_separate` (int | null), `default_slower` (fraction | null),
-        `default_distinguishable` (bool).
+        `runner_up`, `runs_to_separate` (int | null), `default_slower` (fraction | null; null
+        also when best/default is beyond `ratio_limit`), `default_slower_beyond_limit`
+        ("above", "below" or null), `default_distinguishable` (bool).
       - `setting` (object | null): `env` (the variables to export for the pick), `procs`.
+      - `ratio_limit`: 1000.0, the speed-up beyond which a ratio is not stated as a figure.
       - `notes` (list[str]).
     """
     standing = {st.candidate: st for st in r.ranking.standings}
@@ -93,8 +114,9 @@ def tune_dict(r: TuneResult) -> dict[str, Any]:
                 "env": dict(c.env),
                 "extra": dict(c.extra),
                 "stats": _stats_dict(st.stats),
-                "speedup": st.speedup,
-                "speedup_ci95": st.speedup_half,
+                "speedup": _ratio(st.speedup),
+                "speedup_ci95": None if _ratio(st.speedup) is None else _finite(st.speedup_half),
+                "speedup_beyond_limit": None if st.speedup is None else beyond(st.speedup),
                 "verdict": st.verdict.value if st.verdict is not None else None,
                 "delay_ratio": st.delay_ratio,
                 "failed": st.failed,
@@ -148,6 +170,7 @@ def tune_dict(r: TuneResult) -> dict[str, Any]:
         "trials": trials,
         "ranking": _ranking_dict(r, r.ranking),
         "setting": setting,
+        "ratio_limit": RATIO_LIMIT,
         "notes": list(r.notes),
     }
 

@@ -1,7 +1,8 @@
 """What `oversub tune` plans, measures and ranks: candidates, trials, statistics, a ranking.
 
-Pure data (frozen dataclasses), shared by `analysis.tuning` (the statistics and the ranking),
-`run.tune` (the trial loop), `render.tune` (the outputs) and `cli.tune`. A *candidate* is one
+Pure data (frozen dataclasses), shared by `tuning.stats` and `tuning.candidates` (the
+statistics and the ranking), `tuning.loop` (the trial loop), `tuning.view` and
+`tuning.exports` (the outputs) and `tuning.driver`. A *candidate* is one
 setting (thread variables, process count, custom variables); a *trial* is one run of CMD
 under one candidate. Standard library only.
 """
@@ -14,6 +15,23 @@ from pathlib import Path
 from typing import TextIO
 
 from oversub.core.names import Verdict
+
+RATIO_LIMIT = 1000.0
+"""A speed-up beyond this either way (1000x faster, or 1/1000 as fast) is not stated as a
+figure: no thread setting changes a job's throughput a thousandfold, so such a ratio says
+that the figures are not the same measure (a counter that wrapped, a unit that changed, a
+hostile CMD). It is written "more than 1000x" / "less than 0.001x" (JSON: null and a
+`*_beyond_limit` key), with no interval."""
+
+
+def beyond(ratio: float) -> str | None:
+    """ "above" or "below" when `ratio` is beyond `RATIO_LIMIT` that way (inf and 0 are),
+    None when it is stated as a figure."""
+    if ratio > RATIO_LIMIT:
+        return "above"
+    if ratio < 1 / RATIO_LIMIT:
+        return "below"
+    return None
 
 
 @dataclass(frozen=True)
@@ -74,11 +92,13 @@ class Stats:
     n: int
     mean: float
     sd: float | None
-    """Sample standard deviation; None with one figure."""
+    """Sample standard deviation; None with one figure; inf when beyond the largest double
+    (figures near it: `tuning.stats`). The mean, min and max are always finite."""
     minimum: float
     maximum: float
     half: float | None
-    """Half width of the 95 % interval of the mean (Student's t); None with one figure."""
+    """Half width of the 95 % interval of the mean (Student's t); None with one figure; inf
+    when beyond the largest double."""
 
     @property
     def low(self) -> float:
@@ -97,9 +117,11 @@ class Standing:
     stats: Stats | None
     """None when no timed trial of it gave a figure."""
     speedup: float | None
-    """Throughput over the default's (>1: faster); None when either is unmeasured."""
+    """Throughput over the default's (>1: faster); None when either is unmeasured or has no
+    positive mean. May be inf or 0, or anything beyond `RATIO_LIMIT` (see `beyond`)."""
     speedup_half: float | None
-    """Its 95 % half width, propagated from both intervals (None without intervals)."""
+    """Its 95 % half width, propagated from both intervals (None without intervals, and for
+    a ratio beyond `RATIO_LIMIT`); inf when beyond the largest double."""
     verdict: Verdict | None
     """The worst verdict over its timed trials; None when none was judged."""
     delay_ratio: float | None
@@ -128,7 +150,8 @@ class Ranking:
     number of runs would part them)."""
     default_slower: float | None
     """How much slower the default is than the best: best / default throughput - 1
-    (0.25 = 25 %); None when either is unmeasured."""
+    (0.25 = 25 %); None when either is unmeasured. May be inf: the ratio (this + 1) is
+    stated as beyond `RATIO_LIMIT` past it."""
     default_distinguishable: bool
     """The default's interval and the best's do not overlap."""
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import re
 import shlex
+import sys
 from collections.abc import Sequence
 
 from oversub.render.escape import terminal
 from oversub.render.plan_text import code_lines_for
 from oversub.render.serialize import export_lines
-from oversub.tuning.trials import Candidate, Standing, Stats, TuneResult
+from oversub.tuning.trials import RATIO_LIMIT, Candidate, Standing, Stats, TuneResult, beyond
 
 TUNE_VARS = ("OVERSUB_TUNE_PROCS", "OVERSUB_TUNE_THREADS")
 """Set for the trials only (for programs that read them): never part of the setting to use."""
@@ -37,12 +38,31 @@ def figure_name(r: TuneResult) -> str:
     return f"{r.metric} ({r.metric_stat})"
 
 
+LARGEST = f"{sys.float_info.max:.2g}"
+"""The largest double, as a half width beyond it is written (">1.8e+308")."""
+
+
 def _num(x: float) -> str:
-    """A figure with 4 significant digits, never in exponent form for everyday sizes."""
-    if x == 0 or not math.isfinite(x):
-        return f"{x:g}"
+    """A figure with 4 significant digits: plain for everyday sizes (0.001 to 10^7), in
+    exponent form beyond (never a 309-digit number); inf is "beyond the largest double"."""
+    if not math.isfinite(x):
+        return f">{LARGEST}" if x > 0 else f"<-{LARGEST}"
+    if x == 0:
+        return "0"
+    if not 1e-3 <= abs(x) < 1e7:
+        return f"{x:.4g}"
     digits = max(0, 3 - math.floor(math.log10(abs(x))))
     return f"{x:.{min(digits, 6)}f}"
+
+
+def ratio_text(ratio: float) -> str:
+    """A speed-up: "1.37x", or beyond the limit "more than 1000x" / "less than 0.001x"."""
+    side = beyond(ratio)
+    if side == "above":
+        return f"more than {RATIO_LIMIT:g}x"
+    if side == "below":
+        return f"less than {1 / RATIO_LIMIT:g}x"
+    return f"{ratio:.2f}x"
 
 
 def figure_text(s: Stats | None) -> str:
@@ -56,8 +76,10 @@ def figure_text(s: Stats | None) -> str:
 def speedup_text(st: Standing) -> str:
     if st.speedup is None:
         return "-"
-    if st.speedup_half is None:
-        return f"{st.speedup:.2f}x"
+    if st.speedup_half is None or beyond(st.speedup) is not None:
+        return ratio_text(st.speedup)
+    if st.speedup_half >= 100:  # an interval far wider than the ratio: its size in short
+        return f"{st.speedup:.2f} ± {_num(st.speedup_half)}x"
     return f"{st.speedup:.2f} ± {st.speedup_half:.2f}x"
 
 
@@ -155,16 +177,20 @@ def conclusion(r: TuneResult) -> list[str]:
             f"{len(k.tied)} within noise of the best"
         )
     if k.default_slower is not None:
-        pct = k.default_slower * 100
+        ratio = 1 + k.default_slower
+        pct = f"{k.default_slower * 100:+.1f} %" if beyond(ratio) is None else ratio_text(ratio)
         if best.is_default:
             lines.append("the default is the fastest setting measured")
         elif not k.default_distinguishable:
-            lines.append(f"the default is within noise of the best ({pct:+.1f} % by the means)")
-        else:
+            lines.append(f"the default is within noise of the best ({pct} by the means)")
+        elif beyond(ratio) is not None:
             lines.append(
-                f"{best.label} runs {1 + k.default_slower:.2f}x as fast as the default "
-                f"(+{pct:.1f} %)"
+                f"{best.label} runs {ratio_text(ratio)} as fast as the default: a ratio beyond "
+                f"{RATIO_LIMIT:g}x says the figures are not the same measure (check what CMD "
+                "prints)"
             )
+        else:
+            lines.append(f"{best.label} runs {ratio:.2f}x as fast as the default ({pct})")
     return lines
 
 
@@ -197,17 +223,32 @@ def bar_chart(r: TuneResult, *, width: int = 80, color: bool = False) -> str:
     import plotext as plt
 
     labels = [terminal(r.candidates[st.candidate].label) for st in measured]
-    values = [st.stats.mean for st in measured if st.stats is not None]
+    values, unit = chart_values([st.stats.mean for st in measured if st.stats is not None])
     plt.clf()
     plt.theme("pro" if color else "clear")
     plt.plotsize(max(40, min(width, 120)), min(4 + 2 * len(measured), 30))
     plt.bar(labels, values, orientation="horizontal", width=0.4, color="cyan" if color else None)
-    plt.title(figure_name(r) + " per candidate (mean)")
+    plt.title(
+        figure_name(r) + " per candidate (mean" + (f", in units of {unit}" if unit else "") + ")"
+    )
     text = plt.build()
     plt.clf()
     if not color:
         text = _ANSI.sub("", text)
     return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def chart_values(means: Sequence[float]) -> tuple[list[float], str | None]:
+    """The means as the chart draws them: as they are for everyday sizes, else in units of
+    a power of ten ("1e+300") that brings the largest near 1 (plotext fails on figures near
+    the largest double); the unit, or None."""
+    top = max((abs(m) for m in means), default=0.0)
+    if top == 0 or 1e-6 <= top < 1e12:
+        return list(means), None
+    power = math.floor(math.log10(top))
+    # Two steps, each a power of ten that is a finite double (10**324 is not).
+    first, second = 10.0 ** (-(power // 2)), 10.0 ** (-(power - power // 2))
+    return [m * first * second for m in means], f"1e{power:+d}"
 
 
 def about_lines(r: TuneResult) -> list[str]:

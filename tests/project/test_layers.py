@@ -36,6 +36,7 @@ FEATURE_LAYERS: dict[str, str] = {
     "oversub.tuning": "foundation",
     "oversub.tuning.trials": "foundation",
     "oversub.tuning.candidates": "analysis",
+    "oversub.tuning.stats": "analysis",
     "oversub.tuning.loop": "run",
     "oversub.tuning.view": "render",
     "oversub.tuning.exports": "render",

@@ -118,6 +118,26 @@ def test_no_metric_line_is_an_error_naming_the_metric() -> None:
     assert "steps_per_s=<number>" in result.stderr
 
 
+def test_any_finite_figure_gives_the_table_and_the_json(tmp_path: Path) -> None:
+    # A CMD printing figures near the largest double, or 1e-300 by default and 1e300 tuned:
+    # an internal error (exit 3, no table, no --json) or "runs infx as fast" before.
+    for default, tuned, says in [
+        ("1.7e308", "1e308", "1.7e+308"),
+        ("1e-300", "1e300", "T=1 runs more than 1000x as fast as the default"),
+    ]:
+        script = (
+            "import os\n"
+            f"print('m=' + ({tuned!r} if os.environ.get('OMP_NUM_THREADS') else {default!r}))\n"
+        )
+        report = tmp_path / f"{default}.json"
+        flags = ["--metric", "m", "--trial-seconds", "5", "--runs", "2", "--json", str(report)]
+        result = tune(flags, [*PY, script])
+        assert result.returncode == ExitStatus.OK, result.stderr
+        assert says in result.stdout and "inf" not in result.stdout
+        doc = json.loads(report.read_text())
+        assert [c["stats"]["n"] for c in doc["candidates"]] == [2, 2]
+
+
 def test_ctrl_c_stops_the_tree_and_prints_the_partial_table(spawn: Spawner) -> None:
     # The default runs quickly; every tuned trial starts a child and sleeps, so the signal
     # lands in the middle of a trial with a tree of two processes.

@@ -12,21 +12,18 @@ from oversub.core.errors import UsageError
 from oversub.core.names import Verdict
 from oversub.render import TuneFormat, render_tune
 from oversub.tuning.candidates import (
-    describe,
     fails_gate,
     fit,
     make_candidates,
-    overlap,
     parse_env_dimension,
     parse_procs_values,
     rank,
-    runs_to_separate,
     schedule,
     substitute,
-    t975,
     thread_values,
 )
 from oversub.tuning.exports import tune_dict
+from oversub.tuning.stats import describe, overlap, runs_to_separate, t975
 from oversub.tuning.trials import Candidate, Trial, TunePlan, TuneResult
 
 
@@ -129,7 +126,7 @@ def test_overlap_and_runs_to_separate() -> None:
     assert same is not None and runs_to_separate(a, same) is None
 
 
-def _trials(figures: dict[int, list[float]]) -> list[Trial]:
+def timed_trials(figures: dict[int, list[float]]) -> list[Trial]:
     out = []
     rounds = max(len(v) for v in figures.values())
     for r in range(rounds):
@@ -147,7 +144,7 @@ CANDS = (
 
 
 def test_rank_picks_the_cheapest_of_the_indistinguishable() -> None:
-    trials = _trials({0: [30.0, 31.0, 29.0], 1: [41.2, 42.0, 40.4], 2: [40.9, 42.0, 39.8]})
+    trials = timed_trials({0: [30.0, 31.0, 29.0], 1: [41.2, 42.0, 40.4], 2: [40.9, 42.0, 39.8]})
     k = rank(CANDS, trials, higher_is_better=True, vcpus=2)
     assert k.best == 1 and k.runner_up == 2
     assert set(k.tied) == {1, 2}
@@ -159,7 +156,7 @@ def test_rank_picks_the_cheapest_of_the_indistinguishable() -> None:
 
 
 def test_rank_lower_is_better_for_wall_time_and_failures() -> None:
-    trials = _trials({0: [2.0, 2.1, 1.9], 1: [1.0, 1.05, 0.95], 2: [3.0, 3.0, 3.1]})
+    trials = timed_trials({0: [2.0, 2.1, 1.9], 1: [1.0, 1.05, 0.95], 2: [3.0, 3.0, 3.1]})
     trials.append(Trial(99, 2, 4, False, None, 1.0, 1, failure="exit status 1"))
     trials.append(Trial(100, 2, 1, True, 0.1, 1.0, 0))  # warm-up: never counted
     k = rank(CANDS, trials, higher_is_better=False, vcpus=2)
@@ -171,7 +168,7 @@ def test_rank_lower_is_better_for_wall_time_and_failures() -> None:
 
 
 def test_equal_default_never_fails_the_gate() -> None:
-    trials = _trials({0: [10.0, 10.4, 9.6], 1: [10.1, 10.5, 9.7], 2: [10.0, 10.3, 9.8]})
+    trials = timed_trials({0: [10.0, 10.4, 9.6], 1: [10.1, 10.5, 9.7], 2: [10.0, 10.3, 9.8]})
     k = rank(CANDS, trials, higher_is_better=True, vcpus=2)
     assert not k.default_distinguishable and not fails_gate(k, 0.001)
 
@@ -190,7 +187,7 @@ def test_fit_and_schedule() -> None:
 
 
 def _result(ended: str = "complete") -> TuneResult:
-    trials = _trials({0: [30.0, 31.0, 29.0], 1: [41.2, 42.0, 40.4], 2: [40.9, 42.0, 39.8]})
+    trials = timed_trials({0: [30.0, 31.0, 29.0], 1: [41.2, 42.0, 40.4], 2: [40.9, 42.0, 39.8]})
     trials[4] = Trial(5, 1, 2, False, 41.9, 1.0, 0, verdict=Verdict.OK, delay_ratio=0.02)
     k = rank(CANDS, trials, higher_is_better=True, vcpus=2)
     return TuneResult(
