@@ -26,9 +26,16 @@ def command(pid: int | None, fmt: str, detail: bool) -> ExitStatus:
       oversub cpus --pid 1234 --format json
       oversub cpus --detail
     """
-    from oversub.cli.output import emit
+    import sys
+
+    from oversub.cli.output import colour_for, emit, emit_text, text_width
     from oversub.cli.target import budget_of
     from oversub.render import render_cpus
 
-    emit(render_cpus(budget_of(pid, detail=detail), CpusFormat(fmt)))
+    budget = budget_of(pid, detail=detail)
+    if CpusFormat(fmt) is CpusFormat.TEXT:
+        colour, width = colour_for(sys.stdout), text_width(sys.stdout)
+        emit_text(render_cpus(budget, CpusFormat.TEXT, colour=colour, width=width))
+    else:
+        emit(render_cpus(budget, CpusFormat(fmt)))
     return ExitStatus.OK

@@ -53,6 +53,21 @@ def make_console(*, stderr: bool = False) -> Console:
     return _Console(stderr=stderr, highlight=False, width=width, markup=False)
 
 
+def text_width(stream: TextIO) -> int | None:
+    """Columns that text oversub lays out itself (`cpus`) may use on `stream`: COLUMNS when
+    set, else the terminal's width; None off a terminal, where lines are never wrapped (as
+    `make_console` does for rich)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if not _isatty(stream):
+        return None
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def colour_for(stream: TextIO) -> bool:
     """Colour for text oversub draws itself (report's charts): a terminal, unless NO_COLOR
     is set or TERM=dumb (rich decides the same for its own renderables)."""
@@ -97,6 +112,16 @@ def emit(output: Any) -> None:
             sys.stdout.flush()
         else:
             make_console().print(output)
+
+
+def emit_text(text: str) -> None:
+    """Text oversub lays out itself for a reader (`cpus`): through sys.stdout, so that a
+    stream that cannot encode a character gets its ASCII stand-in (`oversub.launch`), as
+    rich's output does; `emit` passes strings to click, which writes UTF-8 to such a stream
+    (right for JSON, whose strings must stay as they are)."""
+    with reader_may_leave():
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
 
 def warn(warnings: tuple[str, ...], *, severe: bool) -> None:

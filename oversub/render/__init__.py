@@ -118,12 +118,15 @@ def _unreachable(value: NoReturn) -> NoReturn:
     raise AssertionError(f"unhandled format: {value!r}")
 
 
-def render_cpus(budget: Budget, fmt: CpusFormat) -> RenderableType:
-    """The budget in `fmt`: a rich renderable for TEXT, a JSON string (with newline) for JSON."""
+def render_cpus(
+    budget: Budget, fmt: CpusFormat, *, colour: bool = False, width: int | None = None
+) -> str:
+    """The budget in `fmt`, a string ending in a newline: plain text for TEXT (`colour`: SGR
+    codes; `width`: the terminal's columns, None off a terminal), JSON for JSON."""
     if fmt is CpusFormat.TEXT:
-        from oversub.render.budget_text import budget_renderable
+        from oversub.render.budget_text import budget_text
 
-        return budget_renderable(budget)
+        return budget_text(budget, colour=colour, width=width)
     elif fmt is CpusFormat.JSON:
         from oversub.render.serialize import budget_dict, to_json
 

@@ -450,7 +450,7 @@ def test_a_missing_dependency_is_named_in_one_line(module: str, package: str) ->
     probe = (
         "import runpy, sys\n"
         f"sys.modules[{module!r}] = None\n"  # `import <module>` now raises ModuleNotFoundError
-        "sys.argv = ['oversub', 'cpus']\n"
+        "sys.argv = ['oversub', 'recommend', '--procs', '2']\n"  # its text needs rich
         "runpy.run_module('oversub', run_name='__main__')\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

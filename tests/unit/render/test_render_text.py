@@ -12,7 +12,7 @@ from rich.console import Console, RenderableType
 from oversub.core.model import Budget
 from oversub.core.names import Severity, Verdict
 from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE
-from oversub.render.budget_text import budget_renderable
+from oversub.render.budget_text import budget_text
 from oversub.render.live import watch_renderable
 from oversub.render.phrases import budget_limit_line, unavailable_text
 from oversub.render.plan_text import plan_renderable
@@ -57,7 +57,7 @@ def row_starting(text: str, first_cell: str) -> str:
 
 
 def test_budget_quota_binds_and_is_exact() -> None:
-    out = render(budget_renderable(make_quota_budget(cpuset=make_cpuset())))
+    out = budget_text(make_quota_budget(cpuset=make_cpuset()))
     quota_row = line_with(out, "cgroup quota")
     assert "1.50 CPUs (150000/100000 µs) in /kubepods/pod1, cgroup v2" in quota_row
     assert "binds" in quota_row
@@ -74,7 +74,7 @@ def test_budget_rows_for_host_topology() -> None:
         cpu_model="EPYC",
         cpu_flags=("avx2",),
     )
-    out = render(budget_renderable(b))
+    out = budget_text(b)
     assert "4 online" in line_with(out, "Logical CPUs")
     assert "binds" in line_with(out, "Logical CPUs")  # limited_by none: the host's CPUs
     assert "2 cores, 2 threads per core" in line_with(out, "Physical cores (SMT)")
@@ -87,7 +87,7 @@ def test_budget_rows_for_host_topology() -> None:
 
 
 def test_budget_unknown_smt_and_numa() -> None:
-    out = render(budget_renderable(make_budget(physical=None, cores=(), numa={})))
+    out = budget_text(make_budget(physical=None, cores=(), numa={}))
     assert "unknown" in line_with(out, "Physical cores")
     assert "not reported" in line_with(out, "NUMA nodes")
     assert "CPU model" not in out
