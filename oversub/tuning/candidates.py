@@ -93,6 +93,7 @@ def make_candidates(
     procs_values: Sequence[int] = (),
     env_dims: Sequence[tuple[str, Sequence[str]]] = (),
     max_candidates: int = 8,
+    unset: Sequence[str] = (),
 ) -> tuple[Candidate, ...]:
     """The candidates, most important first, at most `max_candidates` of them.
 
@@ -100,8 +101,10 @@ def make_candidates(
     comes first, then per process count its recommendation (`recommended(M)`), 1 thread,
     the recommendation's neighbours and the powers of two up to N; the defaults of the
     other process counts after those. `thread_env(T)` gives the variables of every pool
-    oversub knows (`analysis.recommend.thread_env`). Each `--env` dimension multiplies the
-    non-default candidates; its first value is tried first.
+    oversub knows (`analysis.plans.thread_env`, and the inherited thread-count variables
+    it sets too); the non-default candidates also remove the inherited variables `unset`.
+    Each `--env` dimension multiplies the non-default candidates; its first value is tried
+    first.
     """
     counts = list(procs_values) or [procs]
     reference = procs if procs in counts else counts[0]
@@ -133,7 +136,9 @@ def make_candidates(
                 )
                 env = {**thread_env(t), **dict(extra), **procs_env(m), THREADS_VAR: str(t)}
                 parts = ([f"M={m}"] if varied else []) + [f"T={t}"] + [f"{n}={v}" for n, v in extra]
-                row.append(Candidate(" ".join(parts), t, m if varied else None, extra, env, roles))
+                label = " ".join(parts)
+                procs_of = m if varied else None
+                row.append(Candidate(label, t, procs_of, extra, env, roles, tuple(unset)))
         by_procs.append(row)
     ordered: list[Candidate] = [default(reference)]
     # Round-robin over the process counts so that each count keeps its recommendation.

@@ -37,7 +37,7 @@ class _Say:
         self.candidates = candidates
         self.budget_s = budget_s
 
-    def _line(self, text: str) -> None:
+    def line(self, text: str) -> None:
         from oversub.render.escape import terminal
 
         with contextlib.suppress(BrokenPipeError, ValueError, OSError):
@@ -46,7 +46,7 @@ class _Say:
 
     def planned(self, plan: TunePlan) -> None:
         kept = "" if plan.candidates == plan.asked else f" ({plan.asked} asked, fewer fit)"
-        self._line(
+        self.line(
             f"{plan.candidates} candidates{kept} x ({plan.warmup} warm-up + {plan.runs} timed)"
             f" = {plan.trials} trials of ~{plan.trial_s:.1f} s, interleaved: about "
             f"{_clock(plan.seconds)} of the {_clock(self.budget_s)} budget"
@@ -60,7 +60,7 @@ class _Say:
         what = f"failed ({trial.failure})" if trial.value is None else f"{trial.value:.4g}"
         kind = "warm-up" if trial.warmup else f"round {trial.round}"
         verdict = trial.verdict.value if trial.verdict is not None else "not judged"
-        self._line(
+        self.line(
             f"trial {trial.index} of {total}: {c.label} ({kind}) {what} [{verdict}], "
             f"{_clock(elapsed)} elapsed, eta {_clock(eta)}"
         )
@@ -74,6 +74,7 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
     from oversub.cli.config import load_config, resolve_float, thresholds_from
     from oversub.cli.target import budget_of
     from oversub.run.session import SessionOptions
+    from oversub.tuning import advice
     from oversub.tuning.candidates import (
         make_candidates,
         parse_env_dimension,
@@ -124,15 +125,25 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
             return plan_for_launcher(budget, info).threads_per_process
         return make_plan(budget, count).threads_per_process
 
-    candidates = make_candidates(
-        n,
-        m,
-        thread_env,
-        recommended,
-        procs_values=procs_values,
-        env_dims=dims,
-        max_candidates=opts.max_candidates,
-    )
+    env = advice.inherited(os.environ, thread_env(1))
+
+    def pools(t: int) -> dict[str, str]:
+        # Every variable of the table, and every inherited thread count besides: T for all.
+        return {**thread_env(t), **{name: str(t) for name, _ in env.raised}}
+
+    def build(count: int) -> tuple[Candidate, ...]:
+        return make_candidates(
+            n,
+            count,
+            pools,
+            recommended,
+            procs_values=procs_values,
+            env_dims=dims,
+            max_candidates=opts.max_candidates,
+            unset=[name for name, _ in env.unset],
+        )
+
+    candidates = build(m)
     session = SessionOptions(
         interval=resolve_float("interval", opts.interval, config),
         warmup=0.0,
@@ -140,7 +151,25 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
     )
     default_threads = inherited_threads(n)
     say = _Say(err, candidates, opts.budget_s)
+    for note in advice.environment_notes(env):
+        say.line(note)
     runner = TrialRunner(argv, candidates, budget, session, opts, m, default_threads)
+
+    def replan(first: Trial) -> tuple[Candidate, ...] | None:
+        nonlocal m, source
+        seen = advice.inferred_procs(first)
+        if source is not None or procs_values or seen is None:
+            return None
+        m, source = seen, "trials"
+        say.line(
+            f"the default's first trial ran {seen} processes busy at once: planning for "
+            f"M = {seen} (give --procs M to choose)"
+        )
+        replaced = build(m)
+        runner.retarget(replaced, m)
+        say.candidates = replaced
+        return replaced
+
     result = run_tuning(
         candidates,
         runner,
@@ -148,9 +177,17 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
         warmup=opts.warmup,
         runs=opts.runs,
         budget_s=opts.budget_s,
+        replan=replan,
     )
+    candidates = result.candidates
     ranking = rank(candidates, result.trials, higher_is_better=opts.metric is not None, vcpus=n)
-    notes = []
+    seen = advice.seen_procs(result.trials)
+    notes = [
+        *advice.procs_notes(m, source, seen, n, recommended(m)),
+        *advice.environment_notes(env),
+    ]
+    if opts.metric is None:
+        notes += advice.time_bound_note(ranking, runner.printed)
     if any("{threads}" in a for a in argv):
         notes.append(f"{{threads}} of the default candidate is {default_threads} (inherited)")
     from oversub.run.checking import report_command
@@ -170,6 +207,7 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
         ended=result.ended,
         elapsed_s=result.elapsed_s,
         notes=tuple(notes),
+        procs_seen=seen,
     )
     return _report(tuned, opts, runner.record_failures)
 

@@ -75,7 +75,10 @@ def tune_dict(r: TuneResult) -> dict[str, Any]:
     """The `--format json` / `--json FILE` document.
 
     Keys:
-      - `command` (list[str]), `vcpus` (N), `procs` (M), `procs_source` (str | null).
+      - `command` (list[str]), `vcpus` (N), `procs` (M), `procs_source` (str | null:
+        "--procs", a launcher variable, "trials" (the busy processes of the default's first
+        trial), null: assumed), `procs_seen` (int | null: the most processes a trial ran busy
+        at once).
       - `mode`: "fixed-work" or "fixed-time"; `metric` (str | null), `metric_stat`,
         `higher_is_better` (bool: false for wall time).
       - `ended`: "complete", "budget", "interrupted" or "default-failed".
@@ -84,6 +87,7 @@ def tune_dict(r: TuneResult) -> dict[str, Any]:
       - `candidates` (list, in priority order): `label`, `threads` (int | null: inherited),
         `procs` (int | null), `roles` (list of "default", "recommended", "one thread"),
         `env` (object: every variable a trial sets), `extra` (object: the `--env` values),
+        `unset` (list: inherited thread-count variables a trial removes),
         `stats` (object | null: `n`, `mean`, `sd`, `min`, `max`, `ci95_low`, `ci95_high`;
         `sd` and the interval's ends null also when beyond the largest double),
         `speedup` and `speedup_ci95` (throughput over the default's and its half width; null
@@ -97,7 +101,8 @@ def tune_dict(r: TuneResult) -> dict[str, Any]:
         `runner_up`, `runs_to_separate` (int | null), `default_slower` (fraction | null; null
         also when best/default is beyond `ratio_limit`), `default_slower_beyond_limit`
         ("above", "below" or null), `default_distinguishable` (bool).
-      - `setting` (object | null): `env` (the variables to export for the pick), `procs`.
+      - `setting` (object | null): `label`, `env` (the variables to export for the pick),
+        `unset` (the variables to remove), `procs`.
       - `ratio_limit`: 1000.0, the speed-up beyond which a ratio is not stated as a figure.
       - `notes` (list[str]).
     """
@@ -113,6 +118,7 @@ def tune_dict(r: TuneResult) -> dict[str, Any]:
                 "roles": list(c.roles),
                 "env": dict(c.env),
                 "extra": dict(c.extra),
+                "unset": list(c.unset),
                 "stats": _stats_dict(st.stats),
                 "speedup": _ratio(st.speedup),
                 "speedup_ci95": None if _ratio(st.speedup) is None else _finite(st.speedup_half),
@@ -153,12 +159,18 @@ def tune_dict(r: TuneResult) -> dict[str, Any]:
     setting = None
     if r.ranking.pick is not None:
         pick = r.candidates[r.ranking.pick]
-        setting = {"label": pick.label, "env": setting_env(pick), "procs": pick.procs}
+        setting = {
+            "label": pick.label,
+            "env": setting_env(pick),
+            "unset": list(pick.unset),
+            "procs": pick.procs,
+        }
     return {
         "command": list(r.command),
         "vcpus": r.vcpus,
         "procs": r.procs,
         "procs_source": r.procs_source,
+        "procs_seen": r.procs_seen,
         "mode": "fixed-work" if r.metric is None else "fixed-time",
         "metric": r.metric,
         "metric_stat": r.metric_stat,
@@ -207,6 +219,7 @@ def tune_markdown(r: TuneResult) -> str:
         env = setting_env(pick)
         if env:
             lines += ["", f"Setting ({cell(pick.label)}):", "", "```sh"]
+            lines += [f"unset {name}" for name in pick.unset]
             lines += export_lines(env).rstrip("\n").split("\n")
             lines.append("```")
             if pick.threads is not None:

@@ -35,11 +35,14 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def environment(env: Mapping[str, str]) -> Iterator[None]:
-    """While inside, `env` is set in this process's environment (which the trial's command
-    inherits); the previous values (or their absence) are restored on exit."""
-    saved = {name: os.environ.get(name) for name in env}
+def environment(env: Mapping[str, str], unset: Sequence[str] = ()) -> Iterator[None]:
+    """While inside, `env` is set and `unset` removed in this process's environment (which
+    the trial's command inherits); the previous values (or their absence) are restored on
+    exit."""
+    saved = {name: os.environ.get(name) for name in [*env, *unset]}
     try:
+        for name in unset:
+            os.environ.pop(name, None)
         os.environ.update(env)
         yield
     finally:
@@ -131,14 +134,16 @@ def run_trial(
     *,
     timeout: float | None,
     grace: float = 3.0,
+    unset: Sequence[str] = (),
 ) -> TrialRun:
-    """Run `argv` once under `env`, watched and stopped exactly as `check -- CMD` is."""
+    """Run `argv` once under `env` (and without `unset`), watched and stopped exactly as
+    `check -- CMD` is."""
     from oversub.run.checking import run_command
 
     stamped = _Stamped(progress)
     begun = time.monotonic()
     try:
-        with environment(env):
+        with environment(env, unset):
             outcome = run_command(argv, budget, session, stamped, timeout=timeout, grace=grace)
     finally:
         if stamped.stamp is not None:
@@ -187,6 +192,13 @@ class LoopResult:
     plan: TunePlan | None
     ended: str
     elapsed_s: float
+    candidates: tuple[Candidate, ...]
+    """The candidates the trials ran (`replan` may have replaced the first list)."""
+
+
+Replan = Callable[[Trial], "Sequence[Candidate] | None"]
+"""Called with the first trial (the default's first run, before the plan): new candidates to
+plan with (the default still first, so that trial stays valid), or None to keep them."""
 
 
 def run_tuning(
@@ -198,10 +210,12 @@ def run_tuning(
     runs: int | None,
     budget_s: float,
     clock: Callable[[], float] = time.monotonic,
+    replan: Replan | None = None,
 ) -> LoopResult:
     """Run the interleaved schedule that fits `budget_s`.
 
-    The first trial (the default's first run) is run first and its length plans the rest.
+    The first trial (the default's first run) is run first and its length plans the rest;
+    `replan` may then replace the candidates (what the first trial saw changes them).
     A trial starts only while the budget has room for one more trial of
     the longest length seen, and a trial that outlives the budget by that length is
     stopped: the budget is honoured to within one trial. The default's first trial failing
@@ -237,6 +251,9 @@ def run_tuning(
             )
             failed = first_default and outcome.trial.value is None
             if plan is None and not (failed or outcome.interrupted or outcome.cut):
+                replaced = None if replan is None else replan(outcome.trial)
+                if replaced is not None:
+                    candidates = replaced
                 plan = fit(len(candidates), warmup, runs, outcome.trial.seconds, budget_s)
                 events.planned(plan)
                 order = schedule(plan.candidates, warmup, plan.runs)
@@ -253,4 +270,4 @@ def run_tuning(
                 break
     except KeyboardInterrupt:
         ended = "interrupted"
-    return LoopResult(tuple(trials), plan, ended, clock() - start)
+    return LoopResult(tuple(trials), plan, ended, clock() - start, tuple(candidates))

@@ -1,9 +1,10 @@
 """One trial of `oversub tune`: the candidate's arguments and variables, CMD's stdout
 discarded (or passed to stderr) and read for the metric, the recording, the figure.
 
-The run itself is `run.tune.run_trial`, that is `run.check.run_command`: check's sampler,
-verdict, containment and stop. The metric is read by check --metric's parser
-(`cli.check.metric.StdoutMetrics`).
+The run itself is `tuning.loop.run_trial`, that is `run.checking.run_command`: check's
+sampler, verdict, containment and stop. The metric is read by check --metric's parser
+(`cli.check.metric.StdoutMetrics`); in fixed work, the first trial's stdout is read too, for
+the names of the figures CMD prints (a hint for --metric).
 """
 
 from __future__ import annotations
@@ -107,6 +108,15 @@ class TrialRunner:
         self.procs = procs
         self.default_threads = default_threads
         self.record_failures: list[str] = []
+        self.printed: list[str] = []
+        """Names of the `NAME=<number>` tokens the first trial printed, in fixed work (a
+        hint for --metric when the wall time cannot rank the candidates)."""
+
+    def retarget(self, candidates: tuple[Candidate, ...], procs: int) -> None:
+        """Run these candidates from now on, with `{procs}` = `procs` (M seen by the first
+        trial: `tuning.advice.inferred_procs`)."""
+        self.candidates = candidates
+        self.procs = procs
 
     def __call__(
         self, index: int, candidate: int, round: int, warmup: bool, limit: float | None
@@ -138,18 +148,22 @@ class TrialRunner:
             if sink != 2:
                 stack.callback(os.close, sink)
             stack.enter_context(_stdout_to(sink))
-            if metric is not None:
+            if metric is not None or index == 1:
                 from oversub.cli.check.metric import StdoutMetrics
 
-                captured = stack.enter_context(StdoutMetrics([metric]))
+                captured = stack.enter_context(StdoutMetrics(None if metric is None else [metric]))
             try:
-                ran = run_trial(argv, env, self.budget, self.session, progress, timeout=timeout)
+                ran = run_trial(
+                    argv, env, self.budget, self.session, progress, timeout=timeout, unset=c.unset
+                )
             except BaseException:  # CMD could not start, or a signal before it did
                 if recorder is not None:
                     recorder.close()
                 raise
         outcome = ran.outcome
         judged = judge(outcome).summary
+        if metric is None and captured is not None:
+            self.printed = list(captured.values)
         status = outcome.command_status
         value: float | None = None
         failure: str | None = None
@@ -192,6 +206,7 @@ class TrialRunner:
             verdict=judged.verdict,
             delay_ratio=judged.totals.run_delay_ratio,
             record=None if recorder is None else str(self._record_path(index, c)),
+            busy_processes=judged.totals.busy_processes if judged.samples else None,
         )
         return TrialOutcome(trial=trial, interrupted=outcome.interrupted, cut=cut)
 
@@ -240,7 +255,9 @@ class TrialRunner:
                     command_status=outcome.command_status,
                     timed_out=outcome.timed_out,
                     interrupted=outcome.interrupted,
-                    metrics=None if captured is None else captured.values,
+                    metrics=captured.values
+                    if captured is not None and self.opts.metric is not None
+                    else None,
                 ),
             )
         if failure is not None:

@@ -51,6 +51,9 @@ class Candidate:
     roles: tuple[str, ...] = ()
     """What makes it special: "default" (variables as inherited), "recommended" (oversub's
     floor(N/M)), "one thread"."""
+    unset: tuple[str, ...] = ()
+    """Inherited thread-count variables a trial of it removes (their value is not a whole
+    number that could be set to its T instead: `tuning.advice.inherited`)."""
 
     @property
     def is_default(self) -> bool:
@@ -83,6 +86,10 @@ class Trial:
     """The tree's run-delay ratio over the trial (time waiting for a CPU / time running)."""
     record: str | None = None
     """The trial's recording (`--record DIR`), None without it."""
+    busy_processes: int | None = None
+    """Processes of the tree busy at once (half a thread runnable or more) for a quarter of
+    the trial, as check counts them (`Totals.busy_processes`); None when nothing was
+    measured. The M the trial really ran."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +199,8 @@ class TuneResult:
     procs: int
     """M, the processes the recommendation divides N among."""
     procs_source: str | None
-    """Where M came from: "--procs", a launcher variable, or None (one process assumed)."""
+    """Where M came from: "--procs", a launcher variable, "trials" (the processes the
+    default's first trial ran busy at once), or None (one process assumed)."""
     metric: str | None
     """The metric's name (fixed time); None: wall time of fixed work."""
     metric_stat: str
@@ -209,6 +217,9 @@ class TuneResult:
     "default-failed" (the default candidate's run failed: nothing to compare with)."""
     elapsed_s: float
     notes: tuple[str, ...] = ()
+    procs_seen: int | None = None
+    """The most processes any trial ran busy at once (`Trial.busy_processes`); None when no
+    trial measured it."""
 
 
 @dataclass(frozen=True)

@@ -104,12 +104,19 @@ def _runs_text(st: Standing) -> str:
     return f"{n}" + (f" ({st.failed} failed)" if st.failed else "")
 
 
+def role_text(r: TuneResult, role: str) -> str:
+    """A role as the table shows it: "recommended" says its M when M was assumed."""
+    if role == "recommended" and r.procs_source is None:
+        return f"recommended for M={r.procs}, assumed"
+    return role
+
+
 def row(r: TuneResult, st: Standing) -> list[str]:
     c = r.candidates[st.candidate]
     marks = []
     if st.candidate == r.ranking.pick:
         marks.append("pick")
-    marks += [role for role in c.roles if role != "default"]
+    marks += [role_text(r, role) for role in c.roles if role != "default"]
     label = c.label + (f" ({', '.join(marks)})" if marks else "")
     return [
         label,
@@ -207,6 +214,7 @@ def setting_lines(r: TuneResult) -> list[str]:
             lines.append(f"with {c.procs} processes ({{procs}} = {c.procs})")
         return lines
     lines = ["Before starting the job:"]
+    lines += [f"unset {name}" for name in c.unset]
     lines += export_lines(setting_env(c)).rstrip("\n").split("\n")
     if c.procs is not None:
         lines.append(f"# and run {c.procs} processes ({{procs}} = {c.procs})")
@@ -257,7 +265,10 @@ def about_lines(r: TuneResult) -> list[str]:
         if r.metric is None
         else f"fixed time: the {r.metric_stat} {r.metric}= line of each trial"
     )
-    source = f" (from {r.procs_source})" if r.procs_source else " (assumed; give --procs M)"
+    source = {
+        None: " assumed (give --procs M)",
+        "trials": " (the processes the default's first trial ran busy at once)",
+    }.get(r.procs_source, f" (from {r.procs_source})")
     lines = [
         f"command: {terminal(shlex.join(r.command))}",
         f"N = {r.vcpus} vCPUs, M = {r.procs}{source}; {mode}",

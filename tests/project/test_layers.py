@@ -35,6 +35,7 @@ FEATURE_LAYERS: dict[str, str] = {
     "oversub.recording.writer": "cli",
     "oversub.tuning": "foundation",
     "oversub.tuning.trials": "foundation",
+    "oversub.tuning.advice": "analysis",
     "oversub.tuning.candidates": "analysis",
     "oversub.tuning.stats": "analysis",
     "oversub.tuning.loop": "run",

@@ -138,6 +138,58 @@ def test_any_finite_figure_gives_the_table_and_the_json(tmp_path: Path) -> None:
         assert [c["stats"]["n"] for c in doc["candidates"]] == [2, 2]
 
 
+# Two processes busy for a fixed 0.6 s whatever the setting (a time-bound command), each trial
+# logging the thread variables it was given, then a throughput line.
+TIME_BOUND = (
+    "import json, os, subprocess, sys\n"
+    "with open(sys.argv[1], 'a') as log:\n"
+    "    log.write(json.dumps({k: v for k, v in os.environ.items() if 'THREAD' in k}) + '\\n')\n"
+    "spin = 'import time\\nend = time.monotonic() + 0.6\\nwhile time.monotonic() < end: pass'\n"
+    "workers = [subprocess.Popen([sys.executable, '-S', '-c', spin]) for _ in range(2)]\n"
+    "for w in workers: w.wait()\n"
+    "print('proc=0 steps=42 steps_per_s=70.0', flush=True)\n"
+)
+
+
+def test_a_time_bound_command_and_inherited_variables_are_said(tmp_path: Path) -> None:
+    # No --procs: M is what the first trial ran busy at once (2), not an assumed 1. Every trial
+    # takes 0.6 s: tune says wall time cannot rank them, and names the figure to use. Its own
+    # environment's thread variables: the default runs with them, T=1 really runs with 1.
+    log = tmp_path / "env.ndjson"
+    inherited = {
+        "OMP_NUM_THREADS": "7",
+        "RAYON_NUM_THREADS": "7",
+        "MKL_DOMAIN_NUM_THREADS": "MKL_BLAS=7",
+        "OMP_PROC_BIND": "close",
+    }
+    result = run_oversub(
+        ["tune", "--interval", "0.1", "--runs", "3", "--format", "json", "--",
+         *PY, TIME_BOUND, str(log)],
+        env=inherited,
+        pin=True,
+    )  # fmt: skip
+    assert result.returncode == ExitStatus.OK, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["procs"], doc["procs_source"], doc["procs_seen"]) == (2, "trials", 2)
+    assert "planning for M = 2" in result.stderr
+    notes = "\n".join(doc["notes"])
+    assert "every candidate took about the same wall time" in notes
+    assert "(CMD prints steps_per_s=<number>: --metric steps_per_s)" in notes
+    assert "the default candidate runs with them, so it is not the libraries' default" in notes
+    assert "every trial inherits OMP_PROC_BIND=close" in notes
+    assert "tune's environment sets" in result.stderr  # said before the first trial too
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    order = [t["candidate"] for t in doc["trials"]]
+    assert len(seen) == len(order) and set(order) == {"default", "T=1"}
+    for label, env in zip(order, seen, strict=True):
+        if label == "default":
+            assert env["OMP_NUM_THREADS"] == "7" and env["MKL_DOMAIN_NUM_THREADS"] == "MKL_BLAS=7"
+        else:
+            assert env["OMP_NUM_THREADS"] == env["RAYON_NUM_THREADS"] == "1"
+            assert "MKL_DOMAIN_NUM_THREADS" not in env
+    assert doc["setting"]["unset"] == ["MKL_DOMAIN_NUM_THREADS"]
+
+
 def test_ctrl_c_stops_the_tree_and_prints_the_partial_table(spawn: Spawner) -> None:
     # The default runs quickly; every tuned trial starts a child and sleeps, so the signal
     # lands in the middle of a trial with a tree of two processes.

@@ -105,3 +105,30 @@ def test_environment_is_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     with environment({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}):
         assert os.environ["OMP_NUM_THREADS"] == "1" and os.environ["MKL_NUM_THREADS"] == "1"
     assert os.environ["OMP_NUM_THREADS"] == "7" and "MKL_NUM_THREADS" not in os.environ
+
+
+def test_environment_unsets_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MKL_DOMAIN_NUM_THREADS", "MKL_BLAS=1")
+    import os
+
+    with environment({"OMP_NUM_THREADS": "2"}, unset=["MKL_DOMAIN_NUM_THREADS"]):
+        assert "MKL_DOMAIN_NUM_THREADS" not in os.environ
+    assert os.environ["MKL_DOMAIN_NUM_THREADS"] == "MKL_BLAS=1"
+
+
+def test_replan_after_the_first_trial_replaces_the_candidates() -> None:
+    fake, events = Fake(), Events()
+    seen: list[Trial] = []
+    shorter = CANDS[:2]
+
+    def replan(first: Trial) -> tuple[Candidate, ...]:
+        seen.append(first)
+        return shorter
+
+    result = run_tuning(
+        CANDS, fake, events, warmup=0, runs=2, budget_s=100, clock=fake.clock, replan=replan
+    )
+    assert [t.index for t in seen] == [1] and seen[0].candidate == 0
+    assert result.candidates == shorter
+    assert [t.candidate for t in result.trials] == [0, 1, 0, 1]
+    assert events.plans[0].candidates == 2
