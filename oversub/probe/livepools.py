@@ -19,21 +19,32 @@ tests can use fake trees. The ELF work is done once per library file (keyed by t
 and inode `maps` gives), so a refresh costs one open, one pread and one close per process.
 
 A process chooses what it maps and, in its own mount namespace, what a mapped path leads to:
-a FIFO, a pty, a device, another file, a crafted ELF. So a mapped object is opened only in
-ways that cannot block, acquire a terminal or open a device (`_open_library`), it is parsed
-by the strict, bounded `probe.elf`, and what could not be read is named in
+a FIFO, a pty, a device, another file, a crafted ELF, a file of its own FUSE server. So a
+mapped object is opened only when `probe.backing` says its file system answers (no FUSE, no
+network file system) and only in ways that cannot block, acquire a terminal or open a device
+(`_open_library`); it is parsed by the strict, bounded `probe.elf`; the live value is read
+only when every byte of it lies in memory `probe.backing` allows (a library followed by a
+FUSE page where `base + symbol` lands is not read); and what could not be read is named in
 `LiveSizes.unreadable`, never raised (docs/security.md, "Files a watched process maps").
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
 from typing import NamedTuple
 
 from oversub.core import pools
+from oversub.probe.backing import (
+    AddressSpace,
+    Memory,
+    Mounts,
+    OverBudget,
+    device_number,
+    mappings_from,
+    read_mount_types,
+)
 from oversub.probe.elf import MAX_FILE_READ, ElfSymbol, NotReadable, dynamic_symbols
 
 _MAX_CACHE = 256
@@ -48,8 +59,6 @@ together take about 1 MiB); a file past it is named unreadable until a later rea
 _MAX_ADDRESS = (1 << 63) - 1
 """Largest offset of /proc/PID/mem a pread takes (off_t is signed)."""
 
-_MAX_MOUNTINFO = 4 << 20
-"""Most bytes of /proc/PID/mountinfo read to tell which of its file systems are FUSE."""
 
 _O_PATH: int | None = getattr(os, "O_PATH", None)
 _OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -75,6 +84,8 @@ class MappedLibrary(NamedTuple):
     deleted: bool = False
     """maps says "(deleted)": the file was replaced or removed since it was mapped, so its
     path names another file or none; only /proc/PID/map_files opens the mapped object."""
+    line: int = 0
+    """Where its maps line starts in the maps text (the lines of its segments follow)."""
 
 
 # Lines of maps that map a library with a live symbol (cheap pre-filter: a NumPy process maps
@@ -99,7 +110,8 @@ def maps_libraries(maps: bytes) -> list[MappedLibrary]:
     """Pool libraries with a live symbol in a maps file, each at its mapping of offset 0."""
     found: dict[tuple[str, int], MappedLibrary] = {}
     for match in _CANDIDATE.finditer(maps):
-        line = maps[maps.rfind(b"\n", 0, match.start()) + 1 : match.end()]
+        at = maps.rfind(b"\n", 0, match.start()) + 1
+        line = maps[at : match.end()]
         parts = line.split(maxsplit=5)
         if len(parts) < 6 or not parts[5].startswith(b"/") or parts[2].strip(b"0"):
             continue  # anonymous, pseudo ("[heap]") or not the segment at file offset 0
@@ -117,7 +129,9 @@ def maps_libraries(maps: bytes) -> list[MappedLibrary]:
             continue  # not the kernel's format (a fake tree's mistake)
         seen = found.get((device, inode))
         if seen is None or start < seen.start:
-            found[(device, inode)] = MappedLibrary(key, path, start, stop, device, inode, deleted)
+            found[(device, inode)] = MappedLibrary(
+                key, path, start, stop, device, inode, deleted, at
+            )
     return list(found.values())
 
 
@@ -151,35 +165,51 @@ class LiveReader:
     def __init__(self, root: str = "/") -> None:
         self.root = root
         self._symbols: dict[tuple[str, int, str], _Symbols | str] = {}
-        self._fuse: tuple[int, frozenset[int] | None] | None = None
-        """(pid, the devices of its FUSE mounts) for the read under way."""
+        self._mounts: Mounts | None = None
+        """What the file systems of the process being read are (`probe.backing`): read
+        again for each process read, after its maps (mounts come and go)."""
+        self._host: dict[int, bytes] | None = None
 
     def read(self, pid: int, maps: bytes) -> LiveSizes:
         found = LiveSizes({}, {}, {})
-        self._fuse = None  # read again for each process read: mounts come and go
         libraries = maps_libraries(maps)
         if not libraries:
             return found
+        proc = f"{self.root.rstrip('/')}/proc/{pid}"
+        self._host = None
+        self._mounts = Mounts(proc, self._host_mounts)
         # The memory first: when it is refused, nothing of the files matters (and a library
         # that could not be read then says nothing about what could be read of the process).
         try:
-            mem = f"{self.root.rstrip('/')}/proc/{pid}/mem"
-            fd = os.open(mem, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+            fd = os.open(f"{proc}/mem", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
         except PermissionError:
             raise
         except OSError:
             return found  # gone
         try:
             for lib, size_symbol, started_symbol in self._wanted(pid, libraries, found):
-                value = _read_int(fd, lib.start, size_symbol)
+                # The bytes of its maps lines from its own on: a symbol lies in its segments.
+                space = AddressSpace(mappings_from(maps, lib.line), self._mounts)
+                memory = Memory(fd, space, 16, 2)  # two integers at most
+                value = _read_int(memory, lib.start, size_symbol)
+                if value is None and space.span(lib.start + size_symbol.offset, 1) == 0:
+                    found.unreadable[lib.path] = _NOT_THERE
+                    continue
                 if value is None or not 1 <= value <= _MAX_THREADS:
                     continue  # unmapped since, gone, uninitialised or not a thread count
-                started = 1 if started_symbol is None else _read_int(fd, lib.start, started_symbol)
+                started = (
+                    1 if started_symbol is None else _read_int(memory, lib.start, started_symbol)
+                )
                 found.sizes[lib.key] = max(found.sizes.get(lib.key, 0), value)
                 found.extra[lib.key] = found.extra.get(lib.key, 0) + (value - 1 if started else 0)
         finally:
             os.close(fd)
         return found
+
+    def _host_mounts(self) -> dict[int, bytes] | None:
+        if self._host is None:
+            self._host = read_mount_types(f"{self.root.rstrip('/')}/proc/1/mountinfo")
+        return self._host
 
     def _wanted(
         self, pid: int, libraries: list[MappedLibrary], found: LiveSizes
@@ -253,13 +283,9 @@ class LiveReader:
         if _O_PATH is None:
             return "no O_PATH on this system"
         proc = f"{self.root.rstrip('/')}/proc/{pid}"
-        if self._fuse is None or self._fuse[0] != pid:
-            self._fuse = (pid, fuse_devices(f"{proc}/mountinfo"))
-        fuse = self._fuse[1]
-        if fuse is None:
-            return "its mounts could not be told apart (mountinfo over the bound)"
-        if _device(lib.device) in fuse:
-            return "on a FUSE file system (its server decides when a read returns)"
+        mounts = self._mounts if self._mounts is not None else Mounts(proc, self._host_mounts)
+        if not mounts.readable(lib.device.encode("ascii", "replace")):
+            return mounts.refusal(lib.device.encode("ascii", "replace"))
         routes = [(f"{proc}/map_files/{lib.start:x}-{lib.end:x}", 0)]
         if not lib.deleted:
             routes.append((f"{proc}/root{lib.path}", os.O_NOFOLLOW))
@@ -272,39 +298,6 @@ class LiveReader:
         if lib.deleted:
             why.append("replaced or deleted since it was mapped")
         return "; ".join(why)
-
-
-def fuse_devices(path: str) -> frozenset[int] | None:
-    """st_dev of every FUSE mount in a mountinfo file (fuse, fuseblk, fuse.NAME), read
-    without touching those file systems; None when the file is larger than its bound (an
-    empty set when it cannot be read: a fake tree, or the process is gone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError:
-        return frozenset()
-    try:
-        chunks, total = [], 0
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > _MAX_MOUNTINFO:
-                return None
-    except OSError:
-        return frozenset()
-    finally:
-        os.close(fd)
-    found = set()
-    for line in b"".join(chunks).split(b"\n"):
-        head, sep, tail = line.partition(b" - ")
-        fields = head.split()
-        if not sep or len(fields) < 3 or not tail.split(maxsplit=1):
-            continue
-        fstype = tail.split(maxsplit=1)[0]
-        if fstype in (b"fuse", b"fuseblk") or fstype.startswith(b"fuse."):
-            major, _, minor = fields[2].partition(b":")
-            with contextlib.suppress(ValueError, OverflowError):
-                found.add(os.makedev(int(major), int(minor)))
-    return frozenset(found)
 
 
 def _open_mapped(path: str, flags: int, lib: MappedLibrary) -> tuple[int, int] | str:
@@ -346,23 +339,23 @@ def _refusal(st: os.stat_result, lib: MappedLibrary) -> str | None:
     return None
 
 
+_NOT_THERE = "its live value lies in memory that may not be read (FUSE, network, unknown)"
+
+
 def _device(field: str) -> int | None:
     """st_dev of maps' "major:minor" (hex); None when it does not parse."""
-    major, _, minor = field.partition(":")
-    try:
-        return os.makedev(int(major, 16), int(minor, 16))
-    except (ValueError, OverflowError):
-        return None
+    return device_number(field)
 
 
-def _read_int(fd: int, base: int, symbol: ElfSymbol) -> int | None:
-    """The integer at `base + symbol.offset` in the memory file `fd`; None when unreadable."""
+def _read_int(memory: Memory, base: int, symbol: ElfSymbol) -> int | None:
+    """The integer at `base + symbol.offset` in the process's memory; None when it may not be
+    read, or could not be."""
     address = base + symbol.offset
     if address + symbol.size > _MAX_ADDRESS:
         return None
     try:
-        raw = os.pread(fd, symbol.size, address)
-    except OSError:
+        raw = memory.read(address, symbol.size)
+    except OverBudget:
         return None
     if len(raw) != symbol.size:
         return None

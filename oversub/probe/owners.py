@@ -35,6 +35,14 @@ may wait where no runtime's frame is near its stack pointer: it is tried again (
 that did not run waits where it waited, with the same stack). A thread's name and start
 time come from the sampler's own reading when it has them (`probe.threads`), so a new
 thread costs no file of its own for them.
+
+Reads of the process's memory go through `probe.backing`: only memory whose faults wait for
+no server is read (so a runtime loaded from FUSE or NFS is named by its thread names and
+blocked PCs only), against that process's maps read in the same sample, within a budget per
+process and sample (`MAX_READS`, `MAX_BYTES`); the addresses found to follow a call are
+remembered per process up to `CALLS_MAX`. A process that execs (its `/proc/PID/exe` names
+another file) is another program under the same pid and start time: everything known of it
+is dropped.
 """
 
 from __future__ import annotations
@@ -47,7 +55,15 @@ from dataclasses import dataclass, field
 
 from oversub.core import runtimes
 from oversub.core.samples import ThreadSample
-from oversub.probe.startroutine import StackTops, stack_mappings
+from oversub.probe.backing import (
+    AddressSpace,
+    Memory,
+    Mounts,
+    OverBudget,
+    parse_maps,
+    read_mount_types,
+)
+from oversub.probe.startroutine import StackTops, stacks_of
 
 MAX_TRIES = 10
 """Blocked readings (syscall, maybe maps and stack) tried per thread before giving up."""
@@ -57,8 +73,18 @@ STACK_SCAN = 2048
 """Bytes of a blocked thread's stack scanned for return addresses (measured: the first one
 outside libc lies 88-264 bytes above the stack pointer for polars, pyarrow, numexpr, ORT and
 the interpreter)."""
-MAPS_MAX = 16 << 20
-"""Bytes of a maps file read at most."""
+MAPS_MAX = 4 << 20
+"""Bytes of a maps file read at most (about 40,000 mappings; a process beyond it hides the
+mappings past the bound from attribution, its own loss)."""
+MAX_READS = 1024
+"""Reads of one process's memory per sample at most: stack tops, deeper frames, stack scans
+and the checks for a call before an address (a new address costs one read)."""
+MAX_BYTES = 2 << 20
+"""Bytes of one process's memory read per sample at most (256 stack tops of 8 KiB)."""
+CALLS_MAX = 4096
+"""Addresses remembered per process as following a call or not; forgotten when full."""
+_TEXT_MAX = 8192
+"""Executable file mappings kept per process (a real one has a few hundred)."""
 _SMALL = 512
 _OBJECTS_MAX = 4096
 """Object paths whose owner is remembered at most (the paths are the processes' to choose)."""
@@ -80,19 +106,26 @@ class _Thread:
 
 @dataclass
 class _Process:
+    exe: bytes | None = None
+    """Where /proc/PID/exe leads (None when it could not be read): another file is an exec."""
     threads: dict[int, _Thread] = field(default_factory=dict)
     text: list[tuple[int, int, str]] | None = None
     """Executable file mappings (start, end, path), sorted; None until needed."""
     starts: list[int] = field(default_factory=list)
     stacks: list[tuple[int, int]] = field(default_factory=list)
     """Anonymous mappings above a guard page (thread stacks), from the same maps read."""
+    space: AddressSpace | None = None
+    """What of its memory may be read, from the maps read in this sample (None: not read)."""
     stack_tid: dict[tuple[int, int], int] = field(default_factory=dict)
     """The thread each stack was found to belong to."""
     bare: dict[tuple[int, int], int] = field(default_factory=dict)
     """Stack-like mappings found without a thread descriptor, and how often: twice (not a
     stack being set up by pthread_create at that moment) and it is not read again."""
     calls: dict[int, bool] = field(default_factory=dict)
-    """Address -> a call instruction ends right before it (read once per address)."""
+    """Address -> a call instruction ends right before it (read once per address, while the
+    executable mappings stay the same; at most `CALLS_MAX`)."""
+    memory: Memory | None = None
+    """Its open memory for the read under way, with this sample's budget."""
     tid_offset: int | None = None
     main_name: str | None = None
     """The main thread's name (`/proc/PID/comm`), read once."""
@@ -125,24 +158,7 @@ def _read(path: str, size: int = _SMALL) -> bytes | None:
 
 def parse_text_maps(maps: bytes) -> list[tuple[int, int, str]]:
     """The executable mappings of files in a maps file, sorted by start address."""
-    out: list[tuple[int, int, str]] = []
-    for line in maps.splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) < 6 or b"x" not in fields[1]:
-            continue
-        path = fields[5].strip()
-        if not path.startswith(b"/"):
-            continue
-        lo, _, hi = fields[0].partition(b"-")
-        try:
-            start, end = int(lo, 16), int(hi, 16)
-        except ValueError:
-            continue
-        if path.endswith(b" (deleted)"):
-            path = path[: -len(b" (deleted)")]
-        out.append((start, end, path[:4096].decode("utf-8", "replace")))
-    out.sort()
-    return out
+    return _text_of(parse_maps(maps))
 
 
 def parse_syscall_pc(text: bytes) -> tuple[int, int] | None:
@@ -187,13 +203,24 @@ class OwnerReader:
         """Object path -> (its owner, whether it is a system object), looked up once."""
         self._mem: int | None = None
         """The memory of the process being read, opened at its first stack scan."""
+        self._host: dict[int, bytes] | None = None
+        """The file systems of the host's mount namespace (`probe.backing`), read once per
+        sample where needed."""
 
     def end_sample(self) -> None:
-        """Forget the processes and threads this sample did not read."""
+        """Forget the processes and threads this sample did not read, and what of each
+        process's memory may be read (its maps are read again before the next read)."""
         for key in [k for k, p in self._known.items() if not p.seen]:
             del self._known[key]
         for p in self._known.values():
             p.seen = p.fresh = False
+            p.space = None
+        self._host = None
+
+    def _host_mounts(self) -> dict[int, bytes] | None:
+        if self._host is None:
+            self._host = read_mount_types(f"{self._proc}/1/mountinfo")
+        return self._host
 
     def keep(self, pid: int, start_ticks: int) -> None:
         """The process was not read in this sample (its last reading stands): remember it."""
@@ -210,8 +237,7 @@ class OwnerReader:
     ) -> dict[int, str]:
         """tid -> owner key (`runtimes`), or `runtimes.UNATTRIBUTED`, for `threads`;
         `names`: tid -> thread name where the caller read it already."""
-        proc = self._known.setdefault((pid, start_ticks), _Process())
-        proc.seen = True
+        proc = self._process(pid, start_ticks)
         tids = tuple(t.tid for t in threads)
         if proc.settled is not None and proc.settled[0] == tids:
             return proc.settled[1]  # owners never change once proven
@@ -251,6 +277,7 @@ class OwnerReader:
                 if owner is not None:
                     entry.owner, entry.proven = owner, True
         finally:
+            proc.memory = None
             if self._mem is not None:
                 os.close(self._mem)
                 self._mem = None
@@ -265,6 +292,22 @@ class OwnerReader:
         proc.settled = (tids, owners) if settled else None
         return owners
 
+    def _process(self, pid: int, start_ticks: int) -> _Process:
+        """The state of a process identity, dropped when it exec'd since it was read (its
+        `/proc/PID/exe` leads elsewhere: the same pid and start time, another program)."""
+        try:
+            exe: bytes | None = os.readlink(f"{self._proc}/{pid}/exe".encode())
+        except OSError:  # refused, a kernel thread, or an exiting main thread: no news
+            exe = None
+        key = (pid, start_ticks)
+        proc = self._known.get(key)
+        if proc is None or (exe is not None and proc.exe is not None and exe != proc.exe):
+            proc = self._known[key] = _Process(exe=exe)
+        elif proc.exe is None:
+            proc.exe = exe
+        proc.seen = True
+        return proc
+
     def _start_routines(
         self, pid: int, proc: _Process, wanted: dict[int, _Thread], alive: set[int]
     ) -> None:
@@ -277,27 +320,24 @@ class OwnerReader:
         # A stack whose thread still lives and is not wanted is not read again.
         known = {s for s, tid in proc.stack_tid.items() if tid in alive and tid not in wanted}
         stacks = [s for s in proc.stacks if s not in known and proc.bare.get(s, 0) < 2]
-        fd = self._open_mem(pid, proc) if stacks else None
-        if fd is None:
+        memory = self._memory(pid, proc) if stacks else None
+        if memory is None:
             return
-
-        def follows(address: int) -> bool:
-            ok = proc.calls.get(address)
-            if ok is None:
-                try:
-                    ok = follows_call(os.pread(fd, 8, address - 8), self._machine)
-                except (OSError, OverflowError, ValueError):
-                    ok = False
-                proc.calls[address] = ok
-            return ok
-
         tops = StackTops(
-            fd, lambda a: self._object_at(pid, proc, a), follows, proc.tid_offset, proc.below
+            memory,
+            lambda a: self._object_at(pid, proc, a),
+            lambda a: self._follows(proc, a),
+            proc.tid_offset,
+            proc.below,
         )
         found = tops.read(stacks, alive)
         proc.tid_offset, proc.below = tops.tid_offset, tops.below
         for s in tops.bare:
             proc.bare[s] = proc.bare.get(s, 0) + 1
+        if not tops.complete:  # the budget ran out: who was not reached is looked for again
+            for tid, entry in wanted.items():
+                if tid not in found:
+                    entry.top_tries -= 1
         proc.stack_tid = {s: tid for s, tid in proc.stack_tid.items() if tid in alive}
         for tid, (stack, path) in found.items():
             proc.stack_tid[stack] = tid
@@ -363,6 +403,8 @@ class OwnerReader:
 
     def _blocked_owner(self, pid: int, tid: int, proc: _Process) -> str | None:
         """The owner a blocked thread's PC (or stack) proves; None when nothing does yet."""
+        if not proc.fresh:
+            self._load_maps(pid, proc)  # its code may have been loaded since
         try:
             raw = _read(f"{self._proc}/{pid}/task/{tid}/syscall")
         except PermissionError:
@@ -400,11 +442,14 @@ class OwnerReader:
         return None
 
     def _load_maps(self, pid: int, proc: _Process) -> None:
+        """Its executable mappings, stacks and readable memory, from one read of its maps
+        (and, when a read needs it, of its mountinfo: `probe.backing`)."""
+        proc.fresh = True
+        proc.space = None
         try:
             fd = os.open(f"{self._proc}/{pid}/maps", os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
-            proc.text = []
-            proc.starts = []
+            proc.text, proc.starts, proc.stacks = [], [], []
             return
         chunks: list[bytes] = []
         total = 0
@@ -417,14 +462,25 @@ class OwnerReader:
         finally:
             os.close(fd)
         maps = b"".join(chunks)
-        proc.text = parse_text_maps(maps)
-        proc.starts = [m[0] for m in proc.text]
-        proc.stacks = stack_mappings(maps)
-        proc.fresh = True
+        if total >= MAPS_MAX:
+            maps = maps[: maps.rfind(b"\n", 0, MAPS_MAX) + 1]  # whole lines only
+        mappings = parse_maps(maps)
+        text = _text_of(mappings)
+        if text != proc.text:
+            proc.calls.clear()  # other code at those addresses (dlopen, exec): check again
+        proc.text = text
+        proc.starts = [m[0] for m in text]
+        proc.stacks = stacks_of(mappings)
+        current = set(proc.stacks)
+        proc.bare = {s: n for s, n in proc.bare.items() if s in current}
+        proc.space = AddressSpace(mappings, Mounts(f"{self._proc}/{pid}", self._host_mounts))
 
-    def _open_mem(self, pid: int, proc: _Process) -> int | None:
-        """The process's `/proc/PID/mem`, opened once per process and sample (closed at the
-        end of `read`); None when it cannot be (refused: `proc.refused`)."""
+    def _memory(self, pid: int, proc: _Process) -> Memory | None:
+        """The process's memory for this read, its maps read in this sample: opened once per
+        process and sample (closed at the end of `read`), with this sample's budget; None
+        when it cannot be (refused: `proc.refused`)."""
+        if proc.memory is not None:
+            return proc.memory
         if self._mem is None:
             try:
                 self._mem = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
@@ -432,18 +488,39 @@ class OwnerReader:
                 proc.refused = True
             except OSError:
                 pass
-        return self._mem
+        if self._mem is None:
+            return None
+        if proc.space is None:
+            self._load_maps(pid, proc)
+        assert proc.space is not None
+        proc.memory = Memory(self._mem, proc.space, MAX_BYTES, MAX_READS)
+        return proc.memory
+
+    def _follows(self, proc: _Process, address: int) -> bool | None:
+        """A call instruction ends right before `address` (`follows_call`), remembered per
+        address; None when those bytes may not be read. Raises `OverBudget`."""
+        ok = proc.calls.get(address)
+        if ok is not None:
+            return ok
+        memory = proc.memory
+        if memory is None or address < 8 or memory.space.span(address - 8, 8) != 8:
+            return None
+        ok = follows_call(memory.read(address - 8, 8), self._machine)
+        if len(proc.calls) >= CALLS_MAX:
+            proc.calls.clear()
+        proc.calls[address] = ok
+        return ok
 
     def _stack_owner(self, pid: int, proc: _Process, sp: int) -> str | None:
         pointer = _POINTER.get(self._machine)
         if pointer is None:
             return None
         fmt, size = pointer
-        fd = self._open_mem(pid, proc)
-        if fd is None:
+        memory = self._memory(pid, proc)
+        if memory is None:
             return None
         try:
-            stack = os.pread(fd, STACK_SCAN, sp)
+            stack = memory.read(sp, STACK_SCAN)
             for (word,) in struct.iter_unpack(fmt, stack[: len(stack) - len(stack) % size]):
                 path = self._object_at(pid, proc, word)
                 if path is None or word < 8:
@@ -451,11 +528,29 @@ class OwnerReader:
                 owner, system = self._owner_of(path)
                 if system or owner is None:
                     continue
-                if follows_call(os.pread(fd, 8, word - 8), self._machine):
+                call = self._follows(proc, word)
+                if call is None:
+                    return None  # its code may not be read: no evidence past it
+                if call:
                     return owner
-        except (OSError, OverflowError, ValueError):
+        except OverBudget:
             return None
         return None
+
+
+def _text_of(mappings: list[tuple[int, int, bytes, bytes, bytes]]) -> list[tuple[int, int, str]]:
+    """The executable mappings of files, sorted by start address (at most `_TEXT_MAX`)."""
+    out: list[tuple[int, int, str]] = []
+    for start, end, perms, _, path in mappings:
+        if b"x" not in perms or not path.startswith(b"/"):
+            continue
+        if path.endswith(b" (deleted)"):
+            path = path[: -len(b" (deleted)")]
+        out.append((start, end, path[:4096].decode("utf-8", "replace")))
+        if len(out) >= _TEXT_MAX:
+            break
+    out.sort()
+    return out
 
 
 def _team_driver(proc: _Process) -> str:

@@ -23,16 +23,20 @@ below the mapping's end, the start routine's frame 1.9-2.7 KiB below it.
 
 Everything read here is the watched process's to forge: a forged descriptor can only
 misname that process's own threads (as its thread names can), two stacks claiming one
-thread are both dropped, and every read is bounded (`TOP_READ`, `DEEP_READ`, `MAX_STACKS`).
+thread are both dropped, and every read is bounded (`TOP_READ`, `DEEP_READ`, `MAX_STACKS`)
+and goes through `probe.backing.Memory`: only memory whose faults cannot wait for a server
+is read, within the caller's budget of one sample. A word pointing into code that may not
+be read (a library on FUSE or NFS) cannot be checked for a call before it: the walk ends
+there with no evidence. A pass that spends the budget stops where it is (`complete`).
 """
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Callable, Collection, Iterable
 
 from oversub.core.runtimes import is_system_object
+from oversub.probe.backing import Mapping, Memory, OverBudget, parse_maps
 
 TOP_READ = 8192
 """Bytes read at the top of a stack mapping: the descriptor and, with a small static TLS,
@@ -48,23 +52,20 @@ TID_SPAN = 0x800
 def stack_mappings(maps: bytes) -> list[tuple[int, int]]:
     """(start, end) of every anonymous `rw-p` mapping right above an anonymous `---p` one:
     where glibc puts a thread's stack above its guard page."""
+    return stacks_of(parse_maps(maps))
+
+
+def stacks_of(mappings: Iterable[Mapping]) -> list[tuple[int, int]]:
+    """`stack_mappings` of maps lines already parsed (`probe.backing.parse_maps`)."""
     out: list[tuple[int, int]] = []
     guard_end = -1
-    for line in maps.splitlines():
-        fields = line.split()
-        if len(fields) != 5:  # a path (a file, [heap], [stack]) or malformed
+    for start, end, perms, _, path in mappings:
+        if path:  # a file, [heap], [stack]
             guard_end = -1
-            continue
-        lo, _, hi = fields[0].partition(b"-")
-        try:
-            start, end = int(lo, 16), int(hi, 16)
-        except ValueError:
-            guard_end = -1
-            continue
-        if fields[1] == b"---p":
+        elif perms == b"---p":
             guard_end = end
         else:
-            if fields[1] == b"rw-p" and start == guard_end and end > start:
+            if perms == b"rw-p" and start == guard_end and end > start:
                 out.append((start, end))
             guard_end = -1
     return out
@@ -87,21 +88,22 @@ def _descriptor(words: tuple[int, ...], base: int) -> int | None:
 
 
 class StackTops:
-    """Reads the start routines of one process's threads through its open `/proc/PID/mem`.
+    """Reads the start routines of one process's threads through its memory.
 
     `object_at(address)` names the file mapping whose code holds an address (None outside);
-    `follows(address)` says whether a call instruction ends right before it.
+    `follows(address)` says whether a call instruction ends right before it (None: that
+    code may not be read). Either may raise `OverBudget`, as `memory.read` does.
     """
 
     def __init__(
         self,
-        mem_fd: int,
+        memory: Memory,
         object_at: Callable[[int], str | None],
-        follows: Callable[[int], bool],
+        follows: Callable[[int], bool | None],
         tid_offset: int | None = None,
         below: int | None = None,
     ) -> None:
-        self._fd = mem_fd
+        self._memory = memory
         self._object_at = object_at
         self._follows = follows
         self.tid_offset = tid_offset
@@ -113,6 +115,8 @@ class StackTops:
         self.bare: list[tuple[int, int]] = []
         """The stacks of the last `read` that hold no descriptor: no glibc thread's, never
         worth reading again."""
+        self.complete = True
+        """The last `read` looked at every stack it was given (its budget was not spent)."""
 
     def read(
         self, stacks: Iterable[tuple[int, int]], tids: Collection[int]
@@ -122,41 +126,54 @@ class StackTops:
         found: dict[int, tuple[tuple[int, int], str | None]] = {}
         twice: set[int] = set()
         self.bare = []
-        for n, (start, end) in enumerate(stacks):
-            if n >= MAX_STACKS:
-                break
-            size = min(TOP_READ, end - start)
-            base = end - size
-            try:
-                top = os.pread(self._fd, size, base)
-            except (OSError, OverflowError, ValueError):
-                continue
-            count = len(top) // 8
-            words: tuple[int, ...] | None = None
-            if self.below is None:
-                words = struct.unpack_from(f"<{count}Q", top)
-                i = _descriptor(words, base)
-            else:  # one C library per process: its descriptors all lie there, or nowhere
-                at = (len(top) - self.below) // 8
-                ok = 0 <= at < count - 2 and _word(top, at) == base + 8 * at == _word(top, at + 2)
-                i = at if ok else None
-            if i is None:
-                if len(top) == size:
-                    self.bare.append((start, end))
-                continue
-            self.below = end - (base + 8 * i)
-            tid = self._tid(top, 8 * i, tids)
-            if tid is None:
-                continue
-            if tid in found:
-                twice.add(tid)
-                continue
-            if words is None:
-                words = struct.unpack_from(f"<{i}Q", top)
-            found[tid] = ((start, end), self._start_object(words, i, base, start))
+        self.complete = True
+        try:
+            for n, (start, end) in enumerate(stacks):
+                if n >= MAX_STACKS:
+                    break
+                self._one(start, end, tids, found, twice)
+        except OverBudget:
+            self.complete = False
         for tid in twice:
-            del found[tid]
+            found.pop(tid, None)
         return found
+
+    def _one(
+        self,
+        start: int,
+        end: int,
+        tids: Collection[int],
+        found: dict[int, tuple[tuple[int, int], str | None]],
+        twice: set[int],
+    ) -> None:
+        """One stack of `read`: its descriptor, its thread, that thread's start routine."""
+        size = min(TOP_READ, end - start)
+        base = end - size
+        top = self._memory.read(base, size)
+        count = len(top) // 8
+        if len(top) != size:
+            return  # not all of it may be read, or gone
+        words: tuple[int, ...] | None = None
+        if self.below is None:
+            words = struct.unpack_from(f"<{count}Q", top)
+            i = _descriptor(words, base)
+        else:  # one C library per process: its descriptors all lie there, or nowhere
+            at = (len(top) - self.below) // 8
+            ok = 0 <= at < count - 2 and _word(top, at) == base + 8 * at == _word(top, at + 2)
+            i = at if ok else None
+        if i is None:
+            self.bare.append((start, end))
+            return
+        self.below = end - (base + 8 * i)
+        tid = self._tid(top, 8 * i, tids)
+        if tid is None:
+            return
+        if tid in found:
+            twice.add(tid)
+            return
+        if words is None:
+            words = struct.unpack_from(f"<{i}Q", top)
+        found[tid] = ((start, end), self._start_object(words, i, base, start))
 
     def _tid(self, top: bytes, at: int, tids: Collection[int]) -> int | None:
         span = top[at : at + TID_SPAN]
@@ -184,9 +201,8 @@ class StackTops:
         deep_start = max(start, base - DEEP_READ)
         if deep_start >= base:
             return None
-        try:
-            deep = os.pread(self._fd, base - deep_start, deep_start)
-        except (OSError, OverflowError, ValueError):
+        deep = self._memory.read(deep_start, base - deep_start)
+        if len(deep) != base - deep_start:
             return None
         walk.scan(reversed(struct.unpack_from(f"<{len(deep) // 8}Q", deep)))
         return walk.found
@@ -196,7 +212,7 @@ class _Walk:
     """The walk down one thread's outermost frames (see the module docstring)."""
 
     def __init__(
-        self, object_at: Callable[[int], str | None], follows: Callable[[int], bool]
+        self, object_at: Callable[[int], str | None], follows: Callable[[int], bool | None]
     ) -> None:
         self._object_at = object_at
         self._follows = follows
@@ -212,7 +228,13 @@ class _Walk:
             if word < 4096:
                 continue
             path = self._object_at(word)
-            if path is None or not self._follows(word):
+            if path is None:
+                continue
+            call = self._follows(word)
+            if call is None:  # code that may not be read: no evidence past it
+                self.done = True
+                return False
+            if not call:
                 continue
             if is_system_object(path):
                 self.system = True

@@ -1,5 +1,6 @@
 """A fake process for `probe.owners` and `probe.startroutine`: /proc/PID with maps, a
-`mem` file at small addresses, thread files, and glibc-like thread stacks.
+`mem` file at small addresses, thread files, glibc-like thread stacks, and a mountinfo that
+puts its files on a local disk (`probe.backing` reads only such memory).
 
 The stack of a thread made by `stack_top` is an anonymous `rw-p` mapping above a `---p`
 guard, with the thread's descriptor (tcbhead_t's tcb and self words holding its own address,
@@ -13,6 +14,7 @@ import struct
 from pathlib import Path
 
 from oversub.core.samples import ThreadSample
+from oversub.probe.backing import AddressSpace, Memory, Mounts, parse_maps
 
 PID = 100
 SITE = "/usr/lib/python3/site-packages"
@@ -32,8 +34,17 @@ TID_OFFSET = 0x2D0
 DESCRIPTOR_BELOW = 0x940
 
 
-def maps_line(start: int, end: int, path: str, perms: str = "r-xp") -> str:
-    return f"{start:08x}-{end:08x} {perms} 00000000 08:01 1234 {path}\n"
+MOUNTINFO = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+"""The fake process's mounts: its files (device 08:01) are on a local disk."""
+
+
+def maps_line(start: int, end: int, path: str, perms: str = "r-xp", device: str = "08:01") -> str:
+    """A maps line: a file on `device`, or anonymous memory (no path, or a pseudo path)."""
+    if not path or path.startswith("["):
+        device, inode = "00:00", 0
+    else:
+        inode = 1234
+    return f"{start:08x}-{end:08x} {perms} 00000000 {device} {inode} {path}\n"
 
 
 class FakeProcess:
@@ -48,10 +59,21 @@ class FakeProcess:
             + maps_line(STACK, STACK + 0x1000, "", "rw-p")
         )
         (self.base / "maps").write_text(self.maps)
+        self.mounts = MOUNTINFO
         self.mem = bytearray(MEM_SIZE)
         self.pid = pid
         self._stack = 0
         self._tops = 0
+
+    def mount(self, mapping: tuple[int, int, str], fstype: str, device: str = "00:2d") -> None:
+        """Put the file of `mapping` on a file system of type `fstype` (its own device, which
+        the process's mountinfo lists): "fuse.sshfs", "nfs4", ... `flush()` writes it."""
+        start, end, path = mapping
+        old = maps_line(start, end, path)
+        assert old in self.maps, path
+        self.maps = self.maps.replace(old, maps_line(start, end, path, device=device))
+        major, minor = (int(part, 16) for part in device.split(":"))
+        self.mounts += f"23 22 {major}:{minor} / /mnt/{fstype} rw - {fstype} x rw\n"
 
     def call_site(self, ret: int, insn: bytes = b"\xe8\x00\x00\x00\x00") -> None:
         """Put a call instruction just before `ret` (a real return address)."""
@@ -103,4 +125,12 @@ class FakeProcess:
 
     def flush(self) -> None:
         (self.base / "maps").write_text(self.maps)
+        (self.base / "mountinfo").write_text(self.mounts)
         (self.base / "mem").write_bytes(bytes(self.mem))
+
+
+def memory_of(proc: FakeProcess, fd: int) -> Memory:
+    """A `probe.backing.Memory` of the fake process over its `mem` open on `fd`, with budgets
+    no test reaches."""
+    space = AddressSpace(parse_maps(proc.maps.encode()), Mounts(str(proc.base)))
+    return Memory(fd, space, 1 << 30, 1 << 20)

@@ -35,8 +35,13 @@ LIB = "/usr/lib/libopenblas.so"
 
 
 def maps_line(st: os.stat_result, path: str = LIB, start: int = BASE) -> str:
+    """The library's two lines: its headers at file offset 0, then its data (where the crafted
+    library's symbols lie)."""
     dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
-    return f"{start:x}-{start + 0x1000:x} r--p 00000000 {dev} {st.st_ino} {path}\n"
+    return (
+        f"{start:x}-{start + 0x1000:x} r--p 00000000 {dev} {st.st_ino} {path}\n"
+        f"{start + 0x1000:x}-{start + 0x2000:x} rw-p 00001000 {dev} {st.st_ino} {path}\n"
+    )
 
 
 class Tree:
@@ -51,6 +56,11 @@ class Tree:
         self.keep.mkdir(exist_ok=True)
         self.map_files = self.proc / "map_files"
         self.map_files.mkdir(exist_ok=True)
+        # Its files are on a local disk (`probe.backing` reads and opens nothing else).
+        st = root.stat()
+        (self.proc / "mountinfo").write_text(
+            f"22 1 {os.major(st.st_dev)}:{os.minor(st.st_dev)} / / rw - ext4 /dev/sda1 rw\n"
+        )
         with open(self.proc / "mem", "wb") as mem:
             mem.seek(BASE + VALUE_AT[0])
             mem.write((6).to_bytes(4, "little"))

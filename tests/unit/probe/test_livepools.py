@@ -51,6 +51,11 @@ def maps_device(st: os.stat_result) -> str:
     return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
 
 
+def local_disk(st: os.stat_result) -> str:
+    """A mountinfo line that puts the file system of `st` on a local disk (ext4)."""
+    return f"22 1 {os.major(st.st_dev)}:{os.minor(st.st_dev)} / / rw - ext4 /dev/sda1 rw\n"
+
+
 @pytest.fixture(scope="module")
 def fake_openblas(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """libopenblas_fake.so: the basename makes oversub classify it as OpenBLAS."""
@@ -166,8 +171,11 @@ def test_a_fake_tree_resolves_the_library_inside_the_process_root(
         f"{base:08x}-{base + 0x1000:08x} r--p 00000000 {dev} {inode} /usr/lib/libopenblas_fake.so\n"
         f"{base + 0x1000:08x}-{base + 0x2000:08x} r-xp 00001000 {dev} {inode} "
         "/usr/lib/libopenblas_fake.so\n"
+        f"{base + 0x2000:08x}-{base + 0x8000:08x} rw-p 00002000 {dev} {inode} "
+        "/usr/lib/libopenblas_fake.so\n"
         "7ffc0000-7ffc1000 rw-p 00000000 00:00 0 [stack]\n"
     )
+    (proc / "mountinfo").write_text(local_disk(lib.stat()))
     fd = os.open(lib, os.O_RDONLY)
     try:
         size = elf_symbol(fd, "blas_cpu_number")

@@ -20,6 +20,7 @@ from tests.support.fake_threads import (
     PY,
     FakeProcess,
     maps_line,
+    memory_of,
 )
 
 STDCXX = (0x80000, 0x88000, "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30")
@@ -211,12 +212,13 @@ def test_mappings_without_a_descriptor_are_reported_bare(tmp_path: Path) -> None
                     return path
             return None
 
-        tops = StackTops(fd, object_at, lambda a: True)
+        memory = memory_of(proc, fd)
+        tops = StackTops(memory, object_at, lambda a: True)
         found = tops.read([real, fake], {101})
         assert found == {101: (real, NUMEXPR[2])}
         assert tops.bare == [fake] and tops.below == DESCRIPTOR_BELOW
         # Learnt: the next pass reads one place per stack, and still finds it.
-        assert StackTops(fd, object_at, lambda a: True, tops.tid_offset, tops.below).read(
+        assert StackTops(memory, object_at, lambda a: True, tops.tid_offset, tops.below).read(
             [fake, real], {101}
         ) == {101: (real, NUMEXPR[2])}
     finally:
