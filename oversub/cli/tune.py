@@ -1,7 +1,8 @@
 """`oversub tune -- CMD`: run CMD under several thread settings and measure which is fastest.
 
-The command validates its flags; `cli.tuning` builds the candidates, runs the trials
-(`run.tune`) and reports (`render.tune`). Only click is imported here (start-up).
+The command validates its flags; `tuning.driver` builds the candidates, runs the trials
+(`tuning.loop`) and reports (`tuning.view`, `tuning.exports`). Only click is imported here
+(start-up).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None
     callback=parse_procs,
     default=None,
     help="Processes CMD runs (the recommendation is floor(N/M)); 'auto' or not given: from "
-    "torchrun, SLURM, MPI variables, else 1.",
+    "torchrun, SLURM, MPI variables, else the processes the first trial keeps busy, else 1.",
 )
 @click.option(
     "--procs-values",

@@ -1,10 +1,12 @@
 """`oversub tune`'s work: candidates, one trial as `check -- CMD` runs it, the report.
 
 Kept apart from `cli.tune` (the click command) so that only `oversub tune` pays for these
-imports. A trial: the candidate's variables set (`run.tune.environment`), CMD's `{procs}` and
-`{threads}` replaced, its stdout discarded (or passed to stderr with --show-output) and, with
---metric, read through `cli.metrics.StdoutMetrics` (check --metric's parser); then
-`run.tune.run_trial`, which is `run.check.run_command`: check's sampler, verdict and stop.
+imports. A trial (`tuning.trialrun`): the candidate's variables set (`tuning.loop.environment`),
+CMD's `{procs}` and `{threads}` replaced, its stdout discarded (or passed to stderr with
+--show-output) and, with --metric, read through `cli.check.metric.StdoutMetrics` (check
+--metric's parser); then `tuning.loop.run_trial`, which is `run.checking.run_command`:
+check's sampler, verdict and stop. What the run can say beyond its table (the M its trials
+ran, a time-bound command, inherited variables) is `tuning.advice`'s.
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
         m, source = opts.procs, "--procs"
     elif info is not None:
         m, source = info.procs, info.source
+    elif procs_values:
+        m, source = procs_values[0], "--procs-values"
     else:
         m, source = 1, None
 

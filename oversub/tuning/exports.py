@@ -76,9 +76,9 @@ def tune_dict(r: TuneResult) -> dict[str, Any]:
 
     Keys:
       - `command` (list[str]), `vcpus` (N), `procs` (M), `procs_source` (str | null:
-        "--procs", a launcher variable, "trials" (the busy processes of the default's first
-        trial), null: assumed), `procs_seen` (int | null: the most processes a trial ran busy
-        at once).
+        "--procs", a launcher variable, "--procs-values", "trials" (the busy processes of the
+        default's first trial), null: assumed), `procs_seen` (int | null: the most processes
+        a trial ran busy at once).
       - `mode`: "fixed-work" or "fixed-time"; `metric` (str | null), `metric_stat`,
         `higher_is_better` (bool: false for wall time).
       - `ended`: "complete", "budget", "interrupted" or "default-failed".

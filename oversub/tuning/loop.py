@@ -1,6 +1,6 @@
 """`oversub tune`'s trial loop: one trial after another, interleaved, within the budget.
 
-Each trial is `check -- CMD` under one candidate's variables: `run.check.run_command` starts
+Each trial is `check -- CMD` under one candidate's variables: `run.checking.run_command` starts
 it in its own session, samples its tree with check's sampler and verdict, and stops the
 whole tree as check does (subreaper, TERM then KILL). This module only sets the candidate's
 variables around it (`environment`), timestamps the command's own exit (a pidfd watched by a

@@ -199,8 +199,9 @@ class TuneResult:
     procs: int
     """M, the processes the recommendation divides N among."""
     procs_source: str | None
-    """Where M came from: "--procs", a launcher variable, "trials" (the processes the
-    default's first trial ran busy at once), or None (one process assumed)."""
+    """Where M came from: "--procs", a launcher variable, "--procs-values" (its first value),
+    "trials" (the processes the default's first trial ran busy at once), or None (one process
+    assumed)."""
     metric: str | None
     """The metric's name (fixed time); None: wall time of fixed work."""
     metric_stat: str

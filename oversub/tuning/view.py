@@ -104,9 +104,9 @@ def _runs_text(st: Standing) -> str:
     return f"{n}" + (f" ({st.failed} failed)" if st.failed else "")
 
 
-def role_text(r: TuneResult, role: str) -> str:
+def role_text(r: TuneResult, c: Candidate, role: str) -> str:
     """A role as the table shows it: "recommended" says its M when M was assumed."""
-    if role == "recommended" and r.procs_source is None:
+    if role == "recommended" and r.procs_source is None and c.procs is None:
         return f"recommended for M={r.procs}, assumed"
     return role
 
@@ -116,7 +116,7 @@ def row(r: TuneResult, st: Standing) -> list[str]:
     marks = []
     if st.candidate == r.ranking.pick:
         marks.append("pick")
-    marks += [role_text(r, role) for role in c.roles if role != "default"]
+    marks += [role_text(r, c, role) for role in c.roles if role != "default"]
     label = c.label + (f" ({', '.join(marks)})" if marks else "")
     return [
         label,
