@@ -168,9 +168,9 @@ def time_bound_note(ranking: Ranking, printed: Sequence[str]) -> list[str]:
     low, high = span
     note = (
         f"every candidate took about the same wall time ({low:.4g} to {high:.4g} s by the "
-        f"means, within {SAME_TIME * 100:.0f} %): if CMD runs for a fixed time (a --seconds flag, a "
-        "time limit), it takes that time under any setting and its wall time cannot rank "
-        "them; have it print its throughput as NAME=<number> and give --metric NAME"
+        f"means, within {SAME_TIME * 100:.0f} %): if CMD runs for a fixed time (a --seconds "
+        "flag, a time limit), it takes that time under any setting and its wall time cannot "
+        "rank them; have it print its throughput as NAME=<number> and give --metric NAME"
     )
     rates = [n for n in printed if _PER_SECOND.search(n)] + [
         n for n in printed if _RATE.search(n) and not _PER_SECOND.search(n)
