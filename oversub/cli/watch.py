@@ -143,7 +143,12 @@ def command(
         stopsignals.interrupt(),
         contextlib.closing(attach(target, budget)) as source,
         WatchView(
-            chosen, budget, thresholds=thresholds, identity=identity, recorder=recorder
+            chosen,
+            budget,
+            thresholds=thresholds,
+            identity=identity,
+            recorder=recorder,
+            duration=duration,
         ) as view,
     ):
         result = follow(source, options, on_round=each_interval(view.interval))
@@ -173,8 +178,11 @@ class WatchView:
         thresholds: Thresholds | None = None,
         identity: NodeIdentity | None = None,
         recorder: Recorder | None = None,
+        duration: float | None = None,
     ) -> None:
         self.fmt = fmt
+        self.duration = duration
+        """--duration, which the live frame counts down."""
         self.identity = identity
         self.recorder = recorder
         self._history: History | None = None
@@ -217,6 +225,7 @@ class WatchView:
             timestamp=utc_timestamp(),
             history=tuple(self._history.points) if self._history is not None else (),
             texts=self._ndjson_texts(),
+            duration=self.duration,
         )
         if self._frames is not None and frame is not None:
             self._frames.show(frame)

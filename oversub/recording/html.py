@@ -19,6 +19,7 @@ from oversub.render.phrases import (
     headline,
     number,
     pools_text,
+    process_label,
     totals_line,
 )
 
@@ -154,10 +155,14 @@ def _processes(replay: Replay) -> list[str]:
         "<th>demand mean / peak</th><th>delay ratio</th><th>pools; thread variables</th></tr>"
     )
     rows = []
+    cmdlines = {p.pid: p.cmdline for p in s.processes}
     for p in s.processes:
+        # The name watch and the text report give it (`phrases.process_label`), then the
+        # whole command line.
+        label = process_label(p.name, p.cmdline, cmdlines.get(p.ppid), p.ppid)
         ratio = "–" if p.run_delay_ratio is None else f"{p.run_delay_ratio:.0%}"
         rows.append(
-            f'<tr><td class="num">{p.pid}</td><td>{html(p.name)}'
+            f'<tr><td class="num">{p.pid}</td><td>{html(label)}'
             f'<div class="cmd">{html(p.cmdline)}</div></td>'
             f'<td class="num">{p.threads}{" (exited)" if p.exited else ""}</td>'
             f'<td class="num">{p.cpu_percent:.0f} / {p.cpu_percent_peak:.0f}</td>'

@@ -165,12 +165,14 @@ def render_watch_interval(
     timestamp: str | None = None,
     history: Sequence[tuple[float, float, int]] = (),
     texts: ProcessTexts | None = None,
+    duration: float | None = None,
 ) -> RenderableType | None:
     """One interval in `fmt`: the live frame (LIVE), one JSON line with newline (NDJSON),
     or None (JSON prints only the summary). `timestamp` (wall clock, UTC, ISO 8601) goes
     into the NDJSON record as "timestamp"; the caller reads the clock. `history`: the live
     frame's sparkline of the last minute ((time, demand, N) per interval). `texts`: the
-    NDJSON stream's processes already encoded (`serialize.ProcessTexts`)."""
+    NDJSON stream's processes already encoded (`serialize.ProcessTexts`). `duration`: the
+    run's --duration, which the live frame counts down."""
     if fmt is WatchFormat.LIVE:
         from oversub.render.live import watch_renderable
 
@@ -182,6 +184,7 @@ def render_watch_interval(
             samples=samples,
             thresholds=thresholds,
             history=history,
+            duration=duration,
         )
     elif fmt is WatchFormat.NDJSON:
         from oversub.render.serialize import interval_line

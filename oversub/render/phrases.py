@@ -7,6 +7,7 @@ never mistaken for zero.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 from oversub.core.cpulist import format_cpulist
@@ -164,13 +165,23 @@ LABEL_WIDTH = 40
 """Characters of a process label: room for a short command line in an 80-column table."""
 
 
+_INTERPRETER = re.compile(r"(?:python|pypy)(?:\d+(?:\.\d+)*[a-z]?)?(?:-dbg)?")
+"""The program names of a Python interpreter: python, python3, python3.11, python3.13t, pypy3."""
+
+_SOURCE_SUFFIXES = (".py", ".pyc", ".pyw", ".pyz")
+"""A script run as `python train.py` keeps the interpreter in its label."""
+
+
 def process_label(
     name: str, cmdline: str, parent_cmdline: str | None, ppid: int, width: int = LABEL_WIDTH
 ) -> str:
     """What a process is, in at most `width` characters: "resource tracker", "spawn worker",
     "fork of 1234" (a plain fork keeps its parent's command line), else the command line
-    with its program's directory dropped ("python train.py --epochs 1"), cut with "…";
-    the name (comm) when the command line is empty (a zombie, a kernel thread)."""
+    with the directories of its program and script dropped ("python train.py --epochs 1");
+    a console script, which the kernel runs as its interpreter and its path
+    ("/venv/bin/python /venv/bin/oversub stress"), reads as the program the user ran
+    ("oversub stress"). Cut with "…"; the name (comm) when the command line is empty (a
+    zombie, a kernel thread). Every watch, check and report table names processes here."""
     for marker, label in _LABELS:
         if marker in cmdline:
             return label
@@ -178,8 +189,19 @@ def process_label(
         return f"fork of {ppid}"
     if not cmdline.strip():
         return name
-    program, _, rest = cmdline.partition(" ")
-    text = f"{program.rsplit('/', 1)[-1]} {rest}".strip()
+    words = cmdline.split(" ", 2)
+    program = words[0].rsplit("/", 1)[-1]
+    if _INTERPRETER.fullmatch(program) and len(words) > 1 and "/" in words[1]:
+        script = words[1].rsplit("/", 1)[-1]
+        if words[1].startswith("-") or not script:
+            pass
+        elif script.endswith(_SOURCE_SUFFIXES):
+            words[1] = script
+        else:  # a console script (no suffix): its name is the program the user ran
+            words = words[1:]
+            words[0] = script
+            program = script
+    text = " ".join([program, *words[1:]]).strip()
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

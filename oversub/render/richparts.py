@@ -1,6 +1,6 @@
 """Rich building blocks shared by the live frame (`live`) and the final report (`report`):
-verdict banners, findings with their fixes, process tables that fall back to one wrapped
-line per process on a narrow terminal, and the pools table.
+verdict banners, findings with their fixes, process tables whose rows stay one line (or
+fall back to one wrapped line per process on a narrow terminal), and the pools table.
 
 Names, command lines, thread variables, messages and notes come from the watched processes
 and the user: every text built here goes through `escape.terminal` (`text`, `add_row`,
@@ -39,38 +39,148 @@ VERDICT_STYLE: Mapping[Verdict, str] = {
 }
 """Banner style per verdict: green ok, yellow at-risk, magenta starved, red oversubscribed."""
 
-_SEVERITY_STYLE: Mapping[Severity, str] = {
+SEVERITY_STYLE: Mapping[Severity, str] = {
     Severity.CRITICAL: "bold red",
     Severity.WARNING: "yellow",
     Severity.INFO: "cyan",
 }
 
 
-class FitOrList:
-    """A table where it fits, else one wrapped paragraph per row (a 40-column terminal).
+class ProcessTable:
+    """Processes as a table whose rows stay one line each, whatever the width.
 
-    rich would squeeze a too-wide table into "1…" cells or drop columns; a pid or a delay
-    cut to an ellipsis is worse than a longer report. Decided at render time, when the
-    width is known, by measuring the table's natural width (padding and edges included),
-    so the frame builders stay pure.
+    The Name column (a label: `process_labels`) gives way first, cut with "…" down to
+    `NAME_MIN` characters; on a narrower terminal the columns of `optional` are left out,
+    in that order; narrower still, one wrapped paragraph per process (`prose`), since a pid
+    or a delay cut to "1…" is worse than a longer report. Decided at render time, when the
+    width is known, so the frame builders stay pure. The live frame also cuts rows to fit
+    the screen's height: `lines` says how many lines a table of k rows takes, and `rendered`
+    builds that table.
     """
 
-    def __init__(self, table: Table, rows: list[str]) -> None:
-        self.table = table
-        self.rows = rows
+    NAME_MIN = 12
+    """Characters a label keeps before columns are dropped: "spawn worker" whole."""
+    GAP = 2
+    """Characters between two columns: a space of padding and the box's blank rule."""
+    INDENT = 1
+    """Characters before the table: its rows never start at column 0, where a command's
+    own output lines do (check passes CMD's stdout through)."""
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        from rich.measure import Measurement
+    def __init__(
+        self,
+        headers: Sequence[str],
+        rows: Sequence[tuple[Sequence[str], str | None]],
+        total: Sequence[str],
+        prose: Sequence[str],
+        *,
+        optional: Sequence[str] = (),
+        hidden: int = 0,
+        fold: bool = False,
+    ) -> None:
+        self.headers = tuple(headers)
+        self.rows = [(tuple(cells), style) for cells, style in rows]
+        """The process rows: their cells (escaped when rendered) and style."""
+        self.total = tuple(total)
+        self.prose = list(prose)
+        """One paragraph per row and the total, the same order."""
+        self.optional = tuple(optional)
+        self.hidden = hidden
+        """Processes left out before any cut by height ("… K more")."""
+        self.fold = fold
+        """Fold a label that does not fit onto more lines (a report, which no screen
+        height bounds) instead of cutting it with "…" (the live frame)."""
+
+    def _widths(self) -> list[int]:
+        from rich.cells import cell_len
+
+        widths = []
+        for i, header in enumerate(self.headers):
+            cells = [cells[i] for cells, _ in self.rows] + [self.total[i]]
+            lines = header.split("\n") + [terminal(c) for c in cells]
+            widths.append(max(cell_len(x) for x in lines))
+        return widths
+
+    def columns(self, width: int) -> tuple[int, ...] | None:
+        """The indexes of the columns shown at `width`, or None for the prose form."""
+        widths = self._widths()
+        keep = list(range(len(self.headers)))
+        name = self.headers.index("Name")
+        drop = [self.headers.index(h) for h in self.optional]
+        while True:
+            numbers = sum(widths[i] for i in keep if i != name)
+            needed = self.INDENT + numbers + self.NAME_MIN + self.GAP * (len(keep) - 1)
+            if needed <= width:
+                return tuple(keep)
+            if not drop:
+                return None
+            keep.remove(drop.pop(0))
+
+    def header_lines(self) -> int:
+        return max(h.count("\n") + 1 for h in self.headers)
+
+    def lines(self, width: int, shown: int) -> int | None:
+        """Lines of the table with its first `shown` rows at `width` (a "… K more" row
+        when rows are left out); None when rows may take more lines (the prose form, folded
+        labels)."""
+        if self.fold or self.columns(width) is None:
+            return None
+        more = 1 if shown < len(self.rows) or self.hidden else 0
+        return self.header_lines() + 1 + shown + more + 1
+
+    def rendered(self, width: int, shown: int | None = None) -> RenderableType:
+        """The table of the first `shown` rows (all by default) at `width`, or the prose."""
+        from rich import box
+        from rich.console import Group
+        from rich.padding import Padding
+        from rich.table import Table
         from rich.text import Text
 
-        # The minimum: the Name column may wrap (a long command line folds onto a second
-        # line), every number column must stay whole.
-        needs = Measurement.get(console, options.update(width=10**6), self.table).minimum
-        if needs <= options.max_width:
-            yield self.table
-            return
-        for row in self.rows:
-            yield Text(terminal(row))
+        keep = self.columns(width)
+        shown = len(self.rows) if shown is None else shown
+        hidden = self.hidden + len(self.rows) - shown
+        if keep is None:
+            prose = [*self.prose[:shown]]
+            if hidden:
+                prose.append(f"… {hidden} more")
+            prose.append(self.prose[-1])
+            return Group(*(Text(terminal(row)) for row in prose))
+        table = Table(
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, 1, 0, 0),
+            header_style="bold",
+        )
+        for i in keep:
+            if self.headers[i] == "Name":
+                table.add_column("Name", justify="left", min_width=self.NAME_MIN)
+            else:
+                table.add_column(self.headers[i], justify="right", no_wrap=True)
+
+        name = self.headers.index("Name")
+
+        def add(cells: Sequence[str], style: str | None) -> None:
+            table.add_row(
+                *(
+                    Text(terminal(cells[i]), overflow="fold")
+                    if self.fold and i == name
+                    else Text(terminal(cells[i]), no_wrap=True, overflow="ellipsis")
+                    for i in keep
+                ),
+                style=style,
+            )
+
+        for cells, style in self.rows[:shown]:
+            add(cells, style)
+        if hidden:
+            blank = [""] * len(self.headers)
+            blank[name] = f"… {hidden} more"
+            add(blank, "dim")
+        add(self.total, "bold")
+        return Padding(table, (0, 0, 0, self.INDENT), expand=False)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.rendered(options.max_width)
 
 
 def text(content: str, style: str = "") -> Text:
@@ -88,14 +198,32 @@ def add_row(table: Table, cells: Sequence[str], style: str | None = None) -> Non
     table.add_row(*(Text(terminal(cell)) for cell in cells), style=style)
 
 
-def add_columns(table: Table, headers: Sequence[str]) -> None:
-    """Numbers right-aligned and never wrapped; the Name (a command line) left-aligned and
-    folded onto more lines when the terminal is narrow."""
-    for name in headers:
-        if name == "Name":
-            table.add_column(name, justify="left", overflow="fold", min_width=12)
-        else:
-            table.add_column(name, justify="right", no_wrap=True)
+_SHORT_LEGEND = ("Demand: runnable threads", "Delay: share of it waiting", "Invol/s: preemptions/s")
+
+LEGENDS = (
+    "Demand: threads running or waiting for a CPU · Delay: share of their time spent "
+    "waiting · Invol/s: preemptions per second · PSI some: share of time a task of the "
+    "host waited",
+    "Demand: runnable threads · Delay: share of it spent waiting · Invol/s: preemptions/s "
+    "· PSI some: time a task waited",
+    *(" · ".join(_SHORT_LEGEND[:n]) for n in range(len(_SHORT_LEGEND), 0, -1)),
+)
+"""What the columns and the host line's words mean, longest first: `Legend` shows the
+longest that fits the terminal on one line (watch --help says it in full)."""
+
+
+class Legend:
+    """One dim line that says what Demand, Delay, Invol/s and PSI mean: the longest of
+    `LEGENDS` that fits the width (on a narrow terminal, fewer terms; nothing below 24
+    columns), never wrapped or cut."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.cells import cell_len
+        from rich.text import Text
+
+        chosen = next((x for x in LEGENDS if cell_len(x) <= options.max_width), None)
+        if chosen is not None:
+            yield Text(chosen, style="dim", no_wrap=True)
 
 
 def host_line(h: HostRates) -> str:
@@ -141,7 +269,7 @@ def findings_renderable(findings: tuple[Finding, ...]) -> RenderableType:
         return Text("No findings.", style="green")
     lines: list[RenderableType] = []
     for f in findings:
-        style = _SEVERITY_STYLE[f.severity]
+        style = SEVERITY_STYLE[f.severity]
         lines.append(hanging(f"[{f.severity.value}] ", f"{f.rule}: {f.message}", style))
         lines.append(hanging("  fix: ", f.fix))
     return Group(*lines)

@@ -7,6 +7,7 @@ rich import. Every line goes through `escape.terminal` (see `richparts`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from oversub.core.plural import count
@@ -31,23 +32,21 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
 
-def _summary_table(s: Summary) -> richparts.FitOrList:
-    from rich import box
-    from rich.table import Table
+SUMMARY_HEADERS = (
+    "PID",
+    "Name",
+    "Threads peak\nactive/total",
+    "CPU%\nmean/peak",
+    "Demand\nmean/peak",
+    "Delay\nmean/peak",
+    "Invol/s\nmean/peak",
+)
+SUMMARY_OPTIONAL = ("Invol/s\nmean/peak", "Threads peak\nactive/total")
+"""Left out, in this order, when the terminal is too narrow for every column."""
 
+
+def _summary_table(s: Summary) -> richparts.ProcessTable:
     th = s.thresholds
-    # One space between columns and two-line headers keep it inside 80 columns.
-    table = Table(box=box.SIMPLE, header_style="bold", padding=(0, 1, 0, 0), pad_edge=False)
-    headers = (
-        "PID",
-        "Name",
-        "Threads peak\nactive/total",
-        "CPU%\nmean/peak",
-        "Demand\nmean/peak",
-        "Delay\nmean/peak",
-        "Invol/s\nmean/peak",
-    )
-    richparts.add_columns(table, headers)
     ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
     labels = richparts.process_labels(s.processes)
 
@@ -56,49 +55,46 @@ def _summary_table(s: Summary) -> richparts.FitOrList:
         # demand bounds the demand behind the peak ratio, so "low" stays true.
         return f"{delay_text(ratio, demand, th)}/{delay_text(peak, top, th)}"
 
+    rows: list[tuple[Sequence[str], str | None]] = []
+    prose = []
     for p in ordered:
-        richparts.add_row(
-            table,
-            (
-                str(p.pid),
-                labels[p.pid] + (" (exited)" if p.exited else ""),
-                f"{p.active_threads_peak}/{p.threads}",
-                f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}",
-                f"{p.demand:.2f}/{p.demand_peak:.2f}",
-                delays(p.run_delay_ratio, p.demand, p.run_delay_ratio_peak, p.demand_peak),
-                f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
-            ),
+        label = labels[p.pid] + (" (exited)" if p.exited else "")
+        delay = delays(p.run_delay_ratio, p.demand, p.run_delay_ratio_peak, p.demand_peak)
+        cells = (
+            str(p.pid),
+            label,
+            f"{p.active_threads_peak}/{p.threads}",
+            f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}",
+            f"{p.demand:.2f}/{p.demand_peak:.2f}",
+            delay,
+            f"{rate(p.involuntary_ctx_per_s)}/{rate(p.involuntary_ctx_per_s_peak)}",
         )
-    table.add_section()
+        rows.append((cells, None))
+        prose.append(
+            f"pid {p.pid} {label}: peak threads "
+            f"{p.active_threads_peak}/{p.threads} active/total, mean/peak CPU "
+            f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}%, "
+            f"demand {p.demand:.2f}/{p.demand_peak:.2f}, delay {delay}"
+        )
     t, peak = s.totals, s.totals_peak
-    richparts.add_row(
-        table,
-        (
-            "total",
-            count(t.processes, "proc"),
-            f"{peak.active_threads}/{peak.threads}",
-            f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
-            f"{t.demand:.2f}/{peak.demand:.2f}",
-            delays(t.run_delay_ratio, t.demand, peak.run_delay_ratio, peak.demand),
-            f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
-        ),
-        "bold",
+    total_delay = delays(t.run_delay_ratio, t.demand, peak.run_delay_ratio, peak.demand)
+    total = (
+        "total",
+        count(t.processes, "proc"),
+        f"{peak.active_threads}/{peak.threads}",
+        f"{t.cpu_percent:.0f}/{peak.cpu_percent:.0f}",
+        f"{t.demand:.2f}/{peak.demand:.2f}",
+        total_delay,
+        f"{rate(t.involuntary_ctx_per_s)}/{rate(peak.involuntary_ctx_per_s)}",
     )
-    rows = [
-        f"pid {p.pid} {labels[p.pid]}{' (exited)' if p.exited else ''}: peak threads "
-        f"{p.active_threads_peak}/{p.threads} active/total, mean/peak CPU "
-        f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}%, "
-        f"demand {p.demand:.2f}/{p.demand_peak:.2f}, "
-        f"delay {delays(p.run_delay_ratio, p.demand, p.run_delay_ratio_peak, p.demand_peak)}"
-        for p in ordered
-    ]
-    rows.append(
+    prose.append(
         f"total {count(t.processes, 'proc')}: peak threads {peak.active_threads}/{peak.threads} "
         f"active/total, mean/peak CPU {t.cpu_percent:.0f}/{peak.cpu_percent:.0f}%, "
-        f"demand {t.demand:.2f}/{peak.demand:.2f}, "
-        f"delay {delays(t.run_delay_ratio, t.demand, peak.run_delay_ratio, peak.demand)}"
+        f"demand {t.demand:.2f}/{peak.demand:.2f}, delay {total_delay}"
     )
-    return richparts.FitOrList(table, rows)
+    return richparts.ProcessTable(
+        SUMMARY_HEADERS, rows, total, prose, optional=SUMMARY_OPTIONAL, fold=True
+    )
 
 
 def _run_line(s: Summary, sep: str = " · ") -> str:
@@ -125,6 +121,7 @@ def summary_renderable(s: Summary) -> RenderableType:
         extra = richparts.pools_and_vars(ordered)
         parts += [
             _summary_table(s),
+            richparts.Legend(),
             *([extra] if extra is not None else []),
             richparts.text(
                 f"totals: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}; "

@@ -55,6 +55,10 @@ class Pane:
         """The visible screen and the whole scroll-back above it."""
         return self.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "t")
 
+    def visible(self) -> list[str]:
+        """The rows of the screen as a person sees them now, without the scroll-back."""
+        return self.tmux("capture-pane", "-p", "-t", "t").rstrip("\n").split("\n")
+
     def wait_for(self, found: Callable[[str], bool]) -> str:
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
@@ -66,10 +70,10 @@ class Pane:
 
 
 @pytest.fixture
-def pane() -> Iterator[Callable[[str, int], Pane]]:
+def pane() -> Iterator[Callable[..., Pane]]:
     servers: list[str] = []
 
-    def start(command: str, width: int = 100) -> Pane:
+    def start(command: str, width: int = 100, height: int = 50) -> Pane:
         server = f"oversub-test-{uuid.uuid4().hex[:8]}"
         servers.append(server)
         script = f"{command}; echo {DONE} $?; sleep 600"
@@ -90,7 +94,7 @@ def pane() -> Iterator[Callable[[str, int], Pane]]:
                 "-x",
                 str(width),
                 "-y",
-                "50",
+                str(height),
                 "sh",
                 "-c",
                 script,
@@ -239,3 +243,52 @@ def test_report_charts_are_coloured_on_a_terminal(
     assert legend and "\x1b[38;5;1m" in legend[0], coloured  # demand's marker in red
     plain = p.screen()
     assert "── N" in plain and "⢕⢕ demand" in plain, plain
+
+
+ROW = re.compile(r"^ *\d+  \S.* +\d+/\d+ +\d+ +\d+\.\d\d +(\d+%|low|-) +(\d+|-)$")
+"""A process row of the live table at 80 columns and more: one line, every number whole."""
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "procs"), [(80, 24, 4), (160, 50, 4), (80, 24, 12)], ids=str
+)
+def test_the_live_view_keeps_the_verdict_and_the_fix_on_screen(
+    pane: Callable[..., Pane], width: int, height: int, procs: int
+) -> None:
+    """Issue 39 item 1: at 80x24 the finding filled the screen and rich's Live cut the fix
+    to "..."; table rows became two-line prose at 80 columns; nothing said how to stop."""
+    command = (
+        f"{stress(procs, 2, 60)} >/dev/null 2>&1 & "
+        f"{shlex.join(OVERSUB)} watch $! --interval 0.5 --duration 6"
+    )
+    p = pane(command, width, height)
+
+    seen: list[list[str]] = []
+
+    def framed(_: str) -> bool:
+        # A whole frame: Live redraws in place, so a capture may fall inside a redraw.
+        rows = p.visible()
+        seen[:] = [rows]
+        fixes = [i for i, row in enumerate(rows) if row.startswith("  fix: ")]
+        stops = [i for i, row in enumerate(rows) if row.startswith("Ctrl-C stops")]
+        return "samples" in rows[0] and bool(fixes) and bool(stops) and fixes[-1] < stops[0]
+
+    p.wait_for(framed)
+    rows = seen[0]
+    text = "\n".join(rows)
+    assert len(rows) <= height and all(len(row) <= width for row in rows), text
+    assert rows[0].startswith("oversub watch · pid "), text  # the top did not scroll away
+    assert any(BANNER.match(row) for row in rows), text
+    assert not any(row.strip() == "..." for row in rows), text  # rich's Live cut nothing
+    # The whole fix: its lines, then (after any other fix) the line that says how to stop.
+    stop = next(i for i, row in enumerate(rows) if row.startswith("Ctrl-C stops"))
+    assert re.search(r"ends in \d+ s or when pid \d+ exits", rows[stop]), text
+    assert rows[stop - 1].rstrip().endswith((".", ")")), text  # the last fix's last line
+    table = rows[next(i for i, r in enumerate(rows) if r.lstrip().startswith("─")) + 1 :]
+    body = table[: next(i for i, r in enumerate(table) if r.lstrip().startswith("total"))]
+    processes = [row for row in body if not row.strip().startswith("…")]
+    assert processes and all(ROW.match(row.rstrip()) for row in processes), text
+    shown = len(processes)
+    if procs + 2 > shown:
+        assert any(row.strip() == f"… {procs + 2 - shown} more" for row in body), text
+    p.wait_for(lambda screen: DONE in screen)

@@ -39,10 +39,13 @@ def hostile_run(port: int = 9) -> list[Interval]:
         procs = tuple(
             p._replace(
                 name=HOSTILE.format(port=port),
-                cmdline=f'python <link rel="stylesheet" href="http://127.0.0.1:{port}/c.css">',
+                # The first process has no command line: the table names it by its name.
+                cmdline=""
+                if i == 0
+                else f'python <link rel="stylesheet" href="http://127.0.0.1:{port}/c.css">',
                 thread_env={"OMP_NUM_THREADS": HOSTILE_ENV},
             )
-            for p in iv.processes
+            for i, p in enumerate(iv.processes)
         )
         out.append(iv._replace(processes=procs))
     return out
@@ -65,6 +68,23 @@ def test_no_recorded_string_reaches_the_page_unescaped() -> None:
     assert set(re.findall(r"https?://[^\s\"'<>]+", tags)) == {"http://www.w3.org/2000/svg"}
     assert "default-src 'none'" in html
     assert html.count("<svg") == 3
+
+
+def test_the_page_names_processes_as_watch_does() -> None:
+    # Issue 39: the table showed "python" over "-c from multiprocessing.spawn…" where watch
+    # said "spawn worker", and a console script's interpreter path for the root.
+    spawn = "/venv/bin/python -c from multiprocessing.spawn import spawn_main; spawn_main(5)"
+    root = "/venv/bin/python /venv/bin/oversub stress --procs 3"
+    out = []
+    for iv in oversubscribed_run(3):
+        procs = tuple(
+            p._replace(cmdline={100: root, 150: "python train.py"}.get(p.pid, spawn))
+            for p in iv.processes
+        )
+        out.append(iv._replace(processes=procs))
+    html = page(out)
+    assert html.count("<td>spawn worker<div") == 3, html
+    assert "<td>oversub stress --procs 3<div" in html, html
 
 
 def test_a_long_run_keeps_the_page_small() -> None:

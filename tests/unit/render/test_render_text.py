@@ -346,7 +346,7 @@ def test_unavailable_says_why_and_how_to_see_pools() -> None:
     )
 
 
-@pytest.mark.parametrize("width", [40, 50])
+@pytest.mark.parametrize("width", [36, 40])
 def test_narrow_terminal_lists_rows_instead_of_cutting_cells(width: int) -> None:
     budget = make_budget(vcpus=2, affinity=(0, 1), limited_by="affinity")
     frame = render(
@@ -452,6 +452,32 @@ def test_names_tell_the_root_workers_and_helpers_apart() -> None:
     assert "resource tracker" in row_starting(frame, "11")
     assert "spawn worker" in row_starting(frame, "12")
     assert "fork of 10" in row_starting(frame, "13")
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "label"),
+    [
+        # A console script: the kernel runs its interpreter with its path.
+        (
+            "/work/main/.venv/bin/python /work/main/.venv/bin/oversub stress --procs 4",
+            "oversub stress --procs 4",
+        ),
+        (
+            "/usr/bin/python3.11 /home/me/.local/bin/torchrun --nproc 2 a.py",
+            "torchrun --nproc 2 a.py",
+        ),
+        ("/usr/bin/python3 /home/me/project/train.py --epochs 1", "python3 train.py --epochs 1"),
+        ("/venv/bin/python -m oversub stress", "python -m oversub stress"),
+        ("/venv/bin/python -u /x/train.py", "python -u /x/train.py"),
+        ("python", "python"),
+        ("/bin/bash ./run.sh", "bash ./run.sh"),
+    ],
+)
+def test_a_process_is_named_for_the_program_the_user_ran(cmdline: str, label: str) -> None:
+    # Issue 39: the root row of `oversub stress` showed the venv's python path.
+    from oversub.render.phrases import process_label
+
+    assert process_label("python3", cmdline, None, 1) == label
 
 
 def test_sizing_variables_not_tuning_ones() -> None:
