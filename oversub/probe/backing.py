@@ -198,6 +198,11 @@ class Mounts:
         number = device_number(device)
         if number is None:
             return False
+        host = self._host() if self._host is not None else None
+        if os.major(number) != 0 and host and host.get(number) in LOCAL_FILE_SYSTEMS:
+            # A disk's file system is the same in every namespace (a block device holds one
+            # superblock): the host's table, read once per sample, says what it is.
+            return True
         if self._own is None and not self._too_many:
             own = read_mount_types(self._path)
             self._too_many = own is None
@@ -210,7 +215,6 @@ class Mounts:
             return True
         if kind is not None and kind != OVERLAY:
             return False
-        host = self._host() if self._host is not None else None
         host_kind = host.get(number) if host else None
         if kind is None:
             return host_kind in LOCAL_FILE_SYSTEMS or host_kind == OVERLAY
@@ -230,9 +234,17 @@ class AddressSpace:
         readable mappings with no gap between them; 0 when the first byte does not."""
         mappings = self._mappings
         i = bisect.bisect_right(self._starts, address) - 1
-        at = address
+        if i < 0:
+            return 0
+        start, end, _, device, _ = mappings[i]
         stop = address + length
-        while at < stop and 0 <= i < len(mappings):
+        if address >= end or (device != _ANONYMOUS and not self._mounts.readable(device)):
+            return 0
+        if stop <= end:
+            return length  # the usual case: one mapping holds it all
+        at = end
+        i += 1
+        while at < stop and i < len(mappings):
             start, end, _, device, _ = mappings[i]
             if not start <= at < end:
                 break

@@ -323,10 +323,16 @@ class OwnerReader:
         memory = self._memory(pid, proc) if stacks else None
         if memory is None:
             return
+        calls = proc.calls
+
+        def follows(address: int) -> bool | None:
+            ok = calls.get(address)  # the usual case: a return address checked before
+            return ok if ok is not None else self._follows(proc, address)
+
         tops = StackTops(
             memory,
             lambda a: self._object_at(pid, proc, a),
-            lambda a: self._follows(proc, a),
+            follows,
             proc.tid_offset,
             proc.below,
         )
@@ -503,9 +509,12 @@ class OwnerReader:
         if ok is not None:
             return ok
         memory = proc.memory
-        if memory is None or address < 8 or memory.space.span(address - 8, 8) != 8:
+        if memory is None or address < 8:
             return None
-        ok = follows_call(memory.read(address - 8, 8), self._machine)
+        before = memory.read(address - 8, 8)
+        if len(before) != 8 and memory.space.span(address - 8, 8) != 8:
+            return None  # may not be read (not: could not be)
+        ok = follows_call(before, self._machine)
         if len(proc.calls) >= CALLS_MAX:
             proc.calls.clear()
         proc.calls[address] = ok
@@ -540,15 +549,12 @@ class OwnerReader:
 
 def _text_of(mappings: list[tuple[int, int, bytes, bytes, bytes]]) -> list[tuple[int, int, str]]:
     """The executable mappings of files, sorted by start address (at most `_TEXT_MAX`)."""
+    found = [(s, e, p) for s, e, perms, _, p in mappings if b"x" in perms and p[:1] == b"/"]
     out: list[tuple[int, int, str]] = []
-    for start, end, perms, _, path in mappings:
-        if b"x" not in perms or not path.startswith(b"/"):
-            continue
+    for start, end, path in found[:_TEXT_MAX]:
         if path.endswith(b" (deleted)"):
             path = path[: -len(b" (deleted)")]
         out.append((start, end, path[:4096].decode("utf-8", "replace")))
-        if len(out) >= _TEXT_MAX:
-            break
     out.sort()
     return out
 
