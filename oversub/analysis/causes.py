@@ -6,6 +6,11 @@ the one knob that sizes it), the interpreter's threads taking turns on the GIL, 
 communication threads no cap reaches. None when the owners are unknown, or when the busy
 threads are unattributed: the verdict then falls back to the pools mapped and their
 variables (`poolsize`). Pure: functions of `ProcessRates` and the `runtimes` catalogue.
+
+Each busy process is judged on its own threads (`groups`): a thread's name is evidence for
+its own process only, so a process that names its threads `polars-0` cannot make another
+process's unattributed threads polars' nor drop them out of the cause, and the finding's
+severity is the worst of its processes' (docs/rules.md, "One target, several causes").
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
 from oversub.analysis.ownership import busy_owners
+from oversub.analysis.poolsize import app_threads, blamed
 from oversub.core.results import OwnerCount, ProcessRates
-from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED, describe
+from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED, describe, waits
 
 Kind = Literal["spin", "sleep", "fitted", "gil", "comm", "app"]
 
@@ -25,6 +31,13 @@ CPU (100 = one CPU) may run them one at a time: the GIL, not the CPUs, is what t
 for, when most of them also yield (`gil_bound`)."""
 
 _NOT_POOLS = frozenset({"python", "jemalloc", UNATTRIBUTED})
+
+GroupKind = Literal["pools", "mapped", "threads", "fitted", "app", "comm", "gil", "single"]
+"""What a group of a target's busy processes does. From their own threads' owners: pools
+(runtimes whose pools run more than T: `Cause` spin or sleep), fitted, app, comm, gil (the
+`Cause` kinds). Owners unknown, or busy threads no evidence names: mapped (pools they map
+sized above T, `poolsize`) or threads (every pool they map is at most T: the application's
+own threads). single: one busy thread at a time."""
 
 
 class Blame(NamedTuple):
@@ -49,6 +62,19 @@ class Cause(NamedTuple):
     owners: str
     """Threads by owner of each busy process: "pid 11: ONNX Runtime intra-op pool: 1 busy,
     OpenBLAS: 1 idle, Python interpreter: 1 busy"."""
+
+
+class Group(NamedTuple):
+    """Busy processes of one target that share a kind of cause, judged on their own threads."""
+
+    kind: GroupKind
+    procs: tuple[ProcessRates, ...]
+    cause: Cause | None
+    """The cause over `procs` (`cause`) for the kinds read from owners; None for mapped,
+    threads and single."""
+    kinds: tuple[tuple[int, str], ...]
+    """(pid, what its own threads show) of each process: a `Cause` kind, or "mapped",
+    "mapped-sleep", "threads", "single" (the evidence `causes`)."""
 
 
 def pool_size(c: OwnerCount) -> int:
@@ -120,3 +146,82 @@ def gil_bound(p: ProcessRates) -> bool:
         and 2 * python.yielding_s > python.runnable_s
         and others < python.runnable_s / 2
     )
+
+
+def mapped_sleeps(p: ProcessRates, n: int, threads: int) -> bool:
+    """Every pool `p` maps above `threads` (`poolsize.blamed`) is one whose waiting threads
+    sleep (and there is one): sharing the CPUs costs little. False for a process whose pools
+    are unknown."""
+    keys = [s.key for s in blamed(p, n, threads)]
+    return bool(keys) and all(waits(k) == "sleep" for k in keys)
+
+
+_GROUP_OF: dict[Kind, GroupKind] = {
+    "spin": "pools",
+    "sleep": "pools",
+    "fitted": "fitted",
+    "app": "app",
+    "comm": "comm",
+    "gil": "gil",
+}
+
+_ORDER: tuple[GroupKind, ...] = (
+    "pools",
+    "mapped",
+    "threads",
+    "fitted",
+    "app",
+    "comm",
+    "gil",
+    "single",
+)
+
+
+def groups(
+    contending: Sequence[ProcessRates],
+    multi: Sequence[ProcessRates],
+    threads: int,
+    n: int,
+) -> list[Group]:
+    """The busy processes `contending` of one target, grouped by what their own threads
+    show (`multi`: those that ran several threads at once), at `threads` per process on
+    `n` CPUs. Every process of `contending` is in a group; a process whose named pools sleep
+    while other busy threads of it are unattributed beside a mapped pool that spins is in
+    both its named group and the mapped one (its severity is the worse). Empty groups are
+    left out; the order is `_ORDER` (the rule's severity follows in `owned`)."""
+    members: dict[GroupKind, list[ProcessRates]] = {}
+    kinds: dict[GroupKind, list[tuple[int, str]]] = {}
+
+    def put(kind: GroupKind, p: ProcessRates, label: str) -> None:
+        members.setdefault(kind, []).append(p)
+        kinds.setdefault(kind, []).append((p.pid, label))
+
+    several = {p.pid for p in multi}
+    for p in contending:
+        if p.pid not in several:
+            put("single", p, "single")
+            continue
+        own = cause([p], threads)
+        if own is None:
+            if app_threads(p, n, threads):
+                put("threads", p, "threads")
+            else:
+                put("mapped", p, "mapped-sleep" if mapped_sleeps(p, n, threads) else "mapped")
+            continue
+        put(_GROUP_OF[own.kind], p, own.kind)
+        unknown = busy_owners(p).get(UNATTRIBUTED, 0)
+        if (
+            own.kind == "sleep"
+            and unknown
+            and not app_threads(p, n, threads)
+            and not mapped_sleeps(p, n, threads)
+        ):
+            put("mapped", p, "mapped")
+    out = []
+    for kind in _ORDER:
+        procs = tuple(members.get(kind, ()))
+        if not procs:
+            continue
+        owned = None if kind in ("mapped", "threads", "single") else cause(procs, threads)
+        out.append(Group(kind, procs, owned, tuple(kinds[kind])))
+    return out

@@ -4,16 +4,22 @@ The finding names the runtime whose threads are busy and only that runtime's kno
 severity follows what oversubscribing that runtime was measured to cost (docs/pools.md):
 spinning waiters (OpenMP teams, OpenBLAS, ONNX Runtime) are critical, pools whose threads
 sleep (polars, Arrow, numexpr, numba) a warning that says the cost is low; the GIL and
-communication threads get no thread cap at all. Pure string building.
+communication threads get no thread cap at all.
+
+A target's one finding is made of parts, one per group of its busy processes
+(`causes.groups`, each process judged on its own threads): alone, a part reads as the whole
+finding; beside others, each names its processes, and the finding takes the worst part's
+severity and rule (`target_finding`). Pure string building.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from oversub.analysis.causes import Blame, Cause
 from oversub.analysis.fixes import app_thread_fix
-from oversub.analysis.wording import join_and, sentence, verb, who
+from oversub.analysis.wording import join_and, pids_of, sentence, share, verb, who
 from oversub.core.names import Severity, Verdict
 from oversub.core.plural import count, noun
 from oversub.core.results import Finding, ProcessRates
@@ -38,44 +44,38 @@ def spin_cost(pools: Sequence[str]) -> str:
 
 def unattributed_note(procs: Sequence[ProcessRates]) -> str:
     """ " Their busy threads could not be attributed (pid 11: unattributed: 2 busy, ...): the
-    pools named are the ones they map, sized above the target." when the owners were read and
-    busy threads stayed unattributed; "" otherwise (owners not read at all say nothing)."""
-    unknown = [
-        p for p in procs if any(c.owner == UNATTRIBUTED and c.busy for c in p.owner_counts or ())
-    ]
+    pools named are the ones mapped and sized above the target." ("2 of their 3 busy
+    threads" when others were) when the owners were read and busy threads stayed
+    unattributed; "" otherwise (owners not read at all say nothing)."""
+    unknown = [p for p in procs if _busy_unattributed(p)]
     if not unknown:
         return ""
     owners = "; ".join(f"pid {p.pid}: {describe(p.owner_counts or ())}" for p in unknown)
+    some = sum(_busy_unattributed(p) for p in unknown)
+    busy = sum(c.busy for p in unknown for c in p.owner_counts or ())
+    whose = verb(len(unknown), "its", "their")
+    threads = f"{whose} busy threads" if some == busy else f"{some} of {whose} {busy} busy threads"
     return (
-        f" {verb(len(unknown), 'Its', 'Their')} busy threads could not be attributed to a "
-        f"runtime ({owners}): the pools named are the ones mapped and sized above the target, "
-        "not observed running."
+        f" {sentence(threads)} could not be attributed to a runtime ({owners}): the pools "
+        "named are the ones mapped and sized above the target, not observed running."
     )
 
 
-def cheap_finding(
-    pools: Sequence[str],
-    procs: Sequence[ProcessRates],
-    pids: tuple[int, ...],
-    head: str,
-    evidence: Evidence,
-    fix: str,
-) -> Finding:
-    """The finding of pools whose threads sleep, named from the mapped libraries of `procs`
-    (owners unknown or unattributed: `unattributed_note`): a warning that says the cost is
-    low."""
+def _busy_unattributed(p: ProcessRates) -> int:
+    """Busy threads of `p` that no evidence names."""
+    return sum(c.busy for c in p.owner_counts or () if c.owner == UNATTRIBUTED)
+
+
+def cheap_said(pools: Sequence[str], procs: Sequence[ProcessRates], subject: str, runs: str) -> str:
+    """What pools whose threads sleep do, named from the mapped libraries of `procs` (owners
+    unknown or unattributed: `unattributed_note`), said of `subject` ("the busy processes",
+    "1 process (pid 11)") with its verb `runs` ("run", "runs"): the cost is low."""
     labels = join_and(RUNTIMES_BY_KEY[k].label for k in pools)
     costs = "; ".join(f"{RUNTIMES_BY_KEY[k].label}: {RUNTIMES_BY_KEY[k].measured}" for k in pools)
-    return Finding(
-        Rule.OVERSUBSCRIBED_THREADS,
-        Severity.WARNING,
-        Verdict.OVERSUBSCRIBED,
-        f"{head}the busy processes run {labels} above the target; its waiting threads "
-        f"sleep, so this costs little ({costs}, measured with 2 processes on 2 CPUs)."
-        + unattributed_note(procs),
-        pids,
-        evidence,
-        "The gain is small; to take it: " + fix[0].lower() + fix[1:],
+    return (
+        f"{subject} {runs} {labels} above the target; its waiting threads "
+        f"sleep, so this costs little ({costs}, measured with 2 processes sharing 2 CPUs)."
+        + unattributed_note(procs)
     )
 
 
@@ -114,18 +114,42 @@ def knob_fix(b: Blame, threads: int, procs: Sequence[ProcessRates]) -> str:
     return text + (f", or {call} in each, before the work starts" if call else "")
 
 
-def owned_finding(
+class Part(NamedTuple):
+    """One group of a target's busy processes (`causes.Group`) in the target's finding."""
+
+    rule: Rule
+    severity: Severity
+    said: str
+    """Alone in the finding: what follows its head ("the busy threads belong to ...")."""
+    fix: str
+    """Alone in the finding: the whole fix."""
+    scoped: str
+    """Beside other groups: sentences that name its processes."""
+    scoped_fix: str
+    """Beside other groups: the fix of its processes, sentences that name them (without
+    "run at most N busy processes at a time" nor, for pools, the size to give them: the
+    finding says those once)."""
+    evidence: Evidence
+    sized: bool = False
+    """Its fix sizes pools (to T threads per process)."""
+
+
+def in_who(pids: Sequence[int], text: str) -> str:
+    """ "In 1 process (pid 11), the busy threads ..." from "the busy threads ..."."""
+    return f"In {who(pids)}, {text}"
+
+
+def owned_part(
     cause: Cause,
     procs: Sequence[ProcessRates],
-    pids: tuple[int, ...],
-    head: str,
-    evidence: Evidence,
     m: int,
     n: int,
     threads: int,
-) -> Finding:
-    """The finding of an oversubscription whose cause the owners give."""
-    evidence = evidence | {"owners": cause.owners, "cause": cause.kind}
+) -> Part:
+    """The part of the busy processes `procs` whose cause the owners give (every one of them
+    judged on its own threads: `causes.groups`), among `m` busy processes on `n` CPUs."""
+    pids = pids_of(procs)
+    evidence: Evidence = {"owners": cause.owners, "cause": cause.kind}
     many = f"each of the {m} busy processes" if m > 1 else "the busy process"
     tail = f"; and run at most {count(n, 'busy process')} at a time" if m > n else ""
     if cause.kind in ("spin", "sleep"):
@@ -134,11 +158,15 @@ def owned_finding(
             "threads_per_process": threads,
             "pools": ",".join(b.owner for b in cause.blamed),
         }
-        fix = f"Give {many} {count(threads, 'thread')} ({count(n, 'CPU')} / {m}): "
-        fix += "; ".join(knob_fix(b, threads, procs) for b in cause.blamed) + tail + "."
+        each = f"{count(threads, 'thread')} ({share(n, m)})"
+        knobs = "; ".join(knob_fix(b, threads, procs) for b in cause.blamed)
+        fix = f"Give {many} {each}: {knobs}{tail}."
+        scoped_fix = f"{sentence(knobs)}."
         sizes = join_and(f"{RUNTIMES_BY_KEY[b.owner].label}: {b.size}" for b in cause.blamed)
+        # Busy threads no evidence names may be anything: only the named ones are the pools'.
+        named = "" if not any(_busy_unattributed(p) for p in procs) else " named"
         said = (
-            f"{head}the busy threads belong to {labels}, which "
+            f"the busy threads{named} belong to {labels}, which "
             f"{verb(len(cause.blamed), 'runs', 'run')} more than {threads} at once per process "
             f"({sizes}): {cause.owners}. "
         )
@@ -163,16 +191,18 @@ def owned_finding(
             ]
             said += (
                 f"{verb(len(cause.blamed), 'Its', 'Their')} waiting threads sleep, so this costs "
-                f"little ({'; '.join(costs)}, measured with 2 processes on 2 CPUs)."
+                f"little ({'; '.join(costs)}, measured with 2 processes sharing 2 CPUs)."
             )
             fix = "The gain is small; to take it: " + fix[0].lower() + fix[1:]
+            scoped_fix = f"The gain is small; to take it: {knobs}."
             rule, severity = Rule.OVERSUBSCRIBED_THREADS, Severity.WARNING
-        return Finding(rule, severity, Verdict.OVERSUBSCRIBED, said, pids, evidence, fix)
+        scoped = in_who(pids, said)
+        return Part(rule, severity, said, fix, scoped, scoped_fix, evidence, sized=True)
     evidence |= {"threads_per_process": None, "pools": None}
     if cause.kind == "gil":
         most = max(p.cpu_percent for p in procs) / 100
         said = (
-            f"{head}the busy threads are the Python interpreter's, and no process uses more "
+            f"the busy threads are the Python interpreter's, and no process uses more "
             f"than {most:.1f} {noun(round(most, 1), 'CPU')} while several of "
             "its threads are busy, most of which give up the CPU more often than they are "
             f"preempted: they take turns on the GIL ({cause.owners}). That is not CPU "
@@ -188,7 +218,7 @@ def owned_finding(
     elif cause.kind == "fitted":
         labels = join_and(RUNTIMES_BY_KEY[b.owner].label for b in cause.blamed)
         said = (
-            f"{head}the busy pools ({labels}) already run at most {threads} "
+            f"the busy pools ({labels}) already run at most {threads} "
             f"{verb(threads, 'thread', 'threads')} per process ({cause.owners}): the other "
             "busy thread is each process's caller, working beside its pool."
         )
@@ -199,7 +229,7 @@ def owned_finding(
         )
     elif cause.kind == "comm":
         said = (
-            f"{head}the extra busy threads are torch.distributed's gloo communication "
+            f"the extra busy threads are torch.distributed's gloo communication "
             f"threads ({cause.owners}): they run while the ranks exchange data, and no "
             "thread cap reaches them."
         )
@@ -211,16 +241,78 @@ def owned_finding(
     else:
         multi = sum(1 for p in procs if p.active_threads >= 2)
         said = (
-            f"{head}the busy threads are the application's own Python threads "
+            f"the busy threads are the application's own Python threads "
             f"({cause.owners}): task threads or executors, not a native pool's."
         )
         fix = sentence(app_thread_fix(n, multi, m)) + "."
-    return Finding(
+    scoped_fix = f"In {who(pids)}: {fix[0].lower()}{fix[1:]}"
+    return Part(
         Rule.OVERSUBSCRIBED_THREADS,
         Severity.WARNING,
+        said,
+        fix,
+        in_who(pids, said),
+        scoped_fix,
+        evidence,
+    )
+
+
+_RULE_RANK = {Rule.OVERSUBSCRIBED_POOLS: 0, Rule.OVERSUBSCRIBED_THREADS: 1}
+
+
+def target_finding(
+    parts: Sequence[Part],
+    procs: Sequence[ProcessRates],
+    head: str,
+    evidence: Evidence,
+    m: int,
+    n: int,
+    threads: int,
+) -> Finding:
+    """The one oversubscription finding of a target whose busy processes `procs` make up
+    `parts` (each judged on its own threads, `causes.groups`): alone, the part's own words;
+    beside others, each part names its processes, the worst first, and the finding takes
+    the worst severity and rule of its parts, so a cheap cause in one process never hides a
+    costly one in another. Every busy process is in some part."""
+    pids = pids_of(procs)
+    ordered = sorted(parts, key=lambda p: (-p.severity.rank, _RULE_RANK.get(p.rule, 2)))
+    worst = ordered[0]
+    if len(ordered) == 1:
+        return Finding(
+            worst.rule,
+            worst.severity,
+            Verdict.OVERSUBSCRIBED,
+            head + worst.said,
+            pids,
+            evidence | worst.evidence,
+            worst.fix,
+        )
+    merged: Evidence = {}
+    for part in reversed(ordered):  # the worst part's values last: its own win
+        merged |= part.evidence
+    per_process = [p.evidence.get("threads_per_process") for p in ordered]
+    pools = [k for p in ordered for k in str(p.evidence.get("pools") or "").split(",") if k]
+    owners = "; ".join(f"pid {p.pid}: {describe(p.owner_counts)}" for p in procs if p.owner_counts)
+    merged |= {
+        "threads_per_process": next((t for t in per_process if t is not None), None),
+        "pools": ",".join(dict.fromkeys(pools)) or None,
+        "owners": owners or None,
+        "cause": worst.evidence.get("cause"),  # the worst part's; None: from mapped pools
+    }
+    said = head + "its busy threads have more than one cause. "
+    said += " ".join(p.scoped for p in ordered)
+    fix = " ".join(p.scoped_fix for p in ordered)
+    if any(p.sized for p in ordered):  # pools come first among equals (`causes.groups`)
+        fix = f"Size the pools to {count(threads, 'thread')} per process ({share(n, m)}). {fix}"
+    fewer = f"at most {count(n, 'busy process')} at a time"
+    if m > n and fewer not in fix:
+        fix += f" Run {fewer}."
+    return Finding(
+        worst.rule,
+        worst.severity,
         Verdict.OVERSUBSCRIBED,
         said,
         pids,
-        evidence,
+        evidence | merged,
         fix,
     )

@@ -16,12 +16,19 @@ Every number comes from `Thresholds`. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from oversub.analysis.causes import cause, gil_bound
+from oversub.analysis.causes import Group, gil_bound, groups
 from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
-from oversub.analysis.owned import cheap_finding, owned_finding, spin_cost, unattributed_note
+from oversub.analysis.owned import (
+    Part,
+    cheap_said,
+    owned_part,
+    spin_cost,
+    target_finding,
+    unattributed_note,
+)
 from oversub.analysis.plans import threads_for
-from oversub.analysis.poolsize import app_threads, blamed
+from oversub.analysis.poolsize import blamed, pool_sizes
 from oversub.analysis.rates import BUSY_DEMAND
 from oversub.analysis.wording import (
     count_processes,
@@ -30,7 +37,9 @@ from oversub.analysis.wording import (
     pool_order,
     rounded,
     sentence,
+    share,
     verb,
+    who,
 )
 from oversub.core.names import Severity, Signal, Verdict
 from oversub.core.plural import count, noun
@@ -85,75 +94,121 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
         f"The tree keeps {t.demand:.1f} threads runnable on {count(n, 'CPU')} "
         f"({t.demand / n:.1f}x); "
     )
-    owned = cause(multi, threads)
-    if owned is not None:
-        return owned_finding(owned, multi, pids_of(contending), head, evidence, m, n, threads)
-    pooled = [p for p in multi if not app_threads(p, n, threads)]
-    if pooled:
-        pools = pool_order(s.key for p in pooled for s in blamed(p, n, threads))
-        evidence |= {"threads_per_process": threads, "pools": ",".join(pools) or None}
-        who = f"each of the {m} busy processes" if m > 1 else "the busy process"
-        fix = f"Give {who} {count(threads, 'thread')} ({count(n, 'CPU')} / {m}): "
-        fix += thread_fix(contending, threads, n)
-        if m > n:
-            fix += f"; and run at most {count(n, 'busy process')} at a time"
-        if pools and all(waits(k) == "sleep" for k in pools):
-            return cheap_finding(pools, pooled, pids_of(contending), head, evidence, fix + ".")
-        return Finding(
-            rule=Rule.OVERSUBSCRIBED_POOLS,
-            severity=Severity.CRITICAL,
-            verdict=Verdict.OVERSUBSCRIBED,
-            message=head
-            + f"{count_processes(len(pooled))} {verb(len(pooled), 'runs', 'run')} "
-            + (
-                f"multi-thread {join_and(POOLS_BY_KEY[k].label for k in pools)} "
-                + noun(len(pools) * len(pooled), "pool")
-                if pools
-                else "several busy threads each"
-            )
-            + spin_cost(pools)
-            + unattributed_note(pooled),
-            pids=pids_of(contending),
-            evidence=evidence,
-            fix=fix + ".",
+    # Each busy process is judged on its own threads; the finding holds them all.
+    found = groups(contending, multi, threads, n)
+    parts = [_part(g, m, n, threads) for g in found]
+    causes = ",".join(f"{pid}:{kind}" for pid, kind in sorted(k for g in found for k in g.kinds))
+    return target_finding(parts, contending, head, evidence | {"causes": causes}, m, n, threads)
+
+
+def _part(g: Group, m: int, n: int, threads: int) -> Part:
+    """The part of the group `g` of busy processes in the target's finding."""
+    if g.cause is not None:
+        return owned_part(g.cause, g.procs, m, n, threads)
+    if g.kind == "mapped":
+        return _mapped_part(g.procs, m, n, threads)
+    if g.kind == "threads":
+        return _threads_part(g.procs, m, n, threads)
+    return _single_part(g.procs, m, n)
+
+
+def _mapped_part(procs: tuple[ProcessRates, ...], m: int, n: int, threads: int) -> Part:
+    """Busy processes whose owners are unknown or unattributed, judged by the pools they map
+    sized above T (`poolsize`): critical unless every one of those pools sleeps."""
+    pids = pids_of(procs)
+    pools = pool_order(s.key for p in procs for s in blamed(p, n, threads))
+    evidence: Evidence = {"threads_per_process": threads, "pools": ",".join(pools) or None}
+    who_ = f"each of the {m} busy processes" if m > 1 else "the busy process"
+    knobs = thread_fix(procs, threads, n)
+    fix = f"Give {who_} {count(threads, 'thread')} ({share(n, m)}): {knobs}"
+    if m > n:
+        fix += f"; and run at most {count(n, 'busy process')} at a time"
+    fix += "."
+    # The clauses of `thread_fix` name their processes; its generic advice does not.
+    named = any(pool_sizes(p, n) is not None and blamed(p, n, threads) for p in procs)
+    scoped_fix = f"{sentence(knobs)}." if named else f"In {who(pids)}: {knobs}."
+    sized = named or any(pool_sizes(p, n) is None for p in procs)  # else: app threads' advice
+    subject, runs = who(pids), verb(len(procs), "runs", "run")
+    if pools and all(waits(k) == "sleep" for k in pools):
+        small = "The gain is small; to take it: "
+        return Part(
+            Rule.OVERSUBSCRIBED_THREADS,
+            Severity.WARNING,
+            cheap_said(pools, procs, "the busy processes", "run"),
+            small + fix[0].lower() + fix[1:],
+            cheap_said(pools, procs, subject, runs),
+            small + scoped_fix[0].lower() + scoped_fix[1:],
+            evidence,
+            sized=sized,
         )
-    if multi:
-        evidence |= {"threads_per_process": threads, "pools": None}
-        each = " each" if len(multi) > 1 else ""
-        what = f"several busy threads{each}"
-        if any(p.active_threads < 2 for p in multi):
-            top = max(multi, key=lambda p: p.demand)
-            evidence |= {"busiest_process_demand": rounded(top.demand)}
-            evidence |= {"busiest_process_threads": top.threads}
-            who = "the busiest" if each else "it"
-            what = f"threads{each} that are each busy only briefly ({who} keeps {top.demand:.1f}"
-            what += f" runnable at once on average, with {count(top.threads, 'thread')} in it)"
-        return Finding(
-            rule=Rule.OVERSUBSCRIBED_THREADS,
-            severity=Severity.WARNING,
-            verdict=Verdict.OVERSUBSCRIBED,
-            message=head
-            + f"{count_processes(len(multi))} {verb(len(multi), 'runs', 'run')} {what} and "
-            f"{_pools_state(multi, n, threads)}: these are the application's own threads (task "
-            "threads, executors), not a native pool's.",
-            pids=pids_of(contending),
-            evidence=evidence,
-            fix=sentence(app_thread_fix(n, len(multi), m)) + ".",
-        )
-    return Finding(
-        rule=Rule.OVERSUBSCRIBED_PROCESSES,
-        severity=Severity.WARNING,
-        verdict=Verdict.OVERSUBSCRIBED,
-        message=head + f"they are {m} single-thread {noun(m, 'process')} sharing "
-        f"{count(n, 'CPU')}, "
+    what = (
+        f"multi-thread {join_and(POOLS_BY_KEY[k].label for k in pools)} "
+        + noun(len(pools) * len(procs), "pool")
+        if pools
+        else "several busy threads each"
+    )
+    said = spin_cost(pools) + unattributed_note(procs)
+    return Part(
+        Rule.OVERSUBSCRIBED_POOLS,
+        Severity.CRITICAL,
+        f"{count_processes(len(procs))} {runs} {what}{said}",
+        fix,
+        f"{subject} {runs} {what}{said}",
+        scoped_fix,
+        evidence,
+        sized=sized,
+    )
+
+
+def _threads_part(procs: tuple[ProcessRates, ...], m: int, n: int, threads: int) -> Part:
+    """Busy processes whose owners are unknown or unattributed and whose pools all run at
+    most T: their busy threads are the application's own."""
+    pids = pids_of(procs)
+    evidence: Evidence = {"threads_per_process": threads, "pools": None}
+    each = " each" if len(procs) > 1 else ""
+    what = f"several busy threads{each}"
+    if any(p.active_threads < 2 for p in procs):
+        top = max(procs, key=lambda p: p.demand)
+        evidence |= {"busiest_process_demand": rounded(top.demand)}
+        evidence |= {"busiest_process_threads": top.threads}
+        it = "the busiest" if each else "it"
+        what = f"threads{each} that are each busy only briefly ({it} keeps {top.demand:.1f}"
+        what += f" runnable at once on average, with {count(top.threads, 'thread')} in it)"
+    said = (
+        f"{verb(len(procs), 'runs', 'run')} {what} and {_pools_state(list(procs), n, threads)}: "
+        "these are the application's own threads (task threads, executors), not a native "
+        "pool's."
+    )
+    fix = app_thread_fix(n, len(procs), m)
+    return Part(
+        Rule.OVERSUBSCRIBED_THREADS,
+        Severity.WARNING,
+        f"{count_processes(len(procs))} {said}",
+        sentence(fix) + ".",
+        f"{who(pids)} {said}",
+        f"In {who(pids)}: {fix}.",
+        evidence,
+    )
+
+
+def _single_part(procs: tuple[ProcessRates, ...], m: int, n: int) -> Part:
+    """Busy processes that run one thread at a time: only fewer of them at once helps."""
+    pids = pids_of(procs)
+    each = " each" if len(procs) > 1 else ""
+    return Part(
+        Rule.OVERSUBSCRIBED_PROCESSES,
+        Severity.WARNING,
+        f"they are {m} single-thread {noun(m, 'process')} sharing {count(n, 'CPU')}, "
         "which costs little (1.0-1.2x measured); on a machine shared with other load, "
         "fewer processes win fairness and latency, not throughput (the job's share of "
         "the CPUs shrinks).",
-        pids=pids_of(contending),
-        evidence=evidence,
-        fix=f"Run at most {count(n, 'busy process')} at a time "
+        f"Run at most {count(n, 'busy process')} at a time "
         f"(e.g. Pool(processes={n})); "
         "fewer threads per process will not help, they already run one each.",
+        f"{who(pids)} {verb(len(procs), 'runs', 'run')} one busy thread{each} at a time.",
+        f"In {who(pids)}: no thread to cap, {verb(len(procs), 'it runs', 'they run')} one "
+        f"busy thread{each}.",
+        {},
     )
 
 
@@ -346,7 +401,10 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
     - oversubscribed-pools (critical): over and waiting, and a contending process (demand
       >= 0.5) ran >= 2 active threads with a pool sized above T (or unknown pools). When
       the threads' owners were read (`causes.cause`), only a pool whose threads ran and show
-      more than T counts, and only one whose waiting threads spin makes it critical.
+      more than T counts, and only one whose waiting threads spin makes it critical. Each
+      busy process is judged on its own threads (`causes.groups`: a thread's owner is
+      evidence for its own process only); the one finding names every busy process and
+      takes the worst rule and severity of theirs (`owned.target_finding`).
     - oversubscribed-threads (warning): over and waiting, contending processes ran >= 2
       active threads, but every pool they map is already at most T: application threads;
       or, by the owners, pools whose threads sleep (cheap), Python threads taking turns on

@@ -59,3 +59,12 @@ def join_and(items: Iterable[str]) -> str:
     if not words:
         return ""
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def share(n: int, m: int) -> str:
+    """How T = floor(N / M), never below 1, follows from N CPUs and M busy processes:
+    "2 CPUs / 2", "4 CPUs / 3, rounded down", "2 CPUs / 3 is below 1: the fewest"."""
+    text = f"{n} {verb(n, 'CPU', 'CPUs')} / {m}"
+    if m > n:
+        return text + " is below 1: the fewest"
+    return text + (", rounded down" if n % m else "")

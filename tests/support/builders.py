@@ -77,6 +77,9 @@ class Proc:
     """Threads those pools run beside the caller; by default each pool's size - 1 (started)."""
     thread_starts: Sequence[int] | None = None
     """Start time (clock ticks) of each thread of `loads`; None: unknown (as psutil)."""
+    owners: Sequence[str] | None = None
+    """The owner (`runtimes` key, or "unattributed") of each thread of `loads`, as
+    `probe.owners` reads it; None: not read."""
 
 
 def thread(
@@ -128,6 +131,9 @@ def _sample(p: Proc, dt: float, after: bool) -> ProcessSample:
         live_threads=p.live_threads
         if p.live_threads is not None or p.live is None
         else {k: v - 1 for k, v in p.live.items()},
+        owners=None
+        if p.owners is None
+        else {t.tid: owner for t, owner in zip(threads, p.owners, strict=True)},
     )
 
 
@@ -269,6 +275,38 @@ def busy_workers(
         for i in range(count)
     ]
     return [root, *workers]
+
+
+CAUSE_KINDS = ("polars", "ort", "openblas", "single", "gil", "app")
+"""The kinds of `cause_proc`."""
+
+
+def cause_proc(kind: str, pid: int) -> Proc:
+    """One busy process whose own threads show one kind of cause, each busy thread half
+    running, half waiting (issue 38: the causes of one target's processes):
+
+    - polars: two threads named `polars-0`, `polars-1` (polars' pool, its threads sleep);
+    - ort: ONNX Runtime's intra-op pool, attributed by its code, beside the caller (spins);
+    - openblas: a busy thread no evidence names beside a default-sized OpenBLAS (spins);
+    - single: one busy thread;
+    - gil: three interpreter threads that yield more than they are preempted (1.2 CPUs);
+    - app: three interpreter threads that are preempted (the application's own threads).
+    """
+    half = Load(cpu=0.5, delay=0.5, involuntary=200.0)
+    if kind == "polars":
+        return Proc(pid, (IDLE, half, half), owners=("python", "polars", "polars"))
+    if kind == "ort":
+        return Proc(pid, (half, half), owners=("python", "onnxruntime"), pools=("onnxruntime",))
+    if kind == "openblas":
+        return Proc(pid, (half, half), owners=("python", "unattributed"), pools=("openblas",))
+    if kind == "single":
+        return Proc(pid, (half,), owners=("python",))
+    if kind == "gil":
+        gil = Load(cpu=0.4, delay=0.4, voluntary=300.0, involuntary=50.0)
+        return Proc(pid, (gil,) * 3, owners=("python",) * 3)
+    if kind == "app":
+        return Proc(pid, (half,) * 3, owners=("python",) * 3)
+    raise ValueError(f"unknown cause kind {kind!r}")
 
 
 def recording_lines(

@@ -8,6 +8,7 @@ again; an idle pool that never ran does not make a working job at-risk.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -20,7 +21,19 @@ from oversub.core.names import Severity, Verdict
 from oversub.core.results import Interval, OwnerCount, ProcessRates
 from oversub.core.runtimes import describe
 from oversub.core.thresholds import Thresholds
-from tests.support.builders import make_interval, make_process_rates, make_totals
+from tests.support.builders import (
+    CAUSE_KINDS,
+    IDLE,
+    ROOT,
+    Load,
+    Proc,
+    analyse,
+    budget,
+    cause_proc,
+    make_interval,
+    make_process_rates,
+    make_totals,
+)
 
 VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -405,3 +418,101 @@ def test_a_fallback_to_the_mapped_pools_says_the_busy_threads_were_not_attribute
     bare = [worker(p, counts, owner_counts=None, owners=None) for p in (11, 12)]
     f, _ = finding_of(tree(*bare, demand=4.0))
     assert "could not be attributed" not in f.message, f.message
+
+
+# --------------------------------------------------------------------------- steering (#38)
+
+
+def target(*procs: Proc) -> list[Proc]:
+    return [Proc(ROOT, (IDLE,), ppid=1, cmdline="python launch.py", owners=("python",)), *procs]
+
+
+def _shared_target(namer: tuple[str, ...]) -> list[Proc]:
+    """Issue 38 row 4, on 2 CPUs: pid 202 runs busy threads no evidence names beside a
+    default-sized OpenBLAS (its threads spin, never seen blocked); pid 201, in the same
+    target, runs two busy threads whose owners are `namer` (named `polars-0`, `polars-1`:
+    polars)."""
+    busy = cause_proc("polars", 201).loads
+    namer_proc = Proc(201, busy, owners=("python", *namer))
+    return target(namer_proc, cause_proc("openblas", 202))
+
+
+def test_a_process_naming_its_threads_cannot_steer_anothers_cause() -> None:
+    from oversub.analysis.policy import fails, finding_fails
+    from oversub.analysis.summary import RunSummary
+    from oversub.core.names import FailOn
+
+    alone, _ = finding_of(analyse(_shared_target(("unattributed", "unattributed")), 2))
+    assert alone.severity is Severity.CRITICAL and "OPENBLAS_NUM_THREADS=1" in alone.fix
+    procs = _shared_target(("polars", "polars"))
+    f, _ = finding_of(analyse(procs, 2))
+    # The victim's spinning pool keeps the finding critical: the default gate still fails.
+    assert f.rule == "oversubscribed-pools" and f.severity is Severity.CRITICAL, f
+    assert finding_fails(f, FailOn.COSTLY)
+    assert "OPENBLAS_NUM_THREADS=1 in it" in f.fix and "(pid 202) maps OpenBLAS" in f.fix, f.fix
+    # The namer is accounted for with its own cause, and its names prove nothing of 202's.
+    assert "polars (rayon) in 1 process (pid 201): set POLARS_MAX_THREADS=1" in f.fix, f.fix
+    assert "In 1 process (pid 201), the busy threads belong to polars" in f.message, f.message
+    assert "polars" not in f.message[f.message.index("(pid 202)") : f.message.index("(pid 201)")]
+    assert f.pids == (201, 202) and f.evidence["causes"] == "201:sleep,202:mapped"
+    # Over a whole run, as `check` judges it: exit 1 under the default gate, not 0.
+    run = RunSummary(root_pid=ROOT)
+    for i in range(3):
+        run.add(analyse(procs, 2, t0=1000.0 + i))
+    summary = run.result(budget(2), Thresholds(), target_exited=True)
+    assert fails(summary.verdict, summary.findings, FailOn.COSTLY), summary.findings
+
+
+def test_a_named_pool_that_sleeps_does_not_hide_its_own_processs_spinning_one() -> None:
+    # Within one process too: polars' named threads beside a busy thread no evidence names
+    # and a default-sized OpenBLAS. The named pool is polars'; the other may be OpenBLAS's.
+    half = Load(cpu=0.5, delay=0.5, involuntary=200.0)
+    owners = ("python", "polars", "polars", "unattributed")
+    procs = [
+        Proc(201 + i, (IDLE, half, half, half), owners=owners, pools=("openblas",))
+        for i in range(2)
+    ]
+    f, _ = finding_of(analyse(target(*procs), 2))
+    assert f.severity is Severity.CRITICAL and f.rule == "oversubscribed-pools", f
+    assert "set OPENBLAS_NUM_THREADS=1" in f.fix and "set POLARS_MAX_THREADS=1" in f.fix, f.fix
+    assert "the busy threads named belong to polars (rayon)" in f.message, f.message
+    assert "2 of their 6 busy threads could not be attributed" in f.message, f.message
+    assert f.evidence["causes"] == "201:mapped,201:sleep,202:mapped,202:sleep"
+
+
+def _alone_severity(kind: str) -> Severity:
+    """The severity of three processes of `kind` on 2 CPUs, with nothing else beside them."""
+    f, _ = finding_of(analyse(target(*(cause_proc(kind, 301 + i) for i in range(3))), 2))
+    return f.severity
+
+
+MIXES = [
+    mix for k in range(2, len(CAUSE_KINDS) + 1) for mix in itertools.combinations(CAUSE_KINDS, k)
+]
+
+
+@pytest.mark.parametrize("mix", [pytest.param(m, id="+".join(m)) for m in MIXES])
+def test_every_busy_process_is_in_the_finding_and_the_worst_cause_decides(
+    mix: tuple[str, ...],
+) -> None:
+    from tests.unit.analysis.test_wording import contradictions, problems
+
+    procs = [cause_proc(kind, 201 + i) for i, kind in enumerate(mix)]
+    iv = analyse(target(*procs), 2)
+    f, _ = finding_of(iv)
+    pids = tuple(p.pid for p in procs)
+    assert f.pids == pids, (f.pids, mix)
+    assert {int(c.split(":")[0]) for c in str(f.evidence["causes"]).split(",")} == set(pids)
+    for pid in pids:
+        assert re.search(rf"\b{pid}\b", f.message), (pid, f.message)
+    worst = max((_alone_severity(kind) for kind in mix), key=lambda s: s.rank)
+    assert f.severity is worst, (mix, f)
+    assert (f.rule == "oversubscribed-pools") == (worst is Severity.CRITICAL), f
+    text = f"{f.message} || {f.fix}"
+    assert problems(text) == [] and contradictions(f, 2, iv) == [], text
+    # A fix is offered only to the processes whose own threads call for it.
+    for kind, pid in zip(mix, pids, strict=True):
+        if kind in ("single", "gil", "app"):
+            assert not re.search(rf"\(pids? [\d, ]*\b{pid}\b[\d, ]*\) (maps|runs)", f.fix), f.fix
+        if kind == "gil":
+            assert f"In 1 process (pid {pid}): for CPU-bound Python code" in f.fix, f.fix

@@ -43,6 +43,7 @@ from oversub.render.phrases import budget_limit_line, totals_line
 from oversub.render.plan_text import plan_renderable
 from oversub.render.runreport import summary_renderable, summary_text
 from tests.support.builders import (
+    CAUSE_KINDS,
     IDLE,
     ROOT,
     Host,
@@ -50,6 +51,7 @@ from tests.support.builders import (
     Proc,
     analyse,
     busy_workers,
+    cause_proc,
     make_budget,
     make_cpuset,
     make_process_summary,
@@ -187,6 +189,11 @@ def scenarios() -> Iterator[tuple[str, Sequence[Proc], int, Host, float]]:
             Host(),
             1.0,
         )
+    # One target, several causes (issue 38): each process judged on its own threads.
+    for n in (1, 2, 4):
+        for mix in (("polars", "openblas"), ("openblas", "single"), CAUSE_KINDS):
+            procs = [root(), *(cause_proc(kind, 201 + i) for i, kind in enumerate(mix))]
+            yield f"causes-{'+'.join(mix)}-n{n}", procs, n, Host(), 1.0
     for children in (1, 2):
         yield f"fork-hang-{children}", forked(children, hung=True), 2, Host(), TH.idle_seconds
         yield f"fork-after-threads-{children}", forked(children, hung=False), 2, Host(), 1.0
