@@ -127,10 +127,12 @@ def procs_notes(
     """Where M came from, and whether the trials ran more busy processes than that."""
     notes = []
     if source is None:
+        why = "no --procs, no launcher variable"
+        if seen is None or seen <= 1:
+            why += ", and no trial saw more than one busy process"
         notes.append(
-            f"M = {procs} was assumed (no --procs, no launcher variable, and no trial saw more "
-            f"than one busy process): the recommended T = {recommended} is for {procs} "
-            f"process{'es' if procs > 1 else ''}; give --procs M if CMD runs M at once"
+            f"M = {procs} was assumed ({why}): the recommended T = {recommended} is for "
+            f"{procs} process{'es' if procs > 1 else ''}; give --procs M if CMD runs M at once"
         )
     elif source == "trials":
         notes.append(

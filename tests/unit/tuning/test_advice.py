@@ -89,6 +89,10 @@ def test_m_from_the_busy_processes_of_the_trials() -> None:
         "launcher variable), so the recommendation is floor(2/2) = 1; give --procs M to plan "
         "for another M"
     ]
+    # The default's first trial failed (no plan, no M from it); a later one saw 2.
+    failed_first = procs_notes(1, None, 2, 2, 2)
+    assert failed_first[0].startswith("M = 1 was assumed (no --procs, no launcher variable):")
+    assert failed_first[1].startswith("the trials ran up to 2 processes busy at once, more ")
     more = procs_notes(1, "--procs", 2, 2, 2)
     assert more == [
         "the trials ran up to 2 processes busy at once, more than M = 1 (--procs): the "
