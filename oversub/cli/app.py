@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     for name in (
         *("cpus", "recommend", "watch", "check", "report", "diff", "serve", "merge", "stress"),
         "tune",
+        "doctor",
         "completion",
     )
 } | {"check": "oversub.cli.check.command"}
@@ -85,6 +86,7 @@ def cli() -> None:
     oversub diff before.ndjson after.ndjson   did the fix help? (exit 1: it made it worse)
     oversub stress --procs 2 --threads 4   a workload to try it on
     oversub tune --procs 2 -- python job.py   measure which thread setting is fastest
+    oversub doctor --cpus 2           threads each installed library starts on 2 CPUs
     oversub completion bash           tab completion for bash, zsh or fish
     """
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from rich.console import RenderableType
 
+    from oversub.core.checkups import DoctorReport
     from oversub.core.errors import ExitStatus
     from oversub.core.model import Budget, Plan
     from oversub.core.nodes import JobReport
@@ -111,6 +112,15 @@ class TuneFormat(Name):
     """`render.tune.tune_dict`, indented (the keys are documented there)."""
     MARKDOWN = "markdown"
     """The table and the setting as Markdown (a job summary or a PR comment)."""
+
+
+class DoctorFormat(Name):
+    """`oversub doctor --format`."""
+
+    TEXT = "text"
+    """The table, the budgets compared, what ignores a quota and what oversubscribes."""
+    JSON = "json"
+    """`doctorview.doctor_dict`, indented (every key in docs/cli.md)."""
 
 
 def _unreachable(value: NoReturn) -> NoReturn:
@@ -305,5 +315,20 @@ def render_tune(r: TuneResult, fmt: TuneFormat, *, width: int = 80, color: bool 
         from oversub.tuning.exports import tune_markdown
 
         return tune_markdown(r)
+    else:
+        _unreachable(fmt)
+
+
+def render_doctor(report: DoctorReport, fmt: DoctorFormat) -> str:
+    """`oversub doctor`'s report in `fmt`, as one string ending in a newline."""
+    if fmt is DoctorFormat.TEXT:
+        from oversub.render.doctorview import doctor_text
+
+        return doctor_text(report)
+    elif fmt is DoctorFormat.JSON:
+        from oversub.render.doctorview import doctor_dict
+        from oversub.render.serialize import to_json
+
+        return to_json(doctor_dict(report), indent=2) + "\n"
     else:
         _unreachable(fmt)

@@ -185,6 +185,8 @@ def _bounded(name: str, param: click.Parameter, value: str) -> bool:
         return bool(got <= 0.05)  # the first trial runs whatever the budget: keep it short
     if name == "tune" and param.name in ("runs", "warmup", "max_trials"):
         return bool(got <= 2)
+    if name == "doctor" and param.name == "timeout":
+        return bool(got <= 0.05)  # a child per runtime and budget: each cut short
     if param.name == "ncpus":
         # A budget of N CPUs lists them: small, or refused as more than any kernel runs.
         return bool(got <= 64 or got > MAX_VCPUS)
@@ -301,8 +303,13 @@ def command_argv(draw: st.DrawFn, name: str) -> list[str]:
     Values always follow their option, so no value can become watch's PID or check's CMD.
     """
     # stress runs 10 s without --seconds: a short one comes first (a drawn one wins);
-    # tune: a first trial of at most 0.05 s (a drawn --budget is bounded alike).
-    first = {"stress": ["--seconds", "0.01"], "tune": ["--budget", "0.05"]}
+    # tune: a first trial of at most 0.05 s (a drawn --budget is bounded alike); doctor:
+    # each child at most 0.05 s (where the interpreter has runtimes to start).
+    first = {
+        "stress": ["--seconds", "0.01"],
+        "tune": ["--budget", "0.05"],
+        "doctor": ["--timeout", "0.05"],
+    }
     argv = [name, *first.get(name, [])]
     params = _params(name)
     arguments = [p for p in params if isinstance(p, click.Argument)]
@@ -388,8 +395,9 @@ def check_outcome(argv: list[str], code: int, out: str, err: str) -> None:
     assert "internal error" not in err, (argv, err)
     lines = err.splitlines()
     if code == ExitStatus.FOUND:
-        # only `check` turns verdicts into exit 1, and `tune --fail-if-slower` its figures
-        assert "check" in argv or "tune" in argv, (argv, err)
+        # only `check` turns verdicts into exit 1, `tune --fail-if-slower` its figures and
+        # `doctor --fail` its measurements
+        assert "check" in argv or "tune" in argv or "doctor" in argv, (argv, err)
     if code == ExitStatus.USAGE:
         alone = argv[:1] if len(argv) == 1 else None  # `oversub completion` alone
         if not argv or (alone and getattr(COMMANDS.get(alone[0]), "no_args_is_help", False)):

@@ -30,6 +30,7 @@ COMMANDS = sorted(
         "completion",
         "cpus",
         "diff",
+        "doctor",
         "merge",
         "recommend",
         "report",
