@@ -23,8 +23,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from oversub.analysis.launcher import plan_for_launcher, procs_from_env
-from oversub.analysis.plans import make_plan, synthetic_budget
+from oversub.analysis.launcher import plan_for_procs
+from oversub.analysis.plans import synthetic_budget
 from oversub.core.model import Budget, Plan
 from oversub.core.pools import RECOMMENDED_VARS
 
@@ -74,13 +74,9 @@ def recommend(
         procs = int(procs)
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
-    budget = _budget(cpus, pid)
-    if procs == "auto":
-        return plan_for_launcher(budget, procs_from_env(os.environ), workers)
-    assert isinstance(procs, int)
-    if procs < 1:
+    if isinstance(procs, int) and procs < 1:
         raise ValueError(f"procs must be >= 1, got {procs}")
-    return make_plan(budget, procs, workers)
+    return plan_for_procs(_budget(cpus, pid), procs, workers, os.environ)
 
 
 def _require_count(name: str, value: object) -> None:

@@ -257,6 +257,22 @@ def plan_for_launcher(budget: Budget, info: LauncherInfo, workers: int = 0) -> P
     return _one_task(task_budget, info, workers, note, bind=False)
 
 
+def plan_for_procs(budget: Budget, procs: int | str, workers: int, env: Mapping[str, str]) -> Plan:
+    """The plan of `--procs M|auto` on `budget`: `auto` from the launcher variables of `env`
+    (`plan_for_launcher`; UsageError when none is set), M as given (`make_plan`). The one
+    place that branches on `auto`: `recommend`, the Python API, `run` and `check --apply`."""
+    if procs == "auto":
+        return plan_for_launcher(budget, procs_from_env(env), workers)
+    if not isinstance(procs, int):
+        raise UsageError(f"--procs {procs[:40]!r} is not a whole number of processes or 'auto'")
+    return make_plan(budget, procs, workers)
+
+
+def launcher_set(env: Mapping[str, str]) -> bool:
+    """True when `env` holds a launcher variable (`--procs auto` reads it)."""
+    return any(env.get(name, "").strip() for name in LAUNCHER_VARS)
+
+
 def _one_task(budget: Budget, info: LauncherInfo, workers: int, note: str, *, bind: bool) -> Plan:
     """The plan of one task of the launcher's `info.procs` on this node."""
     return make_plan(

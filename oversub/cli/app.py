@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     for name in (
         *("cpus", "recommend", "watch", "check", "report", "diff", "serve", "merge", "stress"),
         "tune",
+        "run",
         "doctor",
         "completion",
     )

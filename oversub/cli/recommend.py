@@ -47,21 +47,14 @@ def command(
       oversub recommend --procs auto --workers 2 --format json
       oversub recommend --procs 8 --cpus 16
     """
-    from oversub.analysis.plans import make_plan
+    from oversub.analysis.launcher import plan_for_procs
     from oversub.cli.output import emit, warn
     from oversub.cli.target import budget_of
     from oversub.render import render_recommend
 
     if pid is not None and ncpus is not None:
         raise UsageError("--pid and --cpus exclude each other")
-    budget = budget_of(pid, ncpus)
-    if procs == "auto":
-        from oversub.analysis.launcher import plan_for_launcher, procs_from_env
-
-        plan = plan_for_launcher(budget, procs_from_env(os.environ), workers)
-    else:
-        assert isinstance(procs, int)
-        plan = make_plan(budget, procs, workers)
+    plan = plan_for_procs(budget_of(pid, ncpus), procs, workers, os.environ)
     emit(render_recommend(plan, RecommendFormat(fmt)))
     warn(plan.warnings, severe=plan.oversubscribed)
     return ExitStatus.OK

@@ -43,6 +43,8 @@ FEATURE_LAYERS: dict[str, str] = {
     "oversub.tuning.exports": "render",
     "oversub.tuning.driver": "cli",
     "oversub.tuning.trialrun": "cli",
+    "oversub.hook": "foundation",
+    "oversub.hook.sitecustomize": "foundation",
 }
 """A feature folder holds one feature across layers; each of its modules keeps its layer."""
 
@@ -60,7 +62,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 }
 """Layer -> the layers its modules may import."""
 
-TOP_LEVEL = {"oversub", "oversub.api", "oversub.launch", "oversub.__main__"}
+TOP_LEVEL = {"oversub", "oversub.api", "oversub.auto", "oversub.launch", "oversub.__main__"}
 """The only modules at the package's top: the foundation lives in oversub/core/."""
 
 
@@ -75,6 +77,7 @@ def layer(module: str) -> str:
     named = {
         "oversub": "package",
         "oversub.api": "api",
+        "oversub.auto": "api",
         "oversub.launch": "launch",
         "oversub.__main__": "main",
     }

@@ -19,6 +19,7 @@ from oversub.cli.options import (
     PID,
     POSITIVE,
     SECONDS,
+    parse_procs,
     record_options,
     report_options,
     setting_option,
@@ -83,9 +84,27 @@ def check_mode(
     "or its directory), judged against its own budget.",
 )
 @click.option("--duration", type=SECONDS, default=None, help="With --pid: seconds to sample.")
-@click.option("--procs", "-M", type=POSITIVE, default=None, help="Static preflight: processes.")
 @click.option(
-    "--threads", "-T", type=POSITIVE, default=None, help="Static preflight: threads each."
+    "--procs",
+    "-M",
+    type=str,
+    metavar="M|auto",
+    callback=parse_procs,
+    default=None,
+    help="Static preflight: processes; with --apply: the cure's (default auto).",
+)
+@click.option(
+    "--threads",
+    "-T",
+    type=POSITIVE,
+    default=None,
+    help="Static preflight: threads each; with --apply: threads of each process.",
+)
+@click.option(
+    "--apply",
+    "apply_cure",
+    is_flag=True,
+    help="With a command: run it with `oversub run`'s cure (docs/run.md), then judge it.",
 )
 @click.option(
     "--workers",
@@ -114,8 +133,9 @@ def command(
     pid: int | None,
     cgroup: str | None,
     duration: float | None,
-    procs: int | None,
+    procs: int | str | None,
     threads: int | None,
+    apply_cure: bool,
     workers: int | None,
     ncpus: int | None,
     interval: float | None,
@@ -148,6 +168,7 @@ def command(
       oversub check --pid 1234 --duration 20 --fail-on at-risk
       oversub check --procs 4 --threads 8 --cpus 16
       oversub check --record run.ndjson --json r.json -- python train.py --smoke
+      oversub check --apply -- python train.py --smoke   the gate with the cure applied
     """
     from oversub.cli.check.metric import check_names
     from oversub.cli.check.request import CheckOptions
@@ -159,6 +180,14 @@ def command(
 
     if pid is not None and cgroup is not None:
         raise UsageError("--pid and --cgroup exclude each other")
+    if apply_cure and not command:
+        raise UsageError("--apply needs a command: oversub check --apply -- CMD ARGS...")
+    if procs == "auto" and not apply_cure:
+        raise UsageError("--procs auto only applies with --apply (the static preflight takes M)")
+    cure_flags = (procs, threads, workers, ncpus) if apply_cure else (None,) * 4
+    if apply_cure:
+        procs = threads = workers = ncpus = None
+    assert procs is None or isinstance(procs, int)
     # A cgroup is attached to like a pid: the same mode, flags and reports.
     mode = check_mode(command, pid if cgroup is None else 0, procs, threads)
     refuse_flags_of_other_modes(
@@ -208,6 +237,17 @@ def command(
     if mode is CheckMode.COMMAND:
         # CMD inherits our affinity and cgroup, so our own budget is its budget (and reading
         # it before CMD starts cannot race with a command that exits at once).
+        if apply_cure:
+            from oversub.cli.run import make_cure_for
+
+            cure_procs, cure_threads, cure_workers, cure_cpus = cure_flags
+            cure = make_cure_for(
+                budget_of(None, cure_cpus),
+                cure_procs if cure_procs is not None else "auto",
+                cure_workers or 0,
+                cure_threads,
+            )
+            return check_command(list(command), budget_of(None), opts, cure=cure)
         return check_command(list(command), budget_of(None), opts)
     if cgroup is not None:
         return check_cgroup(*cgroup_target(cgroup), opts)

@@ -14,6 +14,7 @@ from oversub.cli.check.request import CheckOptions
 from oversub.core.errors import ExitStatus
 
 if TYPE_CHECKING:
+    from oversub.core.cures import Cure
     from oversub.core.model import Budget
     from oversub.core.results import CheckOutcome
     from oversub.probe.cgroup_target import CgroupRef
@@ -37,10 +38,17 @@ def _progress(
 
 
 def check_command(
-    argv: list[str], budget: Budget, opts: CheckOptions, *, err: TextIO | None = None
+    argv: list[str],
+    budget: Budget,
+    opts: CheckOptions,
+    *,
+    err: TextIO | None = None,
+    cure: Cure | None = None,
 ) -> ExitStatus:
     """Start `argv`, sample its tree until it exits or times out, stop what is left, report.
 
+    With `cure` (`check --apply`), CMD runs with `oversub run`'s cure, and the verification's
+    lines (sized, kept, escaped) come before the report.
     SIGINT, SIGTERM and SIGHUP end the run like Ctrl-C (exit 130); see `run.check`."""
     from oversub.cli.check.reports import prepare_reports
     from oversub.run.checking import report_command, run_command
@@ -53,16 +61,54 @@ def check_command(
             from oversub.cli.check.metric import StdoutMetrics
 
             captured = stack.enter_context(StdoutMetrics(opts.metrics))
-        outcome = run_command(
-            argv,
-            budget,
-            opts.session,
-            _progress(budget, opts, err, recorder),
-            timeout=opts.timeout,
-            grace=opts.grace,
-        )
+        if cure is None:
+            outcome = run_command(
+                argv,
+                budget,
+                opts.session,
+                _progress(budget, opts, err, recorder),
+                timeout=opts.timeout,
+                grace=opts.grace,
+            )
+        else:
+            outcome = _cured(argv, budget, opts, cure, _progress(budget, opts, err, recorder), err)
     metrics = None if captured is None else captured.values
     return _recorded(recorder, outcome, opts, environ, metrics, err=err)
+
+
+def _cured(
+    argv: list[str],
+    budget: Budget,
+    opts: CheckOptions,
+    cure: Cure,
+    progress: Progress,
+    err: TextIO | None,
+) -> CheckOutcome:
+    """`check --apply`: CMD run with the cure; the plan and the verification on stderr."""
+    import sys
+
+    from oversub.analysis.cured import verdicts
+    from oversub.render import cure_text
+    from oversub.run.curing import run_cured
+
+    out = err if err is not None else sys.stderr
+
+    def say(line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            out.write(line.replace(cure_text.PREFIX, "oversub check --apply: ", 1) + "\n")
+            out.flush()
+
+    say(cure_text.plan_line(cure))
+    for line in cure_text.variable_lines(cure):
+        say(line)
+    cured = run_cured(
+        argv, cure, budget, opts.session, progress, timeout=opts.timeout, grace=opts.grace
+    )
+    fallback = cure.threads or cure.plan.budget.vcpus
+    lines = verdicts(cured.records, cured.watch, fallback=fallback, kept_vars=cure.variables.kept)
+    for line in cure_text.verification(lines):
+        say(line)
+    return cured.outcome
 
 
 def check_pid(

@@ -34,6 +34,7 @@ COMMANDS = sorted(
         "merge",
         "recommend",
         "report",
+        "run",
         "serve",
         "stress",
         "tune",
