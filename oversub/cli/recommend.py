@@ -33,7 +33,10 @@ from oversub.render import RecommendFormat
 @click.option("--pid", type=PID, default=None, help="Use this process's budget.")
 @click.option("--cpus", "ncpus", type=CPUS, default=None, help="Use N CPUs instead of measuring.")
 @format_option(
-    RecommendFormat, RecommendFormat.TEXT, "env: only `export NAME=VALUE` lines, for eval."
+    RecommendFormat,
+    RecommendFormat.TEXT,
+    "env: only `export NAME=VALUE` lines, for eval (the shell keeps them for every later "
+    "command); prefix: `NAME=VALUE ...` on one line, for one command.",
 )
 def command(
     procs: int | str, workers: int, pid: int | None, ncpus: int | None, fmt: str
@@ -43,7 +46,8 @@ def command(
     \b
     Examples:
       oversub recommend --procs 4
-      eval "$(oversub recommend --procs 4 --format env)"
+      env $(oversub recommend --procs 4 --format prefix) python job.py
+      eval "$(oversub recommend --procs 4 --format env)"   # this shell, every later command
       oversub recommend --procs auto --workers 2 --format json
       oversub recommend --procs 8 --cpus 16
     """
@@ -55,6 +59,19 @@ def command(
     if pid is not None and ncpus is not None:
         raise UsageError("--pid and --cpus exclude each other")
     plan = plan_for_procs(budget_of(pid, ncpus), procs, workers, os.environ)
-    emit(render_recommend(plan, RecommendFormat(fmt)))
+    again = ["oversub", "recommend", "--procs", str(procs)]
+    again += ["--workers", str(workers)] if workers else []
+    again += ["--pid", str(pid)] if pid is not None else []
+    again += ["--cpus", str(ncpus)] if ncpus is not None else []
+    output = render_recommend(plan, RecommendFormat(fmt), command=" ".join(again))
+    if isinstance(output, str):
+        emit(output)
+    else:
+        from oversub.cli.output import make_console, reader_may_leave
+
+        # Not cropped: a line of code longer than the terminal stays whole (the terminal
+        # folds it on screen; a copy gives it back in one piece).
+        with reader_may_leave():
+            make_console().print(output, crop=False)
     warn(plan.warnings, severe=plan.oversubscribed)
     return ExitStatus.OK

@@ -52,6 +52,9 @@ class RecommendFormat(Name):
     """`serialize.plan_dict`, indented."""
     ENV = "env"
     """Only `export NAME=VALUE` lines, for `eval "$(oversub recommend --format env)"`."""
+    PREFIX = "prefix"
+    """`NAME=VALUE ...` on one line, for one command: `env $(oversub recommend --format
+    prefix) python job.py` (the shell keeps its own settings)."""
 
 
 class WatchFormat(Name):
@@ -145,12 +148,16 @@ def render_cpus(
         _unreachable(fmt)
 
 
-def render_recommend(plan: Plan, fmt: RecommendFormat) -> RenderableType:
-    """The plan in `fmt`: a rich renderable for TEXT, a string ending in a newline otherwise."""
+def render_recommend(
+    plan: Plan, fmt: RecommendFormat, *, command: str | None = None
+) -> RenderableType:
+    """The plan in `fmt`: a rich renderable for TEXT, a string ending in a newline otherwise.
+    `command`: the `oversub recommend ...` that made it, which the text shows with
+    `--format prefix` for one command."""
     if fmt is RecommendFormat.TEXT:
         from oversub.render.plan_text import plan_renderable
 
-        return plan_renderable(plan)
+        return plan_renderable(plan, command=command)
     elif fmt is RecommendFormat.JSON:
         from oversub.render.serialize import plan_dict, to_json
 
@@ -159,6 +166,10 @@ def render_recommend(plan: Plan, fmt: RecommendFormat) -> RenderableType:
         from oversub.render.serialize import plan_env
 
         return plan_env(plan)
+    elif fmt is RecommendFormat.PREFIX:
+        from oversub.render.serialize import plan_prefix
+
+        return plan_prefix(plan)
     else:
         _unreachable(fmt)
 

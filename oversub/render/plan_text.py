@@ -5,6 +5,8 @@ Pure: builds rich renderables, prints nothing. Imported only on text paths.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -15,7 +17,68 @@ from oversub.core.model import Plan
 from oversub.core.plural import count, noun
 from oversub.render.escape import terminal
 from oversub.render.phrases import budget_limit_line
-from oversub.render.serialize import export_lines, plan_env
+from oversub.render.serialize import export_lines, plan_env, plan_prefix
+
+
+class Snippet(NamedTuple):
+    """Python lines that size one runtime's pool, complete: they run as pasted into a file
+    or an interpreter where `module` is importable (imports included)."""
+
+    comment: str
+    """What it sizes, as a `#` line above it."""
+    module: str
+    """The module it imports (tests run each snippet where it is installed)."""
+    lines: tuple[str, ...]
+
+
+def snippets(t: int, workers: int = 0) -> list[Snippet]:
+    """The snippets for T = `t` threads per main process (each runtime's own call), then,
+    with workers, the function that gives each worker one thread."""
+    out = [
+        Snippet(
+            "# PyTorch's intra-op pool", "torch", ("import torch", f"torch.set_num_threads({t})")
+        ),
+        Snippet(
+            "# BLAS and OpenMP pools already loaded (NumPy, SciPy, scikit-learn)",
+            "threadpoolctl",
+            ("import threadpoolctl", f"threadpoolctl.threadpool_limits({t})"),
+        ),
+        Snippet(
+            "# ONNX Runtime: give these options to each InferenceSession(path, options)",
+            "onnxruntime",
+            (
+                "import onnxruntime",
+                "options = onnxruntime.SessionOptions()",
+                f"options.intra_op_num_threads = {t}",
+            ),
+        ),
+        Snippet("# pyarrow", "pyarrow", ("import pyarrow", f"pyarrow.set_cpu_count({t})")),
+        Snippet("# numexpr", "numexpr", ("import numexpr", f"numexpr.set_num_threads({t})")),
+        Snippet("# numba", "numba", ("import numba", f"numba.set_num_threads({t})")),
+    ]
+    if workers > 0:
+        out.append(
+            Snippet(
+                "# each DataLoader or pool worker, 1 thread: DataLoader(..., worker_init_fn="
+                "one_thread), Pool(initializer=one_thread)",
+                "threadpoolctl",
+                (
+                    "# (or worker_init_fn=oversub.worker_init_fn, oversub installed in the job)",
+                    "def one_thread(*_):",
+                    "    import threadpoolctl",
+                    "    threadpoolctl.threadpool_limits(1)",
+                    "    try:",
+                    "        import torch",
+                    "        torch.set_num_threads(1)",
+                    "    except ImportError:",
+                    "        pass",
+                ),
+            )
+        )
+    return out
+
+
+POLARS_NOTE = "# polars has no call: POLARS_MAX_THREADS is read once, when polars is imported"
 
 
 def code_lines(p: Plan) -> list[str]:
@@ -25,24 +88,18 @@ def code_lines(p: Plan) -> list[str]:
 
 
 def code_lines_for(t: int, workers: int = 0) -> list[str]:
-    """`code_lines` for T = `t` threads per main process and `workers` workers each."""
-    lines = [
-        "# in each main process, before the first parallel operation:",
-        f"torch.set_num_threads({t})",
-        f"threadpoolctl.threadpool_limits({t})",
-        "# and for the runtimes that no variable above reaches, or that read it at import:",
-        f"session_options.intra_op_num_threads = {t}  # ONNX Runtime, before InferenceSession",
-        f"pyarrow.set_cpu_count({t}); numexpr.set_num_threads({t}); numba.set_num_threads({t})",
-        "# polars has no call: POLARS_MAX_THREADS is read once, when polars is imported",
-    ]
-    if workers > 0:
-        lines += [
-            "# in each DataLoader/pool worker, one thread:",
-            "DataLoader(..., worker_init_fn=oversub.worker_init_fn)",
-            "# or in your own worker_init_fn:",
-            "torch.set_num_threads(1); threadpoolctl.threadpool_limits(1)",
-        ]
-    return lines
+    """`code_lines` for T = `t` threads per main process and `workers` workers each: every
+    snippet (`snippets`) with its comment, a blank line between two, then the polars note."""
+    lines: list[str] = []
+    for snippet in snippets(t, workers):
+        lines += [*([""] if lines else []), snippet.comment, *snippet.lines]
+    return [*lines, "", POLARS_NOTE]
+
+
+def _code(lines: list[str], style: str = "cyan") -> list[Text]:
+    """Lines to paste, never wrapped: one longer than the terminal stays one line (the
+    terminal folds it on screen, a copy gives it back whole)."""
+    return [Text(terminal(line), style=style, no_wrap=True, overflow="ignore") for line in lines]
 
 
 def binding_lines(p: Plan) -> list[str]:
@@ -107,30 +164,54 @@ def _exports(p: Plan) -> list[RenderableType]:
     exports = plan_env(p)
     worker_exports = export_lines(p.worker_env)
     if worker_exports == exports:
-        heading = "Before starting the job (main processes and workers alike):"
-        return [Text(heading, style="bold"), Text(exports.rstrip("\n"), style="cyan")]
+        heading = (
+            "Before starting the job, in its launch script (main processes and workers alike):"
+        )
+        return [Text(heading, style="bold"), *_code(exports.splitlines())]
     parts: list[RenderableType] = []
     if exports:
-        parts.append(Text("Before starting the job:", style="bold"))
-        parts.append(Text(exports.rstrip("\n"), style="cyan"))
+        parts.append(Text("Before starting the job, in its launch script:", style="bold"))
+        parts += _code(exports.splitlines())
     if worker_exports:
         parts.append(Text("In each worker's environment:", style="bold"))
-        parts.append(Text(worker_exports.rstrip("\n"), style="cyan"))
+        parts += _code(worker_exports.splitlines())
     return parts
 
 
-def plan_renderable(p: Plan) -> RenderableType:
-    """The plan for a terminal: numbers table, budget sentence, export lines, code lines,
-    notes, binding lines. The warnings are not here: they are diagnostics, which the CLI
-    prints on stderr (`warning_lines`) whatever the format."""
+def _one_command(p: Plan, command: str | None) -> list[RenderableType]:
+    """The same variables for one command only: the line to put before it, and how to get
+    it from oversub (`--format prefix`). `eval` changes the shell for every later command."""
+    prefix = plan_prefix(p).rstrip("\n")
+    if not prefix:
+        return []
+    heading = "Or for one command only, leaving this shell as it is (before the command):"
+    parts: list[RenderableType] = [
+        Text(""),
+        Text(heading, style="bold"),
+        *_code([f"{prefix} python job.py"]),
+    ]
+    if command is not None:
+        parts += _code([f"env $({command} --format prefix) python job.py"], "dim cyan")
+    return parts
+
+
+def plan_renderable(p: Plan, *, command: str | None = None) -> RenderableType:
+    """The plan for a terminal: numbers table, budget sentence, export lines, the prefix for
+    one command (with the `command` that prints it, `oversub recommend ...`), code lines,
+    notes, binding lines. Code is never wrapped inside a line. The warnings are not here:
+    they are diagnostics, which the CLI prints on stderr (`warning_lines`) whatever the
+    format."""
+    code = "Or in code, in each main process before its first parallel operation (the blocks "
+    code += "of the runtimes it uses; each runs as pasted):"
     parts: list[RenderableType] = [
         _numbers_table(p),
         Text(budget_limit_line(p.budget), style="bold"),
         Text(""),
         *_exports(p),
+        *_one_command(p, command),
         Text(""),
-        Text("Or in code:", style="bold"),
-        Text("\n".join(code_lines(p)), style="cyan"),
+        Text(code, style="bold"),
+        *_code(code_lines(p)),
     ]
     for note in p.budget.notes:
         parts.append(Text(terminal(f"note: {note}"), style="dim"))
@@ -139,7 +220,7 @@ def plan_renderable(p: Plan) -> RenderableType:
     if bindings:
         parts.append(Text(""))
         parts.append(Text("Binding (optional, one CPU set per process):", style="bold"))
-        parts.append(Text("\n".join(bindings)))
+        parts += _code(bindings, "")
     elif p.budget.given:
         parts.append(
             Text(

@@ -172,6 +172,32 @@ def export_lines(env: Mapping[str, str]) -> str:
     return "".join(lines)
 
 
+def prefix_line(env: Mapping[str, str]) -> str:
+    """`NAME=VALUE NAME=VALUE` for `env` on one line, ending with a newline: the variables in
+    the form to put before one command (`OMP_NUM_THREADS=1 … python job.py`), or to hand to
+    `env` (`env $(oversub recommend --procs 2 --format prefix) python job.py`: a POSIX
+    shell does not take assignments out of a command substitution, `env` does). Order as
+    `export_lines`. Raises ValueError on a name that is not a shell identifier or a value
+    that word splitting or globbing would change (thread counts never are)."""
+    order = {name: i for i, name in enumerate(RECOMMENDED_VARS)}
+    names = sorted(env, key=lambda n: (order.get(n, len(order)), n))
+    words = []
+    for name in names:
+        if not _SHELL_NAME.match(name):
+            raise ValueError(f"not a shell variable name: {name!r}")
+        value = env[name]
+        if not value or shlex.quote(value) != value:
+            raise ValueError(f"not a value for a command line prefix: {name}={value!r}")
+        words.append(f"{name}={value}")
+    return " ".join(words) + "\n" if words else ""
+
+
+def plan_prefix(p: Plan) -> str:
+    """The `--format prefix` output: `prefix_line(p.env)`, the main processes' variables
+    (as `plan_env`)."""
+    return prefix_line(p.env)
+
+
 def plan_env(p: Plan) -> str:
     """The `--format env` output: `export_lines(p.env)`, the main processes' variables only
     (workers get theirs from `worker_init_fn`; see `plan_dict`'s `worker_env`)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -66,7 +67,7 @@ def test_recommend_env_is_only_exports(capsys: pytest.CaptureFixture[str]) -> No
     assert "export OMP_NUM_THREADS=4" in lines
 
 
-@pytest.mark.parametrize("fmt", ["env", "json", "text"])
+@pytest.mark.parametrize("fmt", ["env", "json", "text", "prefix"])
 def test_recommend_warnings_go_to_stderr_in_every_format(
     fmt: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -79,6 +80,39 @@ def test_recommend_warnings_go_to_stderr_in_every_format(
     assert all(line.startswith("oversub: warning: ") for line in warnings)
     if fmt != "json":  # JSON keeps them as data too
         assert "warning" not in out
+
+
+def test_recommend_prefix_is_one_line_of_assignments(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["recommend", "--procs", "3", "--cpus", "12", "--format", "prefix"], capsys)
+    assert code == 0 and out.endswith("\n") and out.count("\n") == 1
+    words = out.split()
+    assert words[0] == "OMP_NUM_THREADS=4" and words[-1] == "POLARS_MAX_THREADS=4"
+    assert all(w.count("=") == 1 and w.endswith("=4") for w in words)
+
+
+def test_the_prefix_sets_one_command_and_leaves_the_shell_alone() -> None:
+    """Issue 39: `env $(oversub recommend ... --format prefix) CMD` runs CMD with the plan's
+    variables and leaves the shell as it was; the assignments alone, out of a command
+    substitution, are not assignments to a POSIX shell (so the docs say `env`)."""
+    prefix = shlex.join(
+        [*OVERSUB, "recommend", "--procs", "3", "--cpus", "12", "--format", "prefix"]
+    )
+    show = shlex.join(
+        [
+            sys.executable,
+            "-c",
+            "import os; print(os.environ['OMP_NUM_THREADS'], os.environ['POLARS_MAX_THREADS'])",
+        ]
+    )
+    script = f'env $({prefix}) {show}; echo "after: ${{OMP_NUM_THREADS-unset}}"'
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_THREADS")}
+    done = subprocess.run([*SHELL, script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["4 4", "after: unset"], done.stdout
+    bare = subprocess.run(
+        [*SHELL, f"$({prefix}) {show}"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert bare.returncode == 127 and "OMP_NUM_THREADS=4" in bare.stderr, bare
 
 
 def test_text_off_a_terminal_is_not_hard_wrapped(

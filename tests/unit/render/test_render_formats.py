@@ -36,7 +36,7 @@ def render(renderable: RenderableType) -> str:
 
 def test_cli_values_are_stable() -> None:
     assert [f.value for f in CpusFormat] == ["text", "json"]
-    assert [f.value for f in RecommendFormat] == ["text", "json", "env"]
+    assert [f.value for f in RecommendFormat] == ["text", "json", "env", "prefix"]
     assert [f.value for f in WatchFormat] == ["live", "ndjson", "json"]
 
 
@@ -60,6 +60,9 @@ def test_render_recommend_every_format(fmt: RecommendFormat) -> None:
     elif fmt is RecommendFormat.ENV:
         assert isinstance(out, str)
         assert out.splitlines()[0] == "export OMP_NUM_THREADS=2"
+    elif fmt is RecommendFormat.PREFIX:
+        assert isinstance(out, str) and out.count("\n") == 1
+        assert out.startswith("OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 ")
     else:
         assert "torch.set_num_threads(2)" in render(out)
 
