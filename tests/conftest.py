@@ -13,6 +13,40 @@ import pytest
 
 from tests.support.harness import Spawner
 
+TERMINAL_VARS = ("COLUMNS", "LINES")
+"""The terminal's size as the environment may carry it. No shell exports them, but GNU
+readline does when it starts on a terminal (pytest imports it), into the C environment that
+`-n auto`'s workers and every subprocess inherit: a test's output width would follow the
+window `make test` runs in. A test that is about width sets them itself (monkeypatch)."""
+
+TEST_LOCALE = "C.UTF-8"
+"""The locale every test runs in, whatever the shell's: in a Latin-1 locale a child's
+stdout cannot carry "٣" or "😀" and the tests read its output wrongly. A test of another
+encoding sets PYTHONIOENCODING itself (tests/system/test_output_hardening.py)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The same environment in every terminal and locale (issue 39), in the controller and
+    in each worker, and so in every process a test starts:
+
+    - no terminal size: removed from os.environ and from the C environment, which readline
+      may have set behind os.environ's back;
+    - the locale TEST_LOCALE (LC_ALL for children; LC_CTYPE here, which decides how
+      `subprocess.run(text=True)` decodes a child's output). Where the system lacks it, the
+      shell's locale stays."""
+    import locale
+    import os
+
+    for var in TERMINAL_VARS:
+        os.environ.pop(var, None)
+        os.unsetenv(var)
+    try:
+        locale.setlocale(locale.LC_CTYPE, TEST_LOCALE)
+    except locale.Error:
+        return
+    os.environ["LC_ALL"] = TEST_LOCALE
+    os.environ.pop("LANGUAGE", None)
+
 
 @pytest.fixture
 def spawn() -> Iterator[Spawner]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -33,7 +33,6 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
       oversub report run.ndjson --format html -o run.html
       oversub report run.ndjson --margin 0.5 --format json
     """
-    import shutil
     import sys
 
     from oversub.cli.options import pop_thresholds
@@ -50,7 +49,7 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
     given = {k: v for k, v in pop_thresholds(kwargs).items() if v is not None}
     thresholds = recording.header.thresholds._replace(**given)
     replay = reassess(recording, thresholds)
-    width = shutil.get_terminal_size((100, 24)).columns if out is None else 100
+    width = text_width(None if out is not None else sys.stdout)
     color = out is None and colour_for(sys.stdout)
     text = render_report(replay, ReportFormat(fmt), width=width, color=color)
     if out is not None:
@@ -60,3 +59,27 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
     else:
         emit(text)
     return ExitStatus.OK
+
+
+FILE_WIDTH = 80
+"""Columns of a text report written anywhere but a terminal (`-o FILE`, `> FILE`, `| less`):
+the classic width, so that a saved report reads whole in any terminal."""
+
+
+def text_width(stream: TextIO | None) -> int:
+    """Columns of the text report's charts: on a terminal (`stream`, where the report is
+    written) its width, COLUMNS when set; anywhere else FILE_WIDTH, whatever the environment
+    says, so that `report > f` and `report -o f` write the same bytes on every machine.
+
+    The terminal asked is the stream written, never `sys.__stdout__` (shutil's choice):
+    under a test runner that captures stdout the two differ."""
+    import os
+
+    try:
+        if stream is None or not stream.isatty():
+            return FILE_WIDTH
+        size = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return FILE_WIDTH
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else size or FILE_WIDTH

@@ -195,6 +195,10 @@ def line_chart(
     import plotext as plt
 
     plt.clf()
+    # The size given, exactly: by default plotext caps a chart to the terminal it finds
+    # itself (COLUMNS and LINES, else sys.__stdout__, else 80 x 24), whatever the caller
+    # asked and wherever the text goes.
+    plt.limit_size(False, False)
     plt.theme("clear")
     plt.plotsize(width, height)
     for label, ys in lines:

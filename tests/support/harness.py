@@ -234,3 +234,83 @@ def _project() -> dict[str, Any]:
 PROJECT = _project()
 """pyproject.toml's [project] table."""
 VERSION: str = PROJECT["version"]
+
+
+def run_in_terminal(
+    argv: list[str],
+    *,
+    columns: int,
+    rows: int = 24,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+) -> tuple[int, str]:
+    """Run ARGV to its end in a terminal of its own: a pseudo-terminal of `columns` x `rows`
+    as stdin, stdout, stderr and controlling terminal, as a person's shell would give it.
+    `env` is its whole environment (default: this process's). (exit status, or -signal;
+    everything it wrote, as the terminal received it)."""
+    import fcntl
+    import select
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
+    def controlling_terminal() -> None:  # in the child, after setsid (start_new_session)
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=dict(os.environ) if env is None else env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=controlling_terminal,
+        )
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    seen = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:  # read until every holder of the terminal has closed it (EIO)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(
+                    f"{argv[:4]}: not done within {timeout:g} s; it printed {bytes(seen[-2000:])!r}"
+                )
+            ready, _, _ = select.select([master], [], [], min(left, 1.0))
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the terminal has no writer left
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+        status = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(master)
+    return status, seen.decode("utf-8", "replace")
+
+
+def can_be_an_argument(text: str) -> bool:
+    """A command line reaches a program as bytes, decoded with the filesystem encoding (and
+    surrogateescape), so an argument is always text that encodes back: any text but NUL in a
+    UTF-8 locale, only Latin-1's 256 characters in a Latin-1 one. A test that makes up an
+    argv in process must keep to those, or it tests what no command line can hold."""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text

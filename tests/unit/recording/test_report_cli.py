@@ -45,6 +45,55 @@ def test_every_format_renders_and_o_writes_the_same(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".oversub-")] == []
 
 
+def test_off_a_terminal_the_text_report_is_the_same_whatever_the_environment_says(
+    recording: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Issue 39: in a terminal of 200 columns the text on stdout was 160 wide and the -o file
+    # 80 (plotext capped each chart to the terminal it found: COLUMNS and LINES, else 80 x 24).
+    from oversub.cli.report import FILE_WIDTH
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+    code, plain, err = run_cli(["report", str(recording)], capsys)
+    assert code == ExitStatus.OK, err
+    frames = [line for line in plain.splitlines() if "┌" in line or "└" in line]
+    assert len(frames) == 4 and {len(line) for line in frames} == {FILE_WIDTH}, frames
+    for columns, lines in (("200", "50"), ("60", "10")):
+        monkeypatch.setenv("COLUMNS", columns)
+        monkeypatch.setenv("LINES", lines)
+        code, out, err = run_cli(["report", str(recording)], capsys)
+        assert code == ExitStatus.OK and out == plain, (columns, lines)
+        target = tmp_path / f"{columns}.txt"
+        code, _, err = run_cli(["report", str(recording), "-o", str(target)], capsys)
+        assert code == ExitStatus.OK and target.read_text(encoding="utf-8") == plain, err
+
+
+def test_on_a_terminal_the_charts_take_its_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+    import struct
+    import termios
+
+    from oversub.cli.report import FILE_WIDTH, text_width
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    master, slave = os.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 123, 0, 0))
+        with open(slave, "w", encoding="utf-8", closefd=False) as tty:
+            assert text_width(tty) == 123
+            monkeypatch.setenv("COLUMNS", "90")  # the user's say, on a terminal
+            assert text_width(tty) == 90
+            assert text_width(None) == FILE_WIDTH  # -o: a file, whatever COLUMNS says
+    finally:
+        os.close(slave)
+        os.close(master)
+    with open(os.devnull, "w", encoding="utf-8") as devnull:
+        assert text_width(devnull) == FILE_WIDTH
+
+
 def test_text_has_both_charts_and_the_comparison(
     recording: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
