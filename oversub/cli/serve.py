@@ -103,8 +103,16 @@ def command(
     from oversub.run import stopsignals
     from oversub.run.session import SessionOptions
 
-    if sum([pid is not None, cgroup is not None, all_cgroups]) != 1:
-        raise UsageError("serve needs exactly one of: --pid PID, --cgroup PATH, --all")
+    targets = sum([pid is not None, cgroup is not None, all_cgroups])
+    # No default target: a bare `oversub serve` would publish every cgroup of the node on
+    # every interface (--bind 0.0.0.0); `serve --port 0` is asked to say which.
+    if targets == 0:
+        raise UsageError(
+            "serve needs a target: --pid PID, --cgroup PATH or --all (every cgroup of the "
+            "node), e.g. oversub serve --all --port 0"
+        )
+    if targets > 1:
+        raise UsageError("serve takes one target: --pid PID, --cgroup PATH or --all, not several")
     if name is not None and (not name or not all(c.isalnum() or c in "-_." for c in name)):
         raise UsageError(f"--name {name!r}: use letters, digits, '-', '_' and '.' only")
     config = load_config(Path.cwd())

@@ -75,8 +75,16 @@ def command(
     """Watch a process tree: CPU, threads, run-queue delay, switches, pools; verdict and fix.
 
     Observes only: exits 0 whatever the verdict (use `oversub check` to gate). Ctrl-C,
-    SIGTERM and SIGHUP end it with the summary (exit 130). Thresholds and interval also
-    come from [tool.oversub] in ./pyproject.toml; flags win.
+    SIGTERM and SIGHUP end it with the summary (exit 130); the tree's exit or --duration
+    too (exit 0). Thresholds and interval also come from [tool.oversub] in ./pyproject.toml;
+    flags win.
+
+    \b
+    What the view shows:
+      Demand    threads runnable (running or waiting for a CPU), against N
+      Delay     share of that runnable time spent waiting for a CPU
+      Invol/s   involuntary context switches (preemptions) per second
+      PSI some  (host line) share of time some task of the host waited for a CPU
 
     \b
     Examples:

@@ -216,8 +216,9 @@ def test_port_in_use_is_one_line(spawn: Spawner) -> None:
 @pytest.mark.parametrize(
     ("args", "status", "words"),
     [
-        (["serve"], 2, "serve needs exactly one of: --pid PID, --cgroup PATH, --all"),
-        (["serve", "--all", "--pid", "1"], 2, "serve needs exactly one of"),
+        (["serve"], 2, "serve needs a target: --pid PID, --cgroup PATH or --all"),
+        (["serve", "--port", "0"], 2, "serve needs a target: --pid PID, --cgroup PATH or --all"),
+        (["serve", "--all", "--pid", "1"], 2, "serve takes one target"),
         (["serve", "--all", "--name", "a/b"], 2, "--name 'a/b'"),
         (["serve", "--all", "--top", "0"], 2, "--top"),
         (["serve", "--all", "--port", "70000"], 2, "--port"),

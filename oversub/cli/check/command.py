@@ -155,7 +155,7 @@ def command(
     --fail-on oversubscribed on any oversubscription.
 
     \b
-    Three ways:
+    Four ways:
       oversub check [options] -- CMD ARGS...     run CMD and sample its whole tree
       oversub check --pid PID --duration S       attach to a running tree
       oversub check --cgroup PATH --duration S   attach to a cgroup's processes

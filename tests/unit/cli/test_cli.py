@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -52,6 +53,44 @@ def test_cpus_json_matches_affinity(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["limited_by"] in {"affinity", "quota", "cpuset", "none"}
     for key in ("logical", "physical", "quota", "cpuset", "numa"):
         assert key in doc
+
+
+COUNTED = re.compile(r"^ *(Two|Three|Four|Five|Six) (ways|modes):\n((?: {4,}\S.*\n)+)", re.M)
+
+
+@pytest.mark.parametrize(
+    "command", ["cpus", "recommend", "watch", "check", "report", "diff", "serve", "tune"]
+)
+def test_a_help_that_counts_its_ways_lists_that_many(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 39: `check --help` said "Three ways" above four.
+    code, out, _ = run([command, "--help"], capsys)
+    assert code == 0
+    numbers = {"Two": 2, "Three": 3, "Four": 4, "Five": 5, "Six": 6}
+    for word, _, lines in COUNTED.findall(out):
+        assert len(lines.splitlines()) == numbers[word], out
+    if command == "check":
+        assert COUNTED.search(out), out  # the test reads the form check's help has
+
+
+def test_watch_help_says_what_the_views_words_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 39: "PSI", "Invol/s" and "demand" were explained nowhere on screen.
+    code, out, _ = run(["watch", "--help"], capsys)
+    assert code == 0
+    for term in ("Demand ", "Delay ", "Invol/s ", "PSI some "):
+        assert any(line.strip().startswith(term) for line in out.splitlines()), out
+
+
+def test_serve_without_a_target_says_it_needs_one(capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 39: `oversub serve --port 0`, as a user writes it, needs a target; no default,
+    # since --all would publish every cgroup of the node on every interface.
+    code, out, err = run(["serve", "--port", "0"], capsys)
+    assert code == ExitStatus.USAGE and out == ""
+    assert err == (
+        "oversub: error: serve needs a target: --pid PID, --cgroup PATH or --all (every "
+        "cgroup of the node), e.g. oversub serve --all --port 0\n"
+    )
 
 
 def test_cpus_text_names_the_budget(capsys: pytest.CaptureFixture[str]) -> None:
