@@ -156,7 +156,7 @@ def command(
             thresholds=thresholds,
             identity=identity,
             recorder=recorder,
-            duration=duration,
+            duration=0.0 if once else duration,  # --once ends after this frame
         ) as view,
     ):
         result = follow(source, options, on_round=each_interval(view.interval))
