@@ -142,7 +142,12 @@ def main(argv: list[str] | None = None) -> NoReturn:
     try:
         status = cli.main(args=argv, prog_name="oversub", standalone_mode=False)
     except NO_ARGS_IS_HELP as exc:
-        # `oversub` alone: the help text, not an error line (click >= 8.2 raises this).
+        # Click >= 8.2 raises this where 8.1 printed the help and exited 0. `oversub` alone
+        # is a person asking what it does: the help on stdout, exit 0 (as pip, docker, gh).
+        # A command without the argument it needs (`oversub completion`) is a usage error.
+        if exc.ctx is not None and exc.ctx.parent is None:
+            click.echo(exc.format_message())
+            sys.exit(ExitStatus.OK)
         click.echo(exc.format_message(), err=True)
         sys.exit(ExitStatus.USAGE)
     except click.UsageError as exc:
