@@ -39,10 +39,11 @@ test: shells lint typecheck unit system
 
 # The shells the completion tests drive, tmux for the terminal tests (they read the screen
 # back with capture-pane) and strace for the signal tests (it delivers a signal at the exact
-# moment a fork returns): installed with apt-get where root can; a missing one is named here
+# moment a fork returns), fusermount3 for the FUSE server of the memory-read tests (it mounts
+# for an unprivileged user): installed with apt-get where root can; a missing one is named here
 # and its test skips saying so (OVERSUB_NO_INSTALL=1: name, never install).
 shells:
-	@$(PYTHON) tools/syspkg.py --for "make test" bash=bash zsh=zsh fish=fish tmux=tmux strace=strace
+	@$(PYTHON) tools/syspkg.py --for "make test" bash=bash zsh=zsh fish=fish tmux=tmux strace=strace fusermount3=fuse3
 
 # ps and pidstat are the bench's comparison rows: installed where they can be, named if not.
 bench: $(VENV)/.stamp

@@ -1,0 +1,317 @@
+"""A `nobody` process whose memory is hostile to root's oversub (issue 38), with a real FUSE
+server that never answers a read.
+
+The server (`tests/support/fuse_stall.py`) runs as `nobody` and mounts through the setuid
+`fusermount3` of Debian's fuse3, which opens /dev/fuse with the user's rights: /dev/fuse is
+0666 on a Debian system (udev), 0600 on this test machine, so each test gives the server a
+private mount namespace in which a 0666 node of the same device is bound over /dev/fuse
+(nothing changes on the machine; the mount ends with the namespace). The hostile program
+(`tests/support/hostile_memory.py`, built with the C compiler) runs as `nobody` in that
+namespace and does, per test:
+
+- row 1: maps the FUSE file executable and keeps addresses inside it on its threads' stacks;
+- row 2: maps a valid libopenblas followed by a FUSE page where `base + blas_cpu_number` lies;
+- rows 1-4 at once (the issue's "Done when"), plus 80 threads a second each holding 3,000
+  fresh addresses into a 16 MiB executable file (row 3) and two spinning threads named
+  `polars-0`, `polars-1` (row 4), while `oversub serve --all` answers every scrape for a
+  minute within a CPU and memory bound.
+
+Before issue 38 root's oversub blocked in a read of /proc/PID/mem in state D, which SIGKILL
+does not end. A test must never leave oversub or pytest stuck so: oversub runs in a child
+process with a deadline, and past it the FUSE server is killed first (its /dev/fuse closed
+aborts the connection: every waiting read fails at once), then everything else (`spawn`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support import fuse_stall
+from tests.support.elf_craft import CraftedElf
+from tests.support.harness import OVERSUB, Spawner, descendants, wait_until
+from tests.support.hostile_memory import build
+
+pytestmark = pytest.mark.integration
+
+PYTHON = "/usr/bin/python3"
+"""An interpreter `nobody` may run (the venv's lives under /root, mode 700)."""
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+DEADLINE_S = 30.0
+"""How long a short oversub run may take before the test says it hung."""
+
+
+def _refusal() -> str | None:
+    """Why these tests cannot run here; None when they can."""
+    if os.geteuid() != 0:
+        return "needs root (root's oversub reading another user's process)"
+    if fuse_stall.fusermount() is None:
+        return "no fusermount3 (Debian package fuse3; make test installs it)"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse (FUSE not in this kernel)"
+    for tool in ("setpriv", "unshare", "mount"):
+        if shutil.which(tool) is None:
+            return f"no {tool}"
+    if not os.access(PYTHON, os.X_OK):
+        return f"no {PYTHON} for the unprivileged server"
+    return None
+
+
+@dataclass
+class Hostile:
+    server: subprocess.Popen[str]
+    """The FUSE server (its child is the hostile program)."""
+    pid: int
+    """The hostile program."""
+
+    def release(self) -> None:
+        """Kill the FUSE server: every read waiting for it fails at once."""
+        for pid in (self.server.pid, *descendants(self.server.pid)):
+            try:
+                if os.readlink(f"/proc/{pid}/exe").startswith("/usr/bin/python3"):
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                continue
+
+
+class Lab:
+    """A directory `nobody` can use: the built program, the FUSE mount point, files."""
+
+    def __init__(self, spawn: Spawner) -> None:
+        why = _refusal()
+        if why is not None:
+            pytest.skip(why)
+        self.spawn = spawn
+        self.dir = Path(tempfile.mkdtemp(prefix="oversub-memory-", dir="/tmp"))
+        self.dir.chmod(0o755)
+        binary = build(self.dir)
+        if binary is None:
+            pytest.skip("no C compiler for the hostile program")
+        self.binary = binary
+        self.server_py = self.dir / "fuse_stall.py"
+        shutil.copy(fuse_stall.__file__, self.server_py)
+        self.server_py.chmod(0o644)
+        self.node = self.dir / "fuse"
+        os.mknod(self.node, stat.S_IFCHR | 0o666, os.stat("/dev/fuse").st_rdev)
+        self.node.chmod(0o666)  # the umask
+        self.mnt = self.dir / "mnt"
+        self.mnt.mkdir()
+        shutil.chown(self.mnt, "nobody", "nogroup")
+        self.stall = self.mnt / fuse_stall.FILE
+        self.openblas = self.dir / "libopenblas.so.0"
+        self.openblas.write_bytes(bytes(CraftedElf().data).ljust(4096, b"\0"))
+        self.openblas.chmod(0o644)
+        self.churn = self.dir / "churn.bin"
+        with open(self.churn, "wb") as f:
+            f.truncate(16 << 20)  # 16 MiB of zeros: no call instruction anywhere
+        self.churn.chmod(0o644)
+
+    def start(self, *args: str) -> Hostile:
+        """The FUSE server and, once it is mounted, the hostile program with `args`."""
+        script = 'mount --bind "$1" /dev/fuse && shift && exec "$@"'
+        server_argv = [PYTHON, str(self.server_py), str(self.mnt), str(64 << 10)]
+        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"]
+        argv += [str(self.node), *AS_NOBODY, *server_argv, "--", str(self.binary), *args]
+        server = self.spawn(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert server.stdout is not None
+        for expected in ("mounted", "ready"):
+            line = server.stdout.readline().strip()
+            if line != expected:
+                server.kill()
+                pytest.fail(f"the hostile process did not start: {line!r} {server.communicate()}")
+        program = wait_until(
+            lambda: [p for p in descendants(server.pid) if _exe(p) == str(self.binary)],
+            timeout=30,
+            what="the hostile program",
+        )
+        return Hostile(server, program[0])
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def lab(spawn: Spawner) -> Iterator[Lab]:
+    made = Lab(spawn)
+    try:
+        yield made
+    finally:
+        spawn.reap()  # the server first among them: nothing waits for it afterwards
+        made.close()
+
+
+def run_oversub(hostile: Hostile, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """`oversub ARGS` as root, no terminal; past `DEADLINE_S` the FUSE server is killed
+    (so that a read waiting for it ends) and the test fails: oversub hung."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [*OVERSUB, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        state = _state(proc.pid)
+        hostile.release()
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"oversub {' '.join(args)} hung ({state}) for {DEADLINE_S:.0f} s")
+    assert time.monotonic() - started < DEADLINE_S
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _state(pid: int) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return "gone"
+    states = [line for line in status.splitlines() if line.startswith("State:")]
+    return f"{states[0] if states else '?'}, waiting in {wchan or '?'}"
+
+
+def test_row1_addresses_into_a_fuse_file_on_the_stacks_do_not_hang_watch(lab: Lab) -> None:
+    hostile = lab.start("--fuse", str(lab.stall))
+    done = run_oversub(
+        hostile,
+        ["watch", str(hostile.pid), "--duration", "3", "--interval", "0.5", "--format", "json"],
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    owners = {o["owner"]: o["threads"] for p in doc["processes"] for o in p["owners"] or []}
+    assert owners == {"unattributed": 5}, owners  # its code may not be read: no evidence
+
+
+def test_row2_a_live_size_in_a_fuse_page_does_not_hang_the_first_sample(lab: Lab) -> None:
+    hostile = lab.start("--fuse", str(lab.stall), "--threads", "0", "--openblas", str(lab.openblas))
+    done = run_oversub(hostile, ["watch", str(hostile.pid), "--once", "--format", "json"])
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert "live_pools" in doc["unavailable"]
+    assert doc["processes"][0]["live_pools"] == {}
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text: str = response.read().decode("utf-8")
+        return text
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+SERVE_S = 60.0
+"""How long serve must keep answering (the issue's minute)."""
+SCRAPE_EVERY_S = 2.0
+CPU_BOUND = 0.15
+"""Of one CPU, for `serve --all --interval 1` over the minute: measured 0.019 and 0.027 (a
+2-vCPU machine shared with other work; 4 December)."""
+RSS_BOUND_MIB = 120.0
+"""serve's peak RSS: measured 32.7 and 50.1 MiB (it depends on what else runs on the node).
+Before issue 38 `watch PID` of the row 3 process alone peaked at 102 MiB and 2.2 s of CPU
+in 20 s (0.11 of a CPU)."""
+
+
+def test_serve_all_answers_every_scrape_beside_rows_1_to_4_at_once(lab: Lab) -> None:
+    # Before issue 38 serve blocked in its first sample of this process (state D): no
+    # scrape had data again ("not reached within 60 s: serve's first data").
+    hostile = lab.start(
+        "--fuse",
+        str(lab.stall),
+        "--openblas",
+        str(lab.openblas),
+        "--churn",
+        str(lab.churn),
+        "--polars",
+    )
+    port = _free_port()
+    serve = lab.spawn(
+        [*OVERSUB, "serve", "--all", "--interval", "1", "--bind", "127.0.0.1", "--port", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: _scraped(port), timeout=60, interval=0.5, what="serve's first data")
+        cpu_before, started = _cpu_s(serve.pid), time.monotonic()
+        scrapes = 0
+        while time.monotonic() - started < SERVE_S:
+            assert serve.poll() is None, serve.communicate()
+            text = _scrape(port)
+            assert _has_data(text), text[-2000:]
+            scrapes += 1
+            time.sleep(SCRAPE_EVERY_S)
+        cpu = (_cpu_s(serve.pid) - cpu_before) / (time.monotonic() - started)
+        rss = _peak_rss_mib(serve.pid)
+    except BaseException:
+        hostile.release()  # whatever happened, nothing may wait for the server
+        raise
+    print(f"serve --all beside rows 1-4: {scrapes} scrapes, {cpu:.3f} CPU, peak {rss:.1f} MiB")
+    assert scrapes >= SERVE_S / SCRAPE_EVERY_S / 2
+    assert cpu < CPU_BOUND, f"serve used {cpu:.3f} of a CPU"
+    assert rss < RSS_BOUND_MIB, f"serve peaked at {rss:.1f} MiB"
+    serve.send_signal(signal.SIGTERM)
+    _, err = serve.communicate(timeout=30)
+    assert serve.returncode == 130, err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def _has_data(text: str) -> bool:
+    """A scrape of a sample that read the node: up, and threads counted."""
+    return "oversub_up 1.0" in text and "oversub_threads{" in text
+
+
+def _scraped(port: int) -> bool:
+    try:
+        return _has_data(_scrape(port))
+    except OSError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
