@@ -45,9 +45,14 @@ Each figure is the median wall time; each ratio is the median of the per-round r
 the floor of the same round (the two rows that read every process are timed in rounds of
 their own, each with the floor, after the others: one sampler at a time). Goals: both
 oversub rows with attribution <= 1.15 x the floor, and attribution <= 1.10 x the same
-sampler without it (the ratio of their ratios to the floor).
+sampler without it (the ratio of their ratios to the floor); a busy tree (`--busy`: every
+process read) <= 1.0 x the floor, where the held files must keep it below.
 
-    python bench/sampling.py [--trees 50x20,250x20] [--rounds 15]
+The soft RLIMIT_NOFILE is raised to the hard one first, as `oversub` does at start
+(`run.fdlimit`; `--no-raise` keeps it as started). `--busy` measures only the sampler that
+reads every process against the floor (the 20,000-thread row of `make bench`).
+
+    python bench/sampling.py [--trees 50x20,250x20] [--rounds 15] [--busy] [--no-raise]
 """
 
 from __future__ import annotations
@@ -67,11 +72,15 @@ import psutil
 from trees import Tree, print_until_stopped, tree
 
 from oversub.probe.sampler import TreeSampler
+from oversub.run import fdlimit
 
 GOAL = 1.15
 """oversub's sample / the floor, at most."""
 ATTRIBUTION_GOAL = 1.10
 """The sampler with thread attribution / without it, at most (issue 21)."""
+BUSY_GOAL = 1.0
+"""A busy tree's sample (every process read) / the floor at 20,000 threads, at most: what
+the held files buy must not be lost to the descriptor limit (issue 39)."""
 
 EVERY = "oversub, every process read"
 """The row of the sampler without its process-level shortcut."""
@@ -247,6 +256,11 @@ class TreeResult:
     rows: tuple[Row, ...]
     attribution: float | None = None
     """The sampler with attribution / without it: the ratio of their ratios to the floor."""
+    held: tuple[int, int] | None = None
+    """(files held open, files read) by the sampler that reads every process, in its last
+    sample: what the descriptor limit let it hold (`proctree._default_max_fds`)."""
+    goal: float = GOAL
+    """The rows with a goal (`has_goal`), at most this ratio to the floor."""
 
     @property
     def oversub_ratio(self) -> float:
@@ -321,21 +335,30 @@ def _rows(ms: list[Method], measured: list[dict[str, float]]) -> list[Row]:
     ]
 
 
+EVERY_WHAT = "the same, every process read (`cpu_clock=lambda pid: None`)"
+
+
+def _held(s: TreeSampler, t: Tree) -> tuple[int, int]:
+    """Per-thread files the sampler holds open, and the files a sample reads (schedstat and
+    stat of each thread)."""
+    return len(s._threads.held), 2 * t.threads
+
+
 def measure_tree(t: Tree, rounds: int) -> TreeResult:
-    """Three phases, each with one sampler (each may hold half of RLIMIT_NOFILE, as `watch`
-    does) and its own floor: the sampler as `watch` runs it against the other tools; then
-    the sampler that reads every process; then the same without attribution. The cost of
-    attribution is the ratio of the last two rows' ratios to their floors."""
+    """Three phases, each with one sampler (each may hold what RLIMIT_NOFILE leaves it, as
+    `watch` does) and its own floor: the sampler as `watch` runs it against the other tools;
+    then the sampler that reads every process; then the same without attribution. The cost
+    of attribution is the ratio of the last two rows' ratios to their floors."""
     with TreeSampler(t.root_pid) as sampler:
         first = sampler.sample()  # reads environ, cmdline and maps of every process
         sampled = sum(len(p.threads) for p in first.processes.values())
         ms = methods(t, sampler)
         rows = _rows(ms, _rounds(ms, rounds))
-    every_what = "the same, every process read (`cpu_clock=lambda pid: None`)"
     plain_what = "the same without thread attribution (`probe.owners`)"
+    held = None
     for i, (name, what, make) in enumerate(
         (
-            (EVERY, every_what, lambda: TreeSampler(t.root_pid, cpu_clock=_never)),
+            (EVERY, EVERY_WHAT, lambda: TreeSampler(t.root_pid, cpu_clock=_never)),
             (PLAIN, plain_what, lambda: unattributed(t.root_pid)),
         )
     ):
@@ -343,16 +366,46 @@ def measure_tree(t: Tree, rounds: int) -> TreeResult:
             s.sample()
             pair = [Method(name, what, s.sample), _floor(t)]
             rows.insert(1 + i, _rows(pair, _rounds(pair, rounds))[0])
+            held = held or _held(s, t)
     every, plain = (next(r.ratio for r in rows if r.name == n) for n in (EVERY, PLAIN))
     assert every is not None and plain is not None
-    return TreeResult(t.procs, t.threads, sampled, rounds, tuple(rows), every / plain)
+    return TreeResult(t.procs, t.threads, sampled, rounds, tuple(rows), every / plain, held)
 
 
-def run(shapes: list[tuple[int, int]], rounds: list[int]) -> list[TreeResult]:
+def measure_busy(t: Tree, rounds: int) -> TreeResult:
+    """Only the sampler that reads every process (a busy tree: every process ran since the
+    last sample) against the floor: the row of a tree too big for the other tools' rounds
+    (ps, pidstat and psutil take seconds at 20,000 threads)."""
+    with TreeSampler(t.root_pid, cpu_clock=_never) as s:
+        first = s.sample()
+        sampled = sum(len(p.threads) for p in first.processes.values())
+        pair = [Method(EVERY, EVERY_WHAT, s.sample), _floor(t)]
+        rows = _rows(pair, _rounds(pair, rounds))
+        held = _held(s, t)
+    return TreeResult(t.procs, t.threads, sampled, rounds, tuple(rows), None, held, BUSY_GOAL)
+
+
+def raise_limit() -> str:
+    """Raise the soft RLIMIT_NOFILE as `oversub` does at start (`run.fdlimit`): the samplers
+    measured here run in this process. Says what it was and is."""
+    import resource
+
+    before = fdlimit.raise_soft()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    was = "" if before is None else f"{before} at start, raised to "
+    return f"RLIMIT_NOFILE soft {was}{soft} (hard {hard})"
+
+
+def run(
+    shapes: list[tuple[int, int]], rounds: list[int], *, busy_only: bool = False
+) -> list[TreeResult]:
+    """One result per tree shape; `busy_only`: only the sampler that reads every process
+    against the floor (`measure_busy`)."""
+    measure = measure_busy if busy_only else measure_tree
     results = []
     for (procs, threads), n in zip(shapes, rounds, strict=True):
-        with tree(procs, threads) as t:
-            results.append(measure_tree(t, n))
+        with tree(procs, threads, timeout_s=max(60.0, procs * 0.2)) as t:
+            results.append(measure(t, n))
     return results
 
 
@@ -367,16 +420,24 @@ def format_text(r: TreeResult) -> str:
             continue
         goal = ""
         if has_goal(row.name):
-            goal = f"  goal <= {GOAL:.2f}: {'PASS' if row.ratio <= GOAL else 'MISS'}"
+            goal = f"  goal <= {r.goal:.2f}: {'PASS' if row.ratio <= r.goal else 'MISS'}"
         lines.append(f"  {row.name:<44} {row.median_ms:8.2f} ms  x{row.ratio:6.2f}{goal}")
     lines.append(attribution_line(r))
+    if r.held is not None:
+        lines.append(f"  {held_line(r.held)}")
     return "\n".join(lines)
+
+
+def held_line(held: tuple[int, int]) -> str:
+    """How many of the files a sample reads the sampler that reads every process held."""
+    kept, read = held
+    return f"held open: {kept:,} of the {read:,} per-thread files a sample reads"
 
 
 def attribution_line(r: TreeResult) -> str:
     """What thread attribution costs a sample that reads every process, and its goal."""
     if r.attribution is None:
-        return "  attribution: not measured"
+        return "  attribution: not measured (a busy tree: the sampler that reads every process)"
     verdict = "PASS" if r.attribution <= ATTRIBUTION_GOAL else "MISS"
     return (
         f"  attribution: x{r.attribution:.2f} the sampler without it "
@@ -396,11 +457,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--trees", default="50x20,250x20", help="PROCSxTHREADS,...")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument(
+        "--busy",
+        action="store_true",
+        help="only the sampler that reads every process, against the floor (big trees)",
+    )
+    parser.add_argument(
+        "--no-raise",
+        action="store_true",
+        help="keep the soft RLIMIT_NOFILE as started (oversub raises it to the hard one)",
+    )
     args = parser.parse_args()
-    for tool in missing_tools():
-        print(f"sampling: {tool} not found: its row says 'not installed'", file=sys.stderr)
+    if not args.busy:
+        for tool in missing_tools():
+            print(f"sampling: {tool} not found: its row says 'not installed'", file=sys.stderr)
     shapes = parse_shapes(args.trees)
-    return print_until_stopped(lambda: map(format_text, run(shapes, [args.rounds] * len(shapes))))
+    if not args.no_raise:
+        print(raise_limit())
+    rounds = [args.rounds] * len(shapes)
+    return print_until_stopped(lambda: map(format_text, run(shapes, rounds, busy_only=args.busy)))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ stop signal gives exit 130 and no traceback (`stopsignals.finish` blocks them fr
 of the run to the exit); only the interpreter's start-up before this module runs remains
 uncovered.
 
-It also prepares the streams for what a CI job or a terminal may give:
+It raises the soft limit on open files to the hard one (`run.fdlimit`: a sample holds the
+/proc files it re-reads open; the commands oversub starts get the limit back), and prepares
+the streams for what a CI job or a terminal may give:
 
 - stderr carries diagnostics only: when it cannot be written (`2>/dev/full`, a closed
   pipe), what is written there is lost but the exit status stays the documented one and
@@ -30,7 +32,7 @@ import sys
 from typing import NoReturn
 
 from oversub.core.errors import ExitStatus, missing_dependency
-from oversub.run import stopsignals
+from oversub.run import fdlimit, stopsignals
 
 ASCII_STAND_INS = {
     "·": "-",
@@ -152,6 +154,7 @@ def main() -> NoReturn:
     """Run the `oversub` command line and exit with its documented status."""
     stopsignals.install()
     gc.set_threshold(*GC_THRESHOLDS)
+    fdlimit.raise_soft()  # room for the /proc files a sample holds open (run.fdlimit)
     try:
         try:
             _prepare_streams()

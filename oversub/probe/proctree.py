@@ -199,14 +199,14 @@ class StatScanner:
     A descriptor pins its process: once that process is reaped it reads ESRCH (or nothing),
     and the path is opened again, since the pid may now name another process. Descriptors
     of pids that left the listing are closed at each scan. At most `max_fds` are held
-    (default: an eighth of the soft RLIMIT_NOFILE, beside `HeldFiles`' half); beyond that
-    the files are opened for each scan. `close()` (or garbage collection) closes them all.
+    (default: a fifth of `descriptor_budget`); beyond that the files are opened for each
+    scan. `close()` (or garbage collection) closes them all.
     `reread` holds descriptors of its own, within the same `max_fds`.
     """
 
     def __init__(self, root: str = "/", max_fds: int | None = None) -> None:
         self._proc = os.path.join(root, "proc")
-        self.max_fds = _default_max_fds() // 4 if max_fds is None else max_fds
+        self.max_fds = descriptor_budget() // 5 if max_fds is None else max_fds
         self.missed = False
         """The last scan left a process out: no descriptor to open its stat with."""
         self._box: list[dict[str, int]] = [{}]
@@ -217,6 +217,10 @@ class StatScanner:
 
     def __len__(self) -> int:
         return len(self._box[0])
+
+    def holding(self) -> int:
+        """Descriptors held now: the scan's and `reread`'s."""
+        return len(self._box[0]) + len(self._main)
 
     def scan(self) -> dict[int, bytes]:
         """pid -> raw stat line for every process that could be read (`scan_stats`);
@@ -386,8 +390,22 @@ _HELD_READ = 16384
 """Bytes a held file is read with first (`_pread_all`'s default): more than any status."""
 
 
-def _default_max_fds() -> int:
-    """Half the soft RLIMIT_NOFILE (the rest is the program's), 0 where it is unknown."""
+PROGRAM_FDS = 512
+"""Descriptors of the soft RLIMIT_NOFILE left to the rest of the program (streams, pipes,
+`serve`'s connections, reports), never held: at most this many, and under a low limit
+three eighths of it."""
+HELD_MAX = 1 << 17
+"""The most per-thread files held open at once, however high the limit: about 400 bytes of
+kernel memory each (measured), so 50 MiB at this bound (65,536 threads read every sample)."""
+
+
+def descriptor_budget() -> int:
+    """Descriptors one sampler may hold open between samples: the soft RLIMIT_NOFILE but what
+    `PROGRAM_FDS` leaves the rest of the program, at most `HELD_MAX` and its `StatScanner`
+    share; 0 where the limit is unknown. `oversub.launch` raises the soft limit to the hard
+    one first (`run.fdlimit`): at a soft limit of 1,024 this is 640, at 20,000 it is
+    19,488. `StatScanner` may hold a fifth of it, `HeldFiles` the rest of it
+    (`TreeSampler` gives the thread files whatever the scanner does not hold)."""
     try:
         import resource
 
@@ -395,8 +413,14 @@ def _default_max_fds() -> int:
     except (ImportError, OSError, ValueError):
         return 0
     if soft == resource.RLIM_INFINITY:
-        soft = 1 << 16
-    return max(0, min(soft // 2 - 64, 1 << 15))
+        soft = 1 << 20
+    spare = soft - min(soft * 3 // 8, PROGRAM_FDS)
+    return max(0, min(spare, HELD_MAX + HELD_MAX // 4))
+
+
+def _default_max_fds() -> int:
+    """`HeldFiles`' default: four fifths of `descriptor_budget`."""
+    return descriptor_budget() * 4 // 5
 
 
 def _close_all(groups: dict[Hashable, dict[str, int]]) -> None:
@@ -413,8 +437,13 @@ class HeldFiles:
     `pread(fd, 0)` makes procfs regenerate a file: about half the cost of open+read+close
     (7.7 vs 15 µs per thread for status + schedstat, measured). A descriptor pins its task,
     so once the thread has exited it reads ESRCH, and a reused tid is never read through an
-    old descriptor. At most `max_fds` stay open (default: half the soft RLIMIT_NOFILE);
-    beyond that files are opened for each read.
+    old descriptor. At most `max_fds` stay open between readings (default:
+    `_default_max_fds`; while a group is read, the files it held and does not read again
+    stay open until its reading ends). Past the cap it degrades a group at a time, never for
+    the whole sample: the groups read after it was reached open, read and close their files
+    at each reading, while those that hold theirs keep them, and a group's place follows
+    the files it reads (a thread that ran reads `status` where it read `stat`: the one
+    takes the other's place).
 
     A group is read through `files(group, dir_fd, hold)`: what it reads is held (when
     `hold`), and when it is done, whatever it held and did not read (an exited thread's, a
@@ -440,9 +469,12 @@ class HeldFiles:
         """The reader of `group`'s files, relative to `dir_fd`; use it in a `with` block.
         `hold`: keep what it opens (within `max_fds`); otherwise it opens, reads and
         closes."""
-        room = self.max_fds - self._count if hold else 0  # what the group holds counts
         held = self._groups.pop(group, None) or {}
         self._count -= len(held)
+        # Room for every file of this reading, those it held included: a file it held and
+        # does not read again (a thread gone, or read through another file now) leaves its
+        # place to one it reads instead, and no other group's place is taken.
+        room = self.max_fds - self._count if hold else 0
         return GroupFiles(self, group, dir_fd, held, room)
 
     def _give_back(self, group: Hashable, kept: dict[str, int], stale: dict[str, int]) -> None:
@@ -511,7 +543,11 @@ class GroupFiles:
             except OSError:
                 data = b""
             if data:
-                self._kept[path] = fd
+                if self._room > 0:
+                    self._kept[path] = fd
+                    self._room -= 1
+                else:
+                    os.close(fd)  # the group reads more files than it may hold now
                 return data
             # The task behind the old descriptor is gone; the path may name a new one.
             os.close(fd)

@@ -7,7 +7,9 @@ per process its CPU clock (`proctree.process_cpu_ns`) and, unless
 and per thread `schedstat` and one more small file (`probe.threads`). Per-thread files stay
 open between samples from a process's second reading on and are re-read with pread
 (`proctree.HeldFiles`), and so is every
-process's stat line (`proctree.StatScanner`): that halves the cost of a sample. The costly
+process's stat line (`proctree.StatScanner`): that halves the cost of a sample. The two
+share one budget of descriptors (`proctree.descriptor_budget`, from the soft RLIMIT_NOFILE
+that `oversub` raises at start): the thread files get what the scanner does not hold. The costly
 files are cached per process identity (pid, start_ticks): environ is read once (and again
 after an exec), cmdline and maps when the thread count or comm changes (libraries load on
 import and start their pools; an exec renames) or every few seconds when the process ran
@@ -35,9 +37,11 @@ from oversub.probe.livepools import LiveReader, LiveSizes
 from oversub.probe.owners import OwnerReader
 from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.proctree import (
+    HELD_MAX,
     NO_DESCRIPTORS,
     ProcStat,
     StatScanner,
+    descriptor_budget,
     parse_stat,
     ppids_of,
     process_cpu_ns,
@@ -139,6 +143,9 @@ class TreeSampler:
         self._sampled = False
         self._threads = ThreadReader()
         self._scanner = StatScanner(root)
+        self._budget = descriptor_budget()
+        """Descriptors the scanner and the thread files hold between them (`sample` gives
+        the thread files what the scanner does not hold)."""
         self._live = LiveReader(root)
         self._hides: bool | None = None
         """Whether this /proc may hide processes from us (`probe.hidden`), read once."""
@@ -190,6 +197,8 @@ class TreeSampler:
         if stats is None:
             quiet = False
             stats = self._scanner.scan()
+        # The descriptors the scanner holds now are the thread files' no more: one budget.
+        self._threads.held.max_fds = max(0, min(HELD_MAX, self._budget - self._scanner.holding()))
         if first:
             self._check_root(stats)
         if quiet:

@@ -43,7 +43,7 @@ from oversub.probe.proctree import (
     scan_stats,
     subtree,
 )
-from oversub.run import stopsignals
+from oversub.run import fdlimit, stopsignals
 
 _POLL_S = 0.05
 """How often terminate() looks whether the tree has exited."""
@@ -97,8 +97,9 @@ def start_command(argv: list[str]) -> subprocess.Popen[bytes]:
 
     The command's output passes through untouched. In the child, before exec: the stop
     signals are unblocked and set to their defaults (the caller may start it inside
-    `stopsignals.blocked()`), and on Linux the kernel is asked to SIGKILL it when oversub
-    dies (PR_SET_PDEATHSIG), so that even a SIGKILL of oversub does not leave it running.
+    `stopsignals.blocked()`), the soft limit on open files is the one oversub was started
+    with (`fdlimit`), and on Linux the kernel is asked to SIGKILL it when oversub dies
+    (PR_SET_PDEATHSIG), so that even a SIGKILL of oversub does not leave it running.
     Raises UsageError for an empty argv and CommandError when the program cannot be started
     (missing, not executable, ...).
     """
@@ -109,6 +110,7 @@ def start_command(argv: list[str]) -> subprocess.Popen[bytes]:
 
     def in_child() -> None:
         stopsignals.unblock_in_child()
+        fdlimit.restore_in_child()  # the descriptor limit oversub was started with
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != parent:  # oversub died before the line above: follow it

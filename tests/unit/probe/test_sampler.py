@@ -338,13 +338,21 @@ def test_held_files_bounded_and_closed(tmp_path: Path) -> None:
         (tmp_path / "f0").write_text("new")
         with held.files("a", dir_fd) as files:
             assert files.read("f0") == b"new"  # re-read through the held descriptor
-            # No room: f1's descriptor counts until the reading ends, so f2 is not held.
+            # f1 is not read again: f2, read instead, takes its place.
             assert files.read("f2") == b"v2"
-        assert len(held) == 1  # only f0: f1 was not read in this reading, so it was closed
+        assert len(held) == 2  # f0 and f2; f1 was not read in this reading, so it was closed
         with pytest.raises(FileNotFoundError), held.files("a", dir_fd) as files:
-            assert files.read("f2") == b"v2"  # held now: room for one
+            assert files.read("f2") == b"v2"  # through its held descriptor
             files.read("missing")
         assert len(held) == 1  # a reading that raised gives back what it read (f2), f0 closed
+        other = proctree.HeldFiles(max_fds=2)
+        with other.files("a", dir_fd) as files:
+            files.read("f0")
+            files.read("f1")
+        with other.files("b", dir_fd) as files:
+            assert files.read("f2") == b"v2"  # no room: opened, read and closed
+        assert len(other) == 2
+        other.close()
         held.close()
         assert len(held) == 0
 
@@ -447,6 +455,47 @@ def test_thread_files_are_held_from_a_process_second_reading(
     assert [t.tid for t in third.processes[100].threads] == [100, 101]
     assert not [p for p in opened if p.startswith(("100/", "101/"))]
     assert len(s._threads.held) == 0  # closed with the sampler
+
+
+def test_past_the_held_file_cap_the_processes_beyond_it_are_read_plainly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap degrades a process at a time, never the whole sample: the processes that hold
+    their files keep them sample after sample, the ones past the cap open, read and close
+    theirs, and both read what the kernel shows now."""
+    fake = FakeProc(tmp_path)
+    fake.write_host()
+    fake.add_process(1, 0, comm="init")
+    for pid in (100, 200, 300, 400):
+        threads = [FakeThread(pid + i, cpu_ns=1000 + i) for i in range(2)]
+        fake.add_process(pid, 1 if pid == 100 else 100, threads=threads)
+    with TreeSampler(100, root=str(tmp_path)) as s:
+        # The scanner and the thread files share one budget: what the scanner holds (a stat
+        # line per process here) is the thread files' no more.
+        s._budget = 12
+        s.sample()
+        assert s._scanner.holding() == 5 and s._threads.held.max_fds == 12 - 5
+        s._scanner.max_fds = 0  # the scanner holds nothing from now on
+        s._scanner.close()
+        s._budget = 8  # two processes' schedstat and stat, of 4 x 2 threads
+        held = s._threads.held._groups
+        for _ in range(3):
+            s.sample()
+        assert s._threads.held.max_fds == 8
+        holders = {pid for pid, _start in held}
+        assert len(s._threads.held) == 8 and len(holders) == 2, held
+        fake.processes[400].threads[1].cpu_ns = 5000
+        fake.processes[100].threads[1].cpu_ns = 6000
+        fake.write(fake.processes[400])
+        fake.write(fake.processes[100])
+        opened = _opened(monkeypatch)
+        sample = s.sample()
+        monkeypatch.undo()
+        assert {pid for pid, _start in held} == holders  # the same processes hold theirs
+    read = {t.tid: t.cpu_ns for p in sample.processes.values() for t in p.threads}
+    assert read[401] == 5000 and read[101] == 6000
+    plain = {int(p.split("/")[0]) // 100 * 100 for p in opened if p.endswith("schedstat")}
+    assert plain == {100, 200, 300, 400} - holders  # past the cap: opened at each reading
 
 
 def _opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
