@@ -106,11 +106,16 @@ class PoolChild:
         TimeoutError at `deadline` (time.monotonic)."""
         assert self.proc.stderr is not None
         err = self.proc.stderr.fileno()
+        # poll, not select: oversub raises its descriptor limit (run.fdlimit), and select
+        # refuses a descriptor above 1,023.
+        poller = select.poll()
+        for fd in (self._report, err):
+            poller.register(fd, select.POLLIN)
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
-            ready, _, _ = select.select([self._report, err], [], [], left)
+            ready = {fd for fd, _event in poller.poll(max(1, int(left * 1000)))}
             if err in ready:
                 chunk = os.read(err, 65536)
                 self._stderr = (self._stderr + chunk)[-STDERR_KEPT:]

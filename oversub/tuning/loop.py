@@ -75,7 +75,11 @@ class _ExitStamp:
     def _wait(self) -> None:
         assert self._fd is not None
         with contextlib.suppress(OSError, ValueError):
-            select.select([self._fd], [], [])
+            # poll, not select: oversub raises its descriptor limit (run.fdlimit), and select
+            # refuses a descriptor above 1,023 (then this pidfd's exit went unseen).
+            poller = select.poll()
+            poller.register(self._fd, select.POLLIN)
+            poller.poll()
             self.exited_at = time.monotonic()
 
     def close(self) -> None:
