@@ -10,10 +10,11 @@ TORCH_INDEX ?=
 .PHONY: demo test lint typecheck unit system shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html test-fleet test-slurm docs-images clean
 
 # The stamp is rebuilt when the project metadata changes, so a stale venv never hides a new dependency.
+# `examples`: NumPy, which the README's tour runs (tests/project/test_readme.py runs it here).
 $(VENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,examples]'
 	touch $@
 
 demo: $(VENV)/.stamp

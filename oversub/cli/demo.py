@@ -13,6 +13,7 @@ application's own (they hash, no native pool spins), a warning that the default
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -100,6 +101,34 @@ def outcome_line(
     return f"{name} run exit {code}: see the report above"
 
 
+TOUR = "oversub check -- python examples/numpy_matmul.py --procs 2 --seconds 6"
+"""The tour's first judged run (README.md, "A 60-second tour"), the demo's next step."""
+
+
+def next_step(prefix: str, base_prefix: str, path: str, cwd: Path, shell: str) -> str:
+    """What to type next, as lines to paste: in a venv whose `bin` is not on PATH (`make
+    demo` runs `.venv/bin/python`), first the line that activates it for the user's shell,
+    then the tour's first judged run."""
+    lines = ["oversub demo: next, the README's 60-second tour:"]
+    bindir = Path(prefix, "bin")
+    on_path = any(
+        entry and Path(cwd, entry).resolve() == bindir.resolve() for entry in path.split(":")
+    )
+    if prefix != base_prefix and not on_path:
+        here = cwd.resolve()
+        try:  # relative where the venv is below the working directory (`make demo`'s .venv)
+            shown = str(bindir.resolve().relative_to(here)) if here != Path("/") else str(bindir)
+        except ValueError:
+            shown = str(bindir)
+        script = {"fish": "activate.fish", "csh": "activate.csh", "tcsh": "activate.csh"}.get(
+            Path(shell).name, "activate"
+        )
+        activate = "source " + shlex.quote(f"{shown}/{script}")
+        lines.append(f"  {activate}    # puts oversub on PATH in this shell")
+    lines.append(f"  {TOUR}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     n = read_budget().vcpus
     procs = min(2, n)
@@ -136,6 +165,16 @@ def main() -> int:
     print(
         f"\noversub demo: {outcome_line('red', red, red_verdict, red_critical)}; "
         f"{outcome_line('green', green, green_verdict)}."
+    )
+    print(
+        "\n"
+        + next_step(
+            sys.prefix,
+            sys.base_prefix,
+            os.environ.get("PATH", ""),
+            Path.cwd(),
+            os.environ.get("SHELL", ""),
+        )
     )
     return 0 if (red, green) == (1, 0) else 1
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from oversub.cli.demo import outcome_line, plans_line
 from oversub.core.plural import count
 from oversub.probe.budget import read_budget
@@ -36,3 +38,30 @@ def test_the_red_line_says_what_the_default_gate_makes_of_it() -> None:
     assert line.endswith("no costly (critical) finding, so the default --fail-on costly passes it")
     line = outcome_line("red", 1, "oversubscribed", ["oversubscribed-pools"])
     assert line.endswith("1 costly finding (oversubscribed-pools): --fail-on costly fails it too")
+
+
+def test_the_demo_ends_with_the_next_step_for_this_shell(tmp_path: Path) -> None:
+    # Issue 39: `make demo` ended without saying that `oversub` is not on PATH yet.
+    from oversub.cli.demo import TOUR, next_step
+
+    venv = tmp_path / ".venv"
+    lines = next_step(str(venv), "/usr", "/usr/bin:/bin", tmp_path, "/bin/bash").splitlines()
+    assert lines == [
+        "oversub demo: next, the README's 60-second tour:",
+        "  source .venv/bin/activate    # puts oversub on PATH in this shell",
+        f"  {TOUR}",
+    ]
+    fish = next_step(str(venv), "/usr", "/usr/bin", tmp_path / "elsewhere", "/usr/bin/fish")
+    assert f"source {venv}/bin/activate.fish" in fish
+    spaced = tmp_path / "my job" / ".venv"
+    assert f"source '{spaced}/bin/activate'" in next_step(str(spaced), "/usr", "", Path("/"), "")
+
+
+def test_no_activation_is_asked_where_it_is_not_needed(tmp_path: Path) -> None:
+    from oversub.cli.demo import TOUR, next_step
+
+    venv = tmp_path / ".venv"
+    activated = next_step(str(venv), "/usr", ".venv/bin:/usr/bin", tmp_path, "/bin/bash")
+    assert "source" not in activated and activated.endswith(TOUR)
+    no_venv = next_step("/usr", "/usr", "/usr/bin", tmp_path, "/bin/bash")
+    assert "source" not in no_venv and no_venv.endswith(TOUR)
