@@ -315,3 +315,42 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+WRAPPER = """
+import os, select, sys
+print("ready", flush=True)
+while not select.select([sys.stdin], [], [], 0.05)[0]:
+    pass  # wakes 20 times a second: it runs, so every sample reads it again
+sys.stdin.readline()
+os.execv("/bin/sleep", ["sleep", "600"])
+"""
+
+
+def test_row5_a_python_wrapper_that_execs_a_native_program_is_that_program(
+    spawn: Spawner,
+) -> None:
+    # Row 5 with real processes: its main thread is the interpreter's while the wrapper
+    # runs, and no longer once it exec'd `sleep` (same pid, same start time).
+    from oversub.probe.sampler import TreeSampler
+
+    wrapper = spawn(
+        [PYTHON, "-c", WRAPPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert wrapper.stdin is not None and wrapper.stdout is not None
+    assert wrapper.stdout.readline().strip() == "ready"
+
+    def owner(sampler: TreeSampler) -> str | None:
+        found = sampler.sample().processes[wrapper.pid].owners
+        return None if found is None else found[wrapper.pid]
+
+    with TreeSampler(wrapper.pid) as sampler:
+        wait_until(lambda: owner(sampler) == "python", timeout=30, interval=0.2, what="python")
+        wrapper.stdin.write("exec\n")
+        wrapper.stdin.flush()
+        wait_until(
+            lambda: _exe(wrapper.pid) == "/usr/bin/sleep", timeout=30, what="the exec of sleep"
+        )
+        wait_until(
+            lambda: owner(sampler) == "unattributed", timeout=30, interval=0.2, what="the reset"
+        )
