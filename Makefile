@@ -7,7 +7,7 @@ REAL   := .venv-real
 # machine without the local wheel (empty: pip's own configuration decides).
 TORCH_INDEX ?=
 
-.PHONY: demo test lint typecheck unit system shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html test-fleet test-slurm docs-images clean
+.PHONY: demo test lint typecheck unit system shells bench test-real test-matrix test-matrix-full dist test-dist test-rules test-html test-fleet test-slurm test-container docs-images clean
 
 # The stamp is rebuilt when the project metadata changes, so a stale venv never hides a new dependency.
 # `examples`: NumPy, which the README's tour runs (tests/project/test_readme.py runs it here).
@@ -105,6 +105,18 @@ test-fleet: $(VENV)/.stamp test-rules
 test-slurm: $(VENV)/.stamp $(REAL)/.stamp
 	@$(PYTHON) tools/syspkg.py --for "make test-slurm" --require slurmctld=slurm-wlm slurmd=slurm-wlm srun=slurm-wlm munged=munge pgrep=procps
 	$(BIN)/python tools/slurm_check.py
+
+# oversub inside a real container engine: Debian's podman (with runc: crun refuses a hybrid
+# cgroup v1 + v2 host; both installed here where root can) runs .venv-real's libraries in a
+# root filesystem assembled under build/container-rootfs (no registry, kept for the next
+# run), with `--cpus 1.5` and with `--cpuset-cpus 0`: `oversub cpus` says N = 1, each
+# runtime starts there the threads `doctor` reports inside and predicted on the host, and
+# `oversub run` takes a NumPy and a torch process from oversubscribed to sized
+# (tools/container_check.py, about 2-3 min). Skips, saying why, where it cannot run (not
+# root, no podman, one CPU, a podman that cannot start a container).
+test-container: $(VENV)/.stamp $(REAL)/.stamp
+	@$(PYTHON) tools/syspkg.py --for "make test-container" --require podman=podman runc=runc
+	$(BIN)/python tools/container_check.py
 
 # The unit tests (on every usable vCPU, as `make unit`) on every Python that pyproject's
 # classifiers list and this machine has, each in its own .venv-matrix/3.X; it says which ran and which are missing, and why. The

@@ -17,6 +17,7 @@ from oversub.core.checkups import (
     DoctorRow,
     Measurement,
     RunKind,
+    SeenBudget,
     SizedFrom,
     Sizing,
     Status,
@@ -120,21 +121,36 @@ def _budget_phrase(c: Confined) -> str:
     return terminal(", ".join(parts) if parts else "nothing added")
 
 
-def doctor_text(report: DoctorReport) -> str:
-    """The table, the budgets it compared, what ignores a quota, what oversubscribes."""
-    asked = report.runs[0]
-    host_n = next(
+def _inherited(report: DoctorReport) -> SeenBudget | None:
+    """The budget doctor's own children had with nothing added (a container's, here)."""
+    return next(
         (
-            m.budget.vcpus
+            m.budget
             for r in report.rows
             for m in r.measurements
             if m.kind is RunKind.HOST and m.budget is not None
         ),
         None,
     )
+
+
+def _seen_phrase(b: SeenBudget) -> str:
+    """ "2 CPUs of affinity, a CPU quota of 1.5 CPUs": what a child had."""
+    quota = f", a CPU quota of {b.quota:g} {noun(b.quota, 'CPU')}" if b.quota is not None else ""
+    return f"{count(b.affinity, 'CPU')} of affinity{quota}"
+
+
+def doctor_text(report: DoctorReport) -> str:
+    """The table, the budgets it compared, what ignores a quota, what oversubscribes."""
+    asked = report.runs[0]
+    inherited = _inherited(report)
+    host_n = inherited.vcpus if inherited is not None else None
+    phrase = _budget_phrase(asked)
+    if asked.spec.kind is RunKind.HOST and inherited is not None:
+        phrase = f"as oversub runs here ({_seen_phrase(inherited)})"
     lines = [
         f"oversub doctor: Python {terminal(report.python_version)} at {terminal(report.python)}",
-        f"budget: {_budget_phrase(asked)}: N = {report.vcpus}; "
+        f"budget: {phrase}: N = {report.vcpus}; "
         f"M = {count(report.procs, 'process')}, T = {count(report.threads, 'thread')} each",
         "",
     ]
@@ -195,10 +211,18 @@ def _explain(report: DoctorReport, separate_host: bool, host_n: int | None) -> l
         if not c.applied and c.note:
             out.append(f"not applied: {c.spec.kind}: {terminal(c.note)}")
     if any(not c.applied and c.spec.quota is not None for c in report.runs):
-        out.append(
-            "  without a quota to compare, whether a runtime reads one is not measured; "
-            "run doctor as root where the cgroup cpu controller may be written"
-        )
+        inherited = _inherited(report)
+        if inherited is not None and inherited.quota is not None:
+            out.append(
+                f"  no quota of doctor's own: whether a runtime reads one is told from the "
+                f"{inherited.quota:g}-CPU quota it runs under (a count that still moves with "
+                "affinity ignores it), not measured for the others"
+            )
+        else:
+            out.append(
+                "  without a quota to compare, whether a runtime reads one is not measured; "
+                "run doctor as root where the cgroup cpu controller may be written"
+            )
     measured = [r for r in report.rows if r.installed and r.sizing is not None]
     ignoring = [r.checkup.key for r in measured if r.sizing and r.sizing.ignores_quota]
     following = [r.checkup.key for r in measured if r.sizing and r.sizing.ignores_quota is False]

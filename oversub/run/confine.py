@@ -86,7 +86,9 @@ def cpu_hierarchy(root: str = "/") -> tuple[int, str, str] | None:
                 if entry.path != mount.root and not entry.path.startswith(base + "/"):
                     continue
                 relative = entry.path[len(base) :].lstrip("/")
-                directory = os.path.join(root, mount.mount_point.lstrip("/"), relative)
+                directory = os.path.normpath(
+                    os.path.join(root, mount.mount_point.lstrip("/"), relative)
+                )
                 if version == 1 or os.path.exists(os.path.join(directory, "cgroup.controllers")):
                     return version, directory, entry.path
     return None

@@ -191,3 +191,40 @@ def test_json_keeps_every_measurement() -> None:
         "cgroup_version": 1,
         "note": None,
     }
+
+
+def test_inside_a_container_the_inherited_quota_is_what_a_count_is_judged_against() -> None:
+    container = SeenBudget(2, 2, 1.5, 1)
+    container_one_cpu = SeenBudget(2, 1, 1.5, 1)
+    runs = (
+        HOST_RUN,
+        AFFINITY_RUN,
+        Confined(
+            RunSpec(RunKind.QUOTA, None, 1.0),
+            False,
+            None,
+            1,
+            "cannot create a cgroup under /sys/fs/cgroup/cpu: Read-only file system",
+        ),
+    )
+    numpy = row(
+        CHECKUPS_BY_KEY["numpy"],
+        "2.4.6",
+        [
+            _m(RunKind.HOST, container, {"openblas": 1}, 2),
+            _m(RunKind.AFFINITY, container_one_cpu, {}),
+            Measurement(RunKind.QUOTA, Status.NOT_RUN, error="read-only"),
+        ],
+        RunKind.HOST,
+        vcpus=1,
+        procs=1,
+        env={},
+    )
+    text = doctor_text(DoctorReport("/p", "3.11.7", "/v", runs, 1, 1, 1, (numpy,), {}, ()))
+    assert (
+        "budget: as oversub runs here (2 CPUs of affinity, a CPU quota of 1.5 CPUs): N = 1" in text
+    )
+    assert "a CPU quota of 1 CPU NOT APPLIED" in text
+    assert "told from the 1.5-CPU quota it runs under" in text
+    assert "ignore a CPU quota (measured): numpy" in text
+    assert "host N=" not in text  # the asked budget is the host's: one column
