@@ -105,13 +105,20 @@ def _owners(pid: int, start: int | None, new: frozenset[int]) -> dict[str, int]:
     return counts
 
 
+def _text(value: object, limit: int) -> str | None:
+    """A string the child sent, cut to `limit` characters (everything it sends is its own
+    to choose: bounded here, escaped where it is shown); None for anything else."""
+    return value[:limit] if isinstance(value, str) else None
+
+
 def _expect(child: PoolChild, deadline: float, stage: str) -> dict[str, object]:
     """The next stop, which must be `stage`; an "error" stop or anything else raises."""
     message = child.message(deadline)
     if message is None:
         raise _Ended
     if message.get("stage") == "error":
-        raise _Failed(f"{message.get('where', '?')}: {message.get('error', '?')}")
+        where = _text(message.get("where"), 20) or "?"
+        raise _Failed(f"{where}: {_text(message.get('error'), 300) or '?'}")
     if message.get("stage") != stage:
         raise _Ended
     return message
@@ -154,8 +161,7 @@ def measure(
         result["budget"] = _seen(pid)
         base = task_ids(pid) or frozenset()
         child.go()
-        version = _expect(child, deadline, "imported").get("version")
-        result["version"] = version if isinstance(version, str) else None
+        result["version"] = _text(_expect(child, deadline, "imported").get("version"), 100)
         imported = task_ids(pid) or frozenset()
         result["at_import"] = len(imported - base)
         child.go()
@@ -204,7 +210,9 @@ def _reported(said: object) -> dict[str, str]:
 # --------------------------------------------------------------------------- the whole run
 
 
-def inventory(python: str, env: Mapping[str, str]) -> tuple[dict[str, object], dict[str, object]]:
+def inventory(
+    python: str, env: Mapping[str, str]
+) -> tuple[dict[str, str | None], dict[str, str | bool | None]]:
     """(what the interpreter says of itself, check key -> version or False when absent).
     Raises CommandError when the interpreter cannot run the inventory."""
     spec = {
@@ -226,8 +234,13 @@ def inventory(python: str, env: Mapping[str, str]) -> tuple[dict[str, object], d
         why = ending or "it did not answer (is it Python 3.8 or newer?)"
         raise CommandError(f"{python} could not list its packages: {why}")
     found = message.get("found")
-    about = {k: message.get(k) for k in ("python", "executable", "prefix")}
-    return about, found if isinstance(found, dict) else {}
+    about = {k: _text(message.get(k), 4096) for k in ("python", "executable", "prefix")}
+    versions: dict[str, str | bool | None] = {
+        c.key: False if found[c.key] is False else _text(found[c.key], 100)
+        for c in CHECKUPS
+        if isinstance(found, dict) and c.key in found
+    }
+    return about, versions
 
 
 @contextlib.contextmanager
@@ -318,7 +331,7 @@ def run_doctor(
         )
     return DoctorReport(
         python=str(about.get("executable") or python),
-        python_version=str(about.get("python") or "?"),
+        python_version=str(about.get("python") or "?")[:40],
         prefix=str(about.get("prefix") or "?"),
         runs=confined_runs,
         vcpus=vcpus,

@@ -161,3 +161,21 @@ def test_an_interpreter_that_cannot_list_its_packages_is_exit_3(tmp_path: Path) 
     assert done.stderr.strip().splitlines() == [
         f"oversub: error: {fake} could not list its packages: exited with status 1: not python"
     ]
+
+
+def test_what_a_runtime_says_is_bounded_and_escaped(tmp_path: Path) -> None:
+    (tmp_path / "polars.py").write_text("raise ImportError('\\x1b[2J' + 'x' * 10000)\n")
+    (tmp_path / "numexpr.py").write_text(
+        "__version__ = '\\x1b]0;title\\x07' + '9' * 5000\n"
+        "nthreads = 1\n"
+        "def evaluate(expr, local_dict=None):\n"
+        "    return 0\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = _doctor(env, "-r", "polars", "-r", "numexpr", "--timeout", "30")
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    failed = next(ln for ln in done.stdout.splitlines() if ln.startswith("  polars (host)"))
+    assert "failed: import: ImportError: \\x1b[2Jxxx" in failed and len(failed) < 400
+    numexpr = next(ln for ln in done.stdout.splitlines() if ln.startswith("numexpr"))
+    assert "\\x1b]0;title\\x07999" in numexpr and len(numexpr) < 400
