@@ -117,7 +117,8 @@ def _budget_phrase(c: Confined) -> str:
         applied = "" if c.applied else " NOT APPLIED"
         parts.append(f"a CPU quota of {c.spec.quota:g} {noun(c.spec.quota, 'CPU')}{where}{applied}")
     if c.spec.affinity is not None:
-        parts.append(f"affinity {format_cpulist(c.spec.affinity)}")
+        cpus = c.spec.affinity
+        parts.append(f"affinity to {noun(len(cpus), 'CPU')} {format_cpulist(cpus)}")
     return terminal(", ".join(parts) if parts else "nothing added")
 
 

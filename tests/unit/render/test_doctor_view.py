@@ -118,6 +118,7 @@ def test_text_has_a_row_per_installed_runtime_and_says_what_it_measured() -> Non
     assert "torch (budget): crashed: killed by SIGSEGV: \\x1b[31mboom" in text
     assert "torch (host): timed out: not done within 60 s" in text
     assert "not installed: duckdb" in text
+    assert "; affinity: affinity to CPU 0" in text  # a CPU's id, not a count
     assert "inherited OMP_NUM_THREADS=4" in text
     assert "\x1b" not in text
 
