@@ -160,7 +160,7 @@ SETTINGS: tuple[Setting, ...] = (
         "interval",
         1.0,
         "Seconds per sample",
-        (*_JUDGING, "tune"),
+        (*_JUDGING, "tune", "run"),
         # At least 0.1 s: sampling a large tree more often makes oversub itself a CPU hog;
         # at most an hour: an hour between two samples is already one rate for the hour.
         Range(0.1, high=3600.0),
@@ -170,7 +170,7 @@ SETTINGS: tuple[Setting, ...] = (
         "warmup",
         1.0,
         "With a command: seconds ignored at start (imports, pool start-up)",
-        ("check",),
+        ("check", "run"),
         Range(0.0),
         seconds=True,
     ),

@@ -403,7 +403,11 @@ def _watch_setter(hook: Hook, module: Any, attr: str, runtime: str, knob: str) -
         result = original(*args, **kwargs)
         if not getattr(_local, "inside", False):
             value = args[0] if args else next(iter(kwargs.values()), None)
-            hook.record(runtime, knob, value if isinstance(value, int) else None, "kept")
+            value = value if isinstance(value, int) and not isinstance(value, bool) else None
+            # The plan's own value (torch's DataLoader sets 1 in its workers) is no setting
+            # of the program's: recorded as sized.
+            state = "sized" if value is not None and value == hook.threads else "kept"
+            hook.record(runtime, knob, value, state)
         return result
 
     for name in ("__module__", "__name__", "__qualname__", "__doc__"):

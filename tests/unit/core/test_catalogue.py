@@ -114,7 +114,7 @@ def _options(name: str) -> dict[str, click.Option]:
     return {p.opts[0]: p for p in params if isinstance(p, click.Option) and p.opts}
 
 
-@pytest.mark.parametrize("command", ["watch", "check"])
+@pytest.mark.parametrize("command", ["watch", "check", "run"])
 def test_flags_are_generated_from_the_settings_table(command: str) -> None:
     options = _options(command)
     for setting in SETTINGS:
