@@ -182,12 +182,15 @@ def test_three_levels(figure: Any, workers: str) -> None:
     compare(figure, f"three levels ({workers})", job, [*job, "--fix"], "steps_per_s")
 
 
-def test_a_python_with_capital_i_and_a_shell_are_reported(tmp_path: Path) -> None:
-    job = tmp_path / "job.sh"
-    job.write_text("python3 -I -c 'import time; time.sleep(2)' & sleep 2; wait\n")
+def test_a_setting_in_the_programs_code_is_kept_and_reported(tmp_path: Path) -> None:
+    job = example("runtimes.py", "onnxruntime", "--procs", str(PROCS), "--seconds", "3")
     done = subprocess.run(
-        [*OVERSUB, "run", "--", "sh", str(job)], capture_output=True, text=True, timeout=120
+        [*OVERSUB, "run", "--", *job, "--intra-op", str(T + 1)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert "not reached by the hook" in done.stderr and "-I" in done.stderr, done.stderr
-    assert "the thread variables only (not Python)" in done.stderr, done.stderr
+    kept = [line for line in done.stderr.splitlines() if line.startswith("oversub run: kept: ")]
+    assert kept and "ONNX Runtime" in kept[0], done.stderr
+    assert f"SessionOptions.intra_op_num_threads {T + 1}" in kept[0], done.stderr

@@ -1,0 +1,47 @@
+"""`oversub run` on real process trees without the real libraries: who the hook could not
+reach is named, and a failing hook leaves the program running (tests/system/real/test_run.py
+has the libraries)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.harness import OVERSUB
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_python_with_capital_i_and_a_shell_are_reported(tmp_path: Path) -> None:
+    job = tmp_path / "job.sh"
+    job.write_text(
+        f"{sys.executable} -I -c 'import time; time.sleep(3)' &\n"
+        f"{sys.executable} -c 'import time; time.sleep(3)' &\n"
+        "sleep 3; wait\n"
+    )
+    done = subprocess.run(
+        [*OVERSUB, "run", "--", "sh", str(job)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    [unreached] = [line for line in lines if "not reached by the hook" in line]
+    assert "-I" in unreached and "ignores PYTHONPATH" in unreached, unreached
+    [other] = [line for line in lines if "the thread variables only (not Python)" in line]
+    assert "(sh " in other and "(sleep" in other, other
+    # The Python without -I ran the hook (it imported no library, so it sized nothing):
+    # only the other one is named.
+    assert unreached.count(" -I ") == 1 and "pid " in unreached and "pids " not in unreached
+
+
+def test_a_broken_plan_or_hook_never_stops_the_program(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*OVERSUB, "run", "--", sys.executable, "-c", "import os; print(os.environ['X'])"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "X": "through", "PYTHONPATH": str(tmp_path)},
+    )
+    assert done.returncode == 0 and done.stdout == "through\n", done.stderr
