@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from oversub.analysis.ownership import RunOwners
+from oversub.analysis.poolsize import pool_threads
 from oversub.analysis.rates import Measures, measures, per_cpu_s
+from oversub.core.names import Signal
 from oversub.core.results import (
     HostRates,
     Interval,
@@ -272,6 +274,59 @@ class TreeAccumulator:
             throttled_ratio=mean("throttled_ratio"),
             throttled_s=self.throttled_s,
         )
+
+
+class Span:
+    """Consecutive intervals folded: one accumulator per process seen (by pid and start
+    time: a reused pid is another process) and one for the tree. A whole run is a span
+    (`summary.RunSummary`), and so is each episode of it (`episodes`)."""
+
+    def __init__(self) -> None:
+        self.processes: dict[tuple[int, int | None], ProcessAccumulator] = {}
+        self.tree = TreeAccumulator()
+        self.t0: float | None = None
+        self.t1: float | None = None
+        self.unavailable: dict[Signal, None] = {}
+
+    def add(self, iv: Interval) -> None:
+        """Fold in one interval (in time order)."""
+        if self.t0 is None:
+            self.t0 = iv.t0
+        self.t1 = iv.t1
+        self.unavailable.update(dict.fromkeys(iv.unavailable))
+        self.tree.add(iv)
+        seconds = iv.seconds
+        for p in iv.processes:
+            key = (p.pid, p.start_ticks)
+            acc = self.processes.get(key)
+            if acc is None:
+                acc = self.processes[key] = ProcessAccumulator(latest=p)
+            acc.add(p, seconds)
+
+    def whole(
+        self, vcpus: int, root_pid: int
+    ) -> tuple[Interval, list[tuple[ProcessAccumulator, ProcessRates]]]:
+        """The span as one interval (its processes by CPU use, highest first, with their
+        sustained active threads; pools as at its end), and each process's accumulator
+        with its rates, in the same order. Call only after an interval was added."""
+        assert self.t0 is not None and self.t1 is not None
+        accs = list(self.processes.values())
+        rates = [a.rates() for a in accs]
+        order = sorted(range(len(accs)), key=lambda i: (-rates[i].cpu_percent, rates[i].pid))
+        in_pools, with_pools = pool_threads(rates, vcpus)
+        # Pools at the end of the span (their latest live sizes), not a mean over intervals.
+        totals = self.tree.totals()._replace(pool_threads=in_pools, pool_processes=with_pools)
+        whole = Interval(
+            t0=self.t0,
+            t1=self.t1,
+            root_pid=root_pid,
+            vcpus=vcpus,
+            processes=tuple(rates[i] for i in order),
+            totals=totals,
+            host=self.tree.host_rates(),
+            unavailable=tuple(self.unavailable),
+        )
+        return whole, [(accs[i], rates[i]) for i in order]
 
 
 _PEAKS = (

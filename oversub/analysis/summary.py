@@ -13,12 +13,17 @@ that active threads are *sustained peaks*: the most threads active at once for a
 happen, so a mean would hide a pool that runs in bursts; a single interval would let one
 hand-off spike of a helper thread (a DataLoader queue feeder waiting for a CPU) count as a
 live pool.
+
+A bursty run averages its bursts away, so the run also keeps its episodes (`episodes`:
+stretches of intervals oversubscribed or starved, each judged on its own intervals): when
+they fill enough of the run (the rule of docs/rules.md, "Episodes") and their verdict is
+worse than the whole run's, it is the run's verdict, and their finding leads.
 """
 
 from __future__ import annotations
 
-from oversub.analysis.accumulators import ProcessAccumulator, TreeAccumulator
-from oversub.analysis.poolsize import pool_threads
+from oversub.analysis.accumulators import Span
+from oversub.analysis.episodes import Episodes, own_wait, run_finding, with_nesting
 from oversub.analysis.verdict import assess
 from oversub.core.model import Budget
 from oversub.core.names import Signal, Verdict
@@ -26,9 +31,11 @@ from oversub.core.results import (
     Assessment,
     HostRates,
     Interval,
+    ProcessRates,
     Summary,
     Totals,
 )
+from oversub.core.rules import Rule
 from oversub.core.thresholds import Thresholds
 
 NO_INTERVAL_NOTE = "no complete interval was sampled"
@@ -75,39 +82,37 @@ def unmeasured_summary(
 class RunSummary:
     """Accumulates intervals of one run; `result()` turns them into a `Summary`. No I/O."""
 
-    def __init__(self, root_pid: int | None = None) -> None:
+    def __init__(self, root_pid: int | None = None, thresholds: Thresholds | None = None) -> None:
         """`root_pid`: the watched pid, so that a run with no interval still names it
-        (without it, the budget's pid, which may be oversub's own)."""
-        self._processes: dict[tuple[int, int | None], ProcessAccumulator] = {}
-        """By process identity: pid and start time (a reused pid is another process)."""
-        self._tree = TreeAccumulator()
+        (without it, the budget's pid, which may be oversub's own). `thresholds`: those of
+        the assessments `add` is given (its episodes are judged with them), the defaults
+        when not given; `result` should be given the same."""
+        self._span = Span()
+        """The whole run: one accumulator per process, by identity (pid and start time: a
+        reused pid is another process), and one for the tree."""
+        self._latest: dict[int, ProcessRates] = {}
+        """pid -> its latest rates: who each process is and who started it (episodes)."""
+        self._thresholds = thresholds if thresholds is not None else Thresholds()
+        self._episodes = Episodes(self._thresholds)
         self._intervals = 0
-        self._t0: float | None = None
-        self._t1: float | None = None
         self._root_pid: int | None = root_pid
-        self._vcpus: int | None = None
-        self._unavailable: dict[Signal, None] = {}
 
-    def add(self, interval: Interval) -> None:
-        """Fold in one interval (in time order)."""
-        seconds = interval.seconds
+    def add(self, interval: Interval, assessment: Assessment | None = None) -> None:
+        """Fold in one interval (in time order), with its assessment (`verdict.assess` under
+        the run's thresholds; made here when not given)."""
         if interval.totals.processes > 0:
             # An interval by whose end the whole tree had exited measured nothing: counting
             # it would let `check` pass a command it never saw running.
             self._intervals += 1
-        if self._t0 is None:
-            self._t0 = interval.t0
-        self._t1 = interval.t1
         self._root_pid = interval.root_pid
-        self._vcpus = interval.vcpus
-        self._unavailable.update(dict.fromkeys(interval.unavailable))
-        self._tree.add(interval)
+        self._span.add(interval)
+        latest = self._latest
         for p in interval.processes:
-            key = (p.pid, p.start_ticks)
-            acc = self._processes.get(key)
-            if acc is None:
-                acc = self._processes[key] = ProcessAccumulator(latest=p)
-            acc.add(p, seconds)
+            latest[p.pid] = p
+        if assessment is None:
+            assessment = assess(interval, self._thresholds)
+        worst = assessment.findings[0] if assessment.findings else None
+        self._episodes.add(interval, assessment.verdict, worst, latest)
 
     def result(
         self,
@@ -117,48 +122,58 @@ class RunSummary:
         target_exited: bool,
         notes: tuple[str, ...] = (),
     ) -> Summary:
-        """The run so far: means, peaks, and the verdict of the whole run.
+        """The run so far: means, peaks, its episodes and the verdict of the whole run.
 
         `samples` counts complete intervals; with none, the run is not judged: no verdict,
-        and `not_judged` says that nothing could be measured.
+        and `not_judged` says that nothing could be measured. The verdict is the whole
+        run's, or the verdict of its episodes when they make it (`episodes`, the rule of
+        docs/rules.md) and it is worse: their finding then leads the findings.
         """
-        if self._intervals == 0 or self._t0 is None or self._t1 is None:  # nothing measured
+        span = self._span
+        unavailable = tuple(span.unavailable)
+        if self._intervals == 0 or span.t0 is None or span.t1 is None:  # nothing measured
             return unmeasured_summary(
                 budget,
                 self._root_pid if self._root_pid is not None else budget.pid,
                 thresholds,
                 target_exited=target_exited,
-                unavailable=tuple(self._unavailable),
+                unavailable=unavailable,
                 notes=notes,
             )
-        accs = list(self._processes.values())
-        rates = [a.rates() for a in accs]
-        order = sorted(range(len(accs)), key=lambda i: (-rates[i].cpu_percent, rates[i].pid))
-        in_pools, with_pools = pool_threads(rates, budget.vcpus)
-        # Pools at the end of the run (their latest live sizes), not a mean over intervals.
-        totals = self._tree.totals()._replace(pool_threads=in_pools, pool_processes=with_pools)
-        host = self._tree.host_rates()
-        whole_run = Interval(
-            t0=self._t0,
-            t1=self._t1,
-            root_pid=self._root_pid if self._root_pid is not None else budget.pid,
-            vcpus=budget.vcpus,
-            processes=tuple(rates[i] for i in order),
-            totals=totals,
-            host=host,
-            unavailable=tuple(self._unavailable),
-        )
+        root = self._root_pid if self._root_pid is not None else budget.pid
+        whole_run, pairs = span.whole(budget.vcpus, root)
         assessment = assess(whole_run, thresholds)
-        processes = [accs[i].summary(rates[i]) for i in order]
+        processes = [acc.summary(rates) for acc, rates in pairs]
         if target_exited:
             # The run ended because the root exited, after the last interval saw it alive:
             # the root's line must agree with `target_exited`.
             processes = [
                 p._replace(exited=True) if p.pid == whole_run.root_pid else p for p in processes
             ]
+        measured = span.tree.work.seconds
+        episodes, totals = self._episodes.result(self._latest, measured)
         verdict: Verdict | None = assessment.verdict
+        findings = list(assessment.findings)
+        by_verdict = {t.verdict: t for t in totals}
+        for total in totals:  # oversubscribed first
+            if total.counts and total.verdict.rank > assessment.verdict.rank:
+                worst = max(
+                    (e for e in episodes if e.verdict is total.verdict),
+                    key=lambda e: (e.finding.severity.rank, e.seconds),
+                )
+                findings.insert(0, run_finding(total, worst, measured, thresholds))
+                verdict = total.verdict
+                break
+        else:  # the whole run's verdict stands: its finding names what its episodes show
+            findings = [with_nesting(f, episodes) if i == 0 else f for i, f in enumerate(findings)]
+        findings = [
+            own_wait(f, by_verdict.get(Verdict.OVERSUBSCRIBED), whole_run.totals.delay_s)
+            if f.rule is Rule.STARVED_UNATTRIBUTED
+            else f
+            for f in findings
+        ]
         not_judged = None
-        if verdict is Verdict.OK and Signal.PROCESSES in self._unavailable:
+        if verdict is Verdict.OK and Signal.PROCESSES in span.unavailable:
             # Nothing judged that was not seen: an oversubscribed verdict on what was seen
             # stands (the gap is named in `unavailable`), an ok would vouch for the rest.
             verdict, not_judged = None, UNSEEN_NOTE
@@ -167,15 +182,17 @@ class RunSummary:
             budget=budget,
             verdict=verdict,
             not_judged=not_judged,
-            findings=assessment.findings,
+            findings=tuple(findings),
             processes=tuple(processes),
-            totals=totals,
-            totals_peak=self._tree.totals_peak(),
-            host=host,
+            totals=whole_run.totals,
+            totals_peak=span.tree.totals_peak(),
+            host=whole_run.host,
             samples=self._intervals,
-            duration_s=self._t1 - self._t0,
+            duration_s=span.t1 - span.t0,
             target_exited=target_exited,
-            unavailable=tuple(self._unavailable),
+            unavailable=unavailable,
             notes=notes,
             thresholds=thresholds,
+            episodes=episodes,
+            episode_totals=totals,
         )

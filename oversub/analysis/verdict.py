@@ -97,6 +97,16 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
     # Each busy process is judged on its own threads; the finding holds them all.
     found = groups(contending, multi, threads, n)
     parts = [_part(g, m, n, threads) for g in found]
+    if not parts:  # totals without a process line (an edited recording): no cause to name
+        return Finding(
+            Rule.OVERSUBSCRIBED_PROCESSES,
+            Severity.WARNING,
+            Verdict.OVERSUBSCRIBED,
+            head + "no process of the tree was measured, so no cause can be named.",
+            (),
+            evidence | {"causes": ""},
+            f"Run at most {count(n, 'busy thread')} at a time.",
+        )
     causes = ",".join(f"{pid}:{kind}" for pid, kind in sorted(k for g in found for k in g.kinds))
     return target_finding(parts, contending, head, evidence | {"causes": causes}, m, n, threads)
 

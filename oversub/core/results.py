@@ -233,6 +233,108 @@ class ProcessSummary(NamedTuple):
     """Threads by owner over the run (`analysis.owners.RunOwners`); None = not read."""
 
 
+class Ancestor(NamedTuple):
+    """A process on the way from a busy process up to the root of the tree: who started it."""
+
+    pid: int
+    name: str
+    cmdline: str
+    role: str | None
+    """What kind of worker it is ("pytest-xdist worker", "loky worker", `analysis.nesting`);
+    None: not a worker oversub knows."""
+
+
+class EpisodeProcess(NamedTuple):
+    """A process busy during an episode (its demand over the episode at least half a
+    thread), with its parent chain."""
+
+    pid: int
+    name: str
+    cmdline: str
+    demand: float
+    """Runnable threads on average over the episode."""
+    active_threads: int
+    """Threads active for at least a quarter of the episode (`accumulators.sustained`)."""
+    role: str | None
+    """What kind of worker it is (`Ancestor.role`)."""
+    parents: tuple[Ancestor, ...]
+    """Its parent first, then the parent's parent, up to the root of the tree (bounded:
+    `analysis.episodes.MAX_PARENTS`)."""
+
+
+class Nesting(NamedTuple):
+    """Nested parallelism seen in an episode: the busy processes descend from several
+    workers of one pool, and at least one of those workers started processes of its own
+    (`analysis.nesting`)."""
+
+    role: str
+    """What the outer workers are ("pytest-xdist worker")."""
+    parent: int
+    """The pid that started the outer workers (the pool's owner)."""
+    workers: int
+    """Outer workers present in the episode."""
+    inner: int
+    """The most busy processes under one outer worker (not counting the worker itself)."""
+    inner_role: str | None
+    """What those inner processes are ("loky worker"); None: not a worker oversub knows."""
+    message: str
+    """One sentence: "Nested parallelism: pid A (a pytest-xdist worker) runs beside 3
+    processes started by pid B (another pytest-xdist worker); ..."."""
+    fix: str
+    """The levers, as fits what was seen."""
+
+
+class Episode(NamedTuple):
+    """Consecutive intervals of a run with the same verdict, oversubscribed or starved,
+    judged on their own intervals (`analysis.episodes`)."""
+
+    verdict: Verdict
+    start_s: float
+    """Its first interval's start, in seconds after the run's first sample."""
+    end_s: float
+    """Its last interval's end, in seconds after the run's first sample."""
+    intervals: int
+    demand: float
+    """The tree's runnable threads on average over the episode."""
+    demand_peak: float
+    """The most of any of its intervals."""
+    run_delay_ratio: float | None
+    """Share of the tree's runnable time spent waiting over the episode; None unknown."""
+    run_delay_ratio_peak: float | None
+    waited_s: float | None
+    """CPU-seconds the tree's threads waited for a CPU during the episode; None unknown."""
+    finding: Finding
+    """The cause and fix judged on the episode's own intervals summed (`verdict.assess`, as
+    the run's are), with the nested parallelism (`nesting`) in its message and fix."""
+    processes: tuple[EpisodeProcess, ...]
+    """The busy processes, the busiest first (at most `analysis.episodes.MAX_PROCESSES`)."""
+    busy: int
+    """Busy processes in all (`processes` may list fewer)."""
+    nesting: Nesting | None = None
+    counts: bool = False
+    """The episodes of its verdict make the run's verdict (docs/rules.md, "Episodes"); else
+    it is listed below the rule (a spike)."""
+
+    @property
+    def seconds(self) -> float:
+        return self.end_s - self.start_s
+
+
+class EpisodeTotal(NamedTuple):
+    """Every episode of one verdict in a run, those kept in full and those only counted."""
+
+    verdict: Verdict
+    episodes: int
+    seconds: float
+    share: float
+    """`seconds` over the time the tree was measured."""
+    longest_s: float
+    waited_s: float | None
+    """CPU-seconds the tree waited in them; None when a wait was unknown."""
+    counts: bool
+    """They make the run's verdict (docs/rules.md, "Episodes")."""
+
+
 class Summary(NamedTuple):
     """A whole `watch`/`check` run (the `--format json` object)."""
 
@@ -262,6 +364,11 @@ class Summary(NamedTuple):
     not_judged: str | None = None
     """Why the run has no verdict (nothing measured, the command failed, ...); None when
     judged. Findings may still be present: they describe what was measured."""
+    episodes: tuple[Episode, ...] = ()
+    """The run's episodes kept in full, the worst first (severity x duration; at most
+    `analysis.episodes.MAX_KEPT`); `episode_totals` counts them all."""
+    episode_totals: tuple[EpisodeTotal, ...] = ()
+    """Per verdict (oversubscribed first), every episode of the run; none without one."""
 
     @property
     def judged(self) -> bool:

@@ -150,6 +150,33 @@ SETTINGS: tuple[Setting, ...] = (
         threshold=True,
     ),
     Setting(
+        "episode_share",
+        0.10,
+        "share of the time measured that episodes of one verdict must fill, together, to "
+        "make the run's verdict",
+        _REJUDGING,
+        Range(0.0, low_open=True, high=1.0),
+        threshold=True,
+    ),
+    Setting(
+        "episode_seconds",
+        3.0,
+        "seconds those episodes must also last together (one short spike is no share)",
+        _REJUDGING,
+        Range(0.0),
+        seconds=True,
+        threshold=True,
+    ),
+    Setting(
+        "long_episode",
+        30.0,
+        "an episode at least this many seconds long makes the run's verdict whatever its share",
+        _REJUDGING,
+        Range(0.0, low_open=True),
+        seconds=True,
+        threshold=True,
+    ),
+    Setting(
         "fail_on",
         FailOn.COSTLY.value,
         "Fail on a costly (critical) finding, or on this verdict or worse",

@@ -32,3 +32,10 @@ class Thresholds(NamedTuple):
     min_wait: float = default("min_wait")
     """Threads 'wait' only when the tree also spends at least this many CPU-seconds per second
     waiting: an idle tree's rare wake-ups can show a high delay ratio on almost nothing."""
+    episode_share: float = default("episode_share")
+    """Episodes of one verdict (oversubscribed, starved) make the run's verdict when together
+    they fill this share of the time measured (and `episode_seconds`)."""
+    episode_seconds: float = default("episode_seconds")
+    """... and last at least this many seconds together: one short spike is no share."""
+    long_episode: float = default("long_episode")
+    """One episode at least this long makes the run's verdict whatever its share."""

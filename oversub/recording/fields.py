@@ -211,6 +211,17 @@ def budget_of(d: Any) -> Budget:
     )
 
 
+LATER_THRESHOLDS = frozenset({"episode_share", "episode_seconds", "long_episode"})
+"""Thresholds added after the first recordings: a recording without them was judged with
+their defaults (there were no episodes), so it is read with those."""
+
+
 def thresholds_of(d: Any) -> Thresholds:
     d = obj(d, "thresholds")
-    return Thresholds(**{name: number(field(d, name), name) for name in Thresholds._fields})
+    return Thresholds(
+        **{
+            name: number(field(d, name), name)
+            for name in Thresholds._fields
+            if name in d or name not in LATER_THRESHOLDS
+        }
+    )

@@ -74,14 +74,15 @@ def reassess(recording: Recording, thresholds: Thresholds | None = None) -> Repl
     th = thresholds if thresholds is not None else h.thresholds
     ending = recording.ending
     root = recording.intervals[0].root_pid if recording.intervals else h.pid
-    run = RunSummary(root_pid=root)
+    run = RunSummary(root_pid=root, thresholds=th)
     intervals = []
     assessments = []
     for raw in recording.intervals:
         iv = counted(raw, th)
+        a = assess(iv, th)
         intervals.append(iv)
-        assessments.append(assess(iv, th))
-        run.add(iv)
+        assessments.append(a)
+        run.add(iv, a)
     notes = ending.notes if ending is not None else (CUT_NOTE,)
     summary = run.result(
         h.budget, th, target_exited=ending is not None and ending.target_exited, notes=notes

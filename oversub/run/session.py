@@ -142,7 +142,7 @@ def follow(
     th = options.thresholds
     result = RunResult()
     runs: dict[str, tuple[RunSummary, Budget]] = {}
-    node_run = RunSummary(root_pid=0) if keep_summaries else None
+    node_run = RunSummary(root_pid=0, thresholds=th) if keep_summaries else None
     kept: dict[str, KeptRates] = {}
     """Per target up now, the rates of the readings the probe kept (and the node's)."""
     node_kept = KeptRates()
@@ -156,7 +156,7 @@ def follow(
         if keep_summaries:
             for target, (sample, budget) in reading.targets.items():
                 if target not in runs:
-                    runs[target] = (RunSummary(root_pid=sample.root_pid), budget)
+                    runs[target] = (RunSummary(root_pid=sample.root_pid, thresholds=th), budget)
         if stop_at_exit or reading.up:
             return reading
         return reading._replace(targets={})
@@ -199,7 +199,7 @@ def follow(
                 a = assess(iv, th)
                 if keep_summaries:  # only then: a long `serve` must not keep every target seen
                     run, _ = runs[target]
-                    run.add(iv)
+                    run.add(iv, a)
                     runs[target] = (run, budget)
                 if only_loaded and not fleet.holds_load(iv, a):
                     continue
@@ -216,9 +216,10 @@ def follow(
                 iv = counted(
                     interval_between(prev.node, curr.node, nb.vcpus, node_kept), th, node_kept
                 )
+                node_a = assess(iv, th)
                 if node_run is not None:
-                    node_run.add(iv)
-                node = TargetResult("/", TargetKind.NODE, "/", nb, iv, assess(iv, th), "")
+                    node_run.add(iv, node_a)
+                node = TargetResult("/", TargetKind.NODE, "/", nb, iv, node_a, "")
             results.sort(key=lambda r: fleet.rank(r.target, r.interval, r.assessment))
             result.intervals += 1
             pace.add(curr.t - prev.t, capped=end is not None and next_at >= end)

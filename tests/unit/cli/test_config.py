@@ -29,6 +29,9 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "outside-cpu": (["0", "0.5", "16"], ["-0.5", "-inf", '"half"']),
     "idle-seconds": (["0.5", "3", "600"], ["0", "-3", "{ a = 1 }"]),
     "min-wait": (["0", "0.05", "2"], ["-0.01", "nan", "inf", "true"]),
+    "episode-share": (["0.01", "0.1", "1"], ["0", "1.5", "-0.1", "nan", '"10%"']),
+    "episode-seconds": (["0", "3", "60"], ["-1", "inf", "false"]),
+    "long-episode": (["0.5", "30", "86400"], ["0", "-30", "nan", "[30]"]),
     "fail-on": (
         ['"costly"', '"oversubscribed"', '"starved"', '"at-risk"'],
         ['"ok"', '"AT-RISK"', "1", '"critical"', '"Costly"'],
