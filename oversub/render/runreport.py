@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from oversub.core.plural import count
 from oversub.core.results import Summary
 from oversub.render import richparts
+from oversub.render.episodeview import episode_lines
 from oversub.render.escape import terminal
 from oversub.render.phrases import (
     budget_limit_line,
@@ -106,8 +107,9 @@ def _run_line(s: Summary, sep: str = " · ") -> str:
 
 
 def summary_renderable(s: Summary) -> RenderableType:
-    """The final terminal report: run line, N, verdict banner, findings with fixes, per-process
-    mean/peak table with totals, host context, and dim notes."""
+    """The final terminal report: run line, N, verdict banner, findings with fixes, the
+    episodes (`episodeview.episode_lines`), per-process mean/peak table with totals, host
+    context, and dim notes."""
     from rich.console import Group
 
     parts: list[RenderableType] = [
@@ -115,6 +117,7 @@ def summary_renderable(s: Summary) -> RenderableType:
         richparts.text(budget_limit_line(s.budget)),
         richparts.banner(s.verdict, headline(s)[1]),
         richparts.findings_renderable(s.findings),
+        *(richparts.text(line) for line in episode_lines(s)),
     ]
     if s.samples:  # a preflight or an unmeasured run has no table, totals or host context
         ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
@@ -147,6 +150,8 @@ def summary_text(s: Summary) -> str:
         N = 2 usable vCPUs (limited by affinity: 2 CPUs)
         [critical] oversubscribed-pools: message
           fix: ...
+        episodes: 3 oversubscribed, 12.0 s (26% of the time measured): ... (when it had some)
+        - oversubscribed at 24.0-27.0 s (3.0 s, the worst of 3): peak demand 4.07 ...
         totals: 3 processes, 7 threads (4 active), CPU 200%, demand 4.00 ...; peak demand 4.20
     """
     word, meaning = headline(s)
@@ -157,6 +162,7 @@ def summary_text(s: Summary) -> str:
     for f in s.findings:
         lines.append(finding_line(f))
         lines.append(f"  fix: {f.fix}")
+    lines.extend(episode_lines(s))
     if s.samples:
         lines.append(
             f"totals: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}; "
