@@ -150,6 +150,8 @@ def about_lines(replay: Replay) -> list[str]:
     else:
         old = verdict_word(rec.ending.verdict)
         same = "the same as recorded" if old == new else f"recorded: {old}"
+        if old != new and not h.episodes:
+            same += ", by an oversub that did not judge episodes"
         lines.append(f"verdict: {new} ({same})")
     if rec.cut:
         lines.append("the last line of the file was cut (a write interrupted): left out")

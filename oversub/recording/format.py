@@ -200,6 +200,7 @@ def header_of(d: Mapping[str, Any]) -> Header:
         interval=number(field(d, "interval"), "interval"),
         budget=budget_of(field(d, "budget")),
         thresholds=thresholds_of(field(d, "thresholds")),
+        episodes="episode_share" in obj(field(d, "thresholds"), "thresholds"),
     )
 
 

@@ -2,7 +2,8 @@
 
 Charts are inline SVG (`render.svg`): demand against N with the verdict of each interval
 under it, the delay ratio against its threshold, and the CPU of the busiest processes. Then
-the findings with their fixes, the processes and the notes. A Content Security Policy in
+the findings with their fixes, the episodes (each cell of the verdict strip that one covers
+links to its card), the processes and the notes. A Content Security Policy in
 the page forbids every request and every script, so even a page opened from an untrusted
 recording can only show text; and every string from the recording goes through
 `escape.html` anyway.
@@ -10,8 +11,11 @@ recording can only show text; and every string from the recording goes through
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from oversub.recording.svg import Line, line_chart
 from oversub.recording.types import Replay
+from oversub.render import episodeview
 from oversub.render.escape import html
 from oversub.render.phrases import (
     budget_limit_line,
@@ -89,6 +93,7 @@ def _charts(replay: Replay) -> list[str]:
         ],
         y_label="threads",
         band=band,
+        links=_episode_links(replay, s.seconds),
         chart_id="demand",
     )
     keys = "".join(
@@ -127,6 +132,50 @@ def _charts(replay: Replay) -> list[str]:
         f'<div class="card">{delay}</div>',
         f'<div class="card">{cpu}</div>',
     ]
+
+
+def _episode_links(replay: Replay, ends: Sequence[float]) -> list[tuple[str, str] | None]:
+    """Per cell of the verdict strip (the span up to each end), the episode it shows, the
+    worst when several: a link to its card, and its title."""
+    episodes = replay.summary.episodes
+    out: list[tuple[str, str] | None] = []
+    start = 0.0
+    for end in ends:
+        hit = next((i for i, e in enumerate(episodes) if e.start_s < end and e.end_s > start), None)
+        if hit is None:
+            out.append(None)
+        else:
+            e = episodes[hit]
+            out.append(
+                (f"#episode-{hit + 1}", f"{e.verdict.value} at {episodeview.when(e)}: see below")
+            )
+        start = end
+    return out
+
+
+def _episodes(replay: Replay) -> list[str]:
+    """A card per episode kept, the worst first, each the target of the strip's links."""
+    s = replay.summary
+    head = episodeview.totals_line(s)
+    if head is None:
+        return []
+    out = [
+        '<h2 id="episodes">Episodes</h2>',
+        f'<p class="card">{html(head[:1].upper() + head[1:])}.</p>',
+    ]
+    for i, e in enumerate(s.episodes, start=1):
+        color = VERDICT_COLOR.get(e.verdict.value, NOT_JUDGED_COLOR)
+        spike = "" if e.counts else " (below the rule)"
+        out.append(
+            f'<div class="card finding" id="episode-{i}">'
+            f'<span class="sev" style="background:{color}">{html(e.verdict.value)}</span>'
+            f'<span class="rule">{html(episodeview.when(e))}</span> ({e.seconds:.1f} s{spike}): '
+            f"{html(episodeview.figures(e, s.budget.vcpus))}"
+            f"<div>Busy: {html(episodeview.busy_text(e))}</div>"
+            f"<div>{html(episodeview.cause_text(e))}</div>"
+            f'<div class="fix">{html(e.finding.fix)}</div></div>'
+        )
+    return out
 
 
 def _findings(replay: Replay) -> list[str]:
@@ -201,6 +250,7 @@ def report_html(replay: Replay) -> str:
         *_charts(replay),
         "<h2>Findings and fixes</h2>",
         *_findings(replay),
+        *_episodes(replay),
         "<h2>Processes</h2>",
         *_processes(replay),
         f"<footer>oversub {html(replay.recording.header.version)} recording, "

@@ -62,6 +62,7 @@ def report_markdown(replay: Replay) -> str:
     from oversub.recording.charts import about_lines
     from oversub.render.markdown import (
         PROCESS_HEADERS,
+        episodes_section,
         findings_section,
         markdown_table,
         process_rows,
@@ -84,6 +85,7 @@ def report_markdown(replay: Replay) -> str:
         "",
         # A report gates nothing: no finding is marked as failing.
         *findings_section(s.findings, Gate(FailOn.OVERSUBSCRIBED, ())),
+        *episodes_section(s),
         "",
         "### Processes",
         "",

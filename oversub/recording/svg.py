@@ -58,10 +58,12 @@ def line_chart(
     x_label: str = "seconds since the first sample",
     y_top: float | None = None,
     band: Sequence[str] | None = None,
+    links: Sequence[tuple[str, str] | None] | None = None,
     chart_id: str = "chart",
 ) -> str:
     """One chart as an `<svg>` element (a string). `band`: a colour per x for the cells
-    under the plot."""
+    under the plot; `links`: per cell, None or (a fragment of the page, "#episode-1", and
+    its title), which makes the cell a link to it."""
     known = [v for line in lines for v in line.values if v is not None]
     top = y_top if y_top is not None else max([*known, 1.0]) * 1.1
     y_ticks = nice_ticks(top)
@@ -114,12 +116,17 @@ def line_chart(
     if band and xs:
         y = base + 6
         starts = [0.0, *xs[:-1]]
-        for x0, x1, color in zip(starts, xs, band, strict=True):
+        targets = list(links) if links is not None else [None] * len(xs)
+        for x0, x1, color, link in zip(starts, xs, band, targets, strict=True):
             width = max(px(x1) - px(x0), 1)
-            out.append(
+            cell = (
                 f'<rect class="band" x="{px(x0):.1f}" y="{y}" width="{width:.1f}" '
                 f'height="{BAND}" fill="{html(color)}"/>'
             )
+            if link is not None:  # a fragment of this page: no request
+                href, title = link
+                cell = f'<a href="{html(href)}"><title>{html(title)}</title>{cell}</a>'
+            out.append(cell)
     for line in lines:
         out.extend(_polylines(line, xs, px, py))
     out.extend(legend)

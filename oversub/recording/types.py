@@ -31,6 +31,9 @@ class Header:
     budget: Budget
     thresholds: Thresholds
     """The thresholds the run was judged with."""
+    episodes: bool = True
+    """The run was judged with episodes (its thresholds name theirs); False for a recording
+    of an oversub before them, whose recorded verdict the whole run's average made."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from oversub.core.names import FailOn
 from oversub.core.results import Finding, Gate, Summary
 from oversub.core.rules import PREFLIGHT_RULES, RUNTIME_RULES, Rule, RuleInfo
+from oversub.render.episodeview import episode_lines
 from oversub.render.phrases import budget_limit_line
 
 _CLASSNAME = "oversub"
@@ -76,7 +77,8 @@ def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | No
     test cases, `failures` = test cases with at least one failure, `errors` = 0,
     `skipped` = skipped test cases, `time` = the run's duration in seconds. Suite
     `<properties>` record the verdict ("not judged" without one), fail-on, N and the root
-    pid.
+    pid, and `episodes` (the totals against the rule) when the run had episodes, which the
+    suite's `<system-out>` then lists (`episodeview.episode_lines`).
     """
     catalogue = {
         str(rule): info.summary
@@ -88,6 +90,7 @@ def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | No
         catalogue.setdefault(str(f.rule), "")
     judged = s.verdict is not None
     not_judged = f"not judged: {s.not_judged or 'nothing was measured'}"
+    episodes = episode_lines(s)
 
     suite = ET.Element("testsuite", name=_CLASSNAME)
     properties = ET.SubElement(suite, "properties")
@@ -99,6 +102,7 @@ def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | No
         ("root_pid", str(s.root_pid)),
         *((("cgroup", s.budget.cgroup),) if s.budget.cgroup is not None else ()),
         ("samples", str(s.samples)),
+        *((("episodes", episodes[0].removeprefix("episodes: ")),) if episodes else ()),
     ):
         ET.SubElement(properties, "property", name=name, value=xml_text(value))
 
@@ -127,6 +131,8 @@ def summary_junit(s: Summary, gate: Gate, *, rules: Mapping[Rule, RuleInfo] | No
             )
         failed_cases += bool(failing)
 
+    if episodes:  # the suite's own output: every episode, each cause with its fix
+        ET.SubElement(suite, "system-out").text = xml_text("\n".join(episodes))
     suite.set("tests", str(len(catalogue)))
     suite.set("failures", str(failed_cases))
     suite.set("errors", "0")

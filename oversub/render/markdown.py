@@ -60,6 +60,43 @@ def findings_section(findings: tuple[Finding, ...], gate: Gate) -> list[str]:
     return markdown_table(("Rule", "Severity", "Verdict", "Message", "Fix"), rows)
 
 
+EPISODE_HEADERS = ("Verdict", "When", "Figures", "Busy processes", "Cause", "Fix")
+
+
+def episodes_section(s: Summary) -> list[str]:
+    """ "### Episodes": the totals against the rule, then a row per cause, the worst first
+    (`episodeview.groups`); [] for a run without episodes."""
+    from oversub.render.episodeview import (
+        busy_text,
+        cause_text,
+        figures,
+        groups,
+        others,
+        span_text,
+        totals_line,
+    )
+
+    head = totals_line(s)
+    if head is None:
+        return []
+    rows = []
+    for g in groups(s.episodes):
+        e = g.worst
+        also = others(g)
+        rows.append(
+            (
+                e.verdict.value,
+                span_text(g) + (f"; {also}" if also else ""),
+                figures(e, s.budget.vcpus),
+                busy_text(e),
+                cause_text(e),
+                e.finding.fix,
+            )
+        )
+    said = _md(head[:1].upper() + head[1:]) + "."
+    return ["", "### Episodes", "", said, "", *markdown_table(EPISODE_HEADERS, rows)]
+
+
 PROCESS_HEADERS = (
     "PID",
     "Name",
@@ -191,6 +228,7 @@ def summary_markdown(
         "### Findings",
         "",
         *findings_section(s.findings, gate),
+        *episodes_section(s),
     ]
     if s.preflight:
         head.extend(f"- Note: {_md(note)}" for note in s.notes)

@@ -22,6 +22,7 @@ from oversub.core.pools import (
     first_level,
 )
 from oversub.core.results import Finding, HostRates, ProcessSummary, Summary, Totals
+from oversub.core.rules import Rule
 from oversub.core.thresholds import Thresholds
 from oversub.core.workload import bounded
 
@@ -39,7 +40,7 @@ UNKNOWN = "-"
 VERDICT_MEANING: Mapping[Verdict, str] = {
     Verdict.OK: "the tree's runnable threads fit in its vCPUs",
     Verdict.AT_RISK: "fits for now, but a hazard can oversubscribe it",
-    Verdict.STARVED: "threads wait for CPUs taken outside the tree (other load or the quota)",
+    Verdict.STARVED: "threads wait for CPUs while the tree asks for no more than it has",
     Verdict.OVERSUBSCRIBED: "the tree keeps more threads runnable than it has vCPUs",
 }
 """One clause per verdict, for banners and report headings."""
@@ -58,11 +59,71 @@ NOT_JUDGED = "not judged"
 
 def headline(s: Summary) -> tuple[str, str]:
     """The verdict word and its clause ("oversubscribed", "the tree keeps ..."), or
-    ("not judged", why) for a run without a verdict."""
+    ("not judged", why) for a run without a verdict.
+
+    The clause says what the findings under it measured: a verdict that the run's episodes
+    make says so ("... in 4 episodes, 13.0 s (19% of the time measured)"), and a starved
+    one names what took the CPUs (`starved_clause`), never a load it measured as smaller
+    than the wait."""
     if s.verdict is None:
         return NOT_JUDGED, s.not_judged or "nothing was measured"
-    meaning = PLAN_MEANING if s.preflight else VERDICT_MEANING
-    return s.verdict.value, meaning[s.verdict]
+    if s.preflight:
+        return s.verdict.value, PLAN_MEANING[s.verdict]
+    first = next((f for f in s.findings if f.verdict is s.verdict), None)
+    episodes = None
+    if first is not None and "episodes" in first.evidence:
+        episodes = next((t for t in s.episode_totals if t.verdict is s.verdict), None)
+    when = (
+        ""
+        if episodes is None
+        else f" in {count(episodes.episodes, 'episode')}, {episodes.seconds:.1f} s "
+        f"({episodes.share:.0%} of the time measured)"
+    )
+    if s.verdict is Verdict.STARVED and first is not None:
+        return s.verdict.value, starved_clause(first) + when
+    if s.verdict is Verdict.OVERSUBSCRIBED and episodes is not None:
+        return s.verdict.value, "the tree kept more threads runnable than it has vCPUs" + when
+    return s.verdict.value, VERDICT_MEANING[s.verdict]
+
+
+def starved_clause(f: Finding) -> str:
+    """What a starved finding measured took the CPUs, in a clause: the quota; other
+    processes or the hypervisor ("taken outside the tree" only when they used at least
+    what the tree waited, else both figures); or, when no outside load explains the wait,
+    the tree's own oversubscribed episodes (when most of the waiting fell in them) or
+    "cause not seen"."""
+    e = f.evidence
+    if f.rule is Rule.STARVED_QUOTA:
+        ratio = e.get("throttled_ratio")
+        share = f" in {percent(ratio)} of its periods" if isinstance(ratio, float) else ""
+        return f"threads wait: the cgroup CPU quota throttled the tree{share}"
+    outside, steal = e.get("outside_cpus"), e.get("steal_cpus")
+    if f.rule is Rule.STARVED_OUTSIDE:
+        # The larger of the two explains the waiting (the rule fired on one of them); it
+        # is said to take the CPUs only when it is at least what the tree waited.
+        o = outside if isinstance(outside, int | float) else -1.0
+        st = steal if isinstance(steal, int | float) else -1.0
+        waited = e.get("waited_cpus")
+        w = waited if isinstance(waited, int | float) else 0.0
+        top, who = (o, "other processes used") if o >= st else (st, "the hypervisor stole")
+        if top >= w:
+            return f"threads wait for CPUs taken outside the tree ({who} {top:.2f} CPUs)"
+        return (
+            f"threads wait for CPUs: {who} {top:.2f} CPUs, of the {w:.2f} CPU-seconds per "
+            "second the tree waited"
+        )
+    known = isinstance(outside, int | float) and isinstance(steal, int | float)
+    why = (
+        "outside load and steal were less than the wait"
+        if known
+        else "outside load or steal could not be read"
+    )
+    own = e.get("episode_waited_share")
+    if isinstance(own, int | float) and own >= 0.5:
+        return (
+            f"threads waited, {percent(own)} of it in the tree's own oversubscribed episodes; {why}"
+        )
+    return f"threads wait for CPUs, cause not seen: {why}"
 
 
 def cpus_phrase(cpus: tuple[int, ...]) -> str:

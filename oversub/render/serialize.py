@@ -20,7 +20,10 @@ if TYPE_CHECKING:  # annotations only: `recommend --format env` must not build t
     from oversub.core.model import Budget, Plan
     from oversub.core.origin import NodeIdentity
     from oversub.core.results import (
+        Ancestor,
         Assessment,
+        Episode,
+        EpisodeTotal,
         Finding,
         HostRates,
         Interval,
@@ -399,6 +402,95 @@ def _process_summary_dict(p: ProcessSummary) -> dict[str, Any]:
     }
 
 
+def _ancestor_dict(a: Ancestor) -> dict[str, Any]:
+    return {"pid": a.pid, "name": a.name, "cmdline": a.cmdline, "role": a.role}
+
+
+def episode_dict(e: Episode) -> dict[str, Any]:
+    """One episode of a run (docs/rules.md, "Episodes").
+
+    Keys:
+      - `verdict` (str): "oversubscribed" or "starved".
+      - `start_s`, `end_s` (float): its first interval's start and its last one's end, in
+        seconds after the run's first sample; `seconds` (float): their difference;
+        `intervals` (int): intervals in it.
+      - `counts` (bool): the episodes of its verdict make the run's verdict by the rule;
+        false: listed below the rule (a spike).
+      - `demand`, `demand_peak` (float): the tree's runnable threads over the episode, and
+        the most of any of its intervals.
+      - `run_delay_ratio`, `run_delay_ratio_peak` (float | null): the share of the tree's
+        runnable time spent waiting over the episode, and the most of any interval.
+      - `waited_s` (float | null): CPU-seconds the tree's threads waited in it.
+      - `finding` (object): `finding_dict` of the cause and fix judged on the episode's own
+        intervals summed (nested parallelism included in its message and fix).
+      - `busy` (int): processes busy in it (runnable half a thread or more on average).
+      - `processes` (list): the busiest of them (at most 8), each `pid`, `name`,
+        `cmdline`, `demand`, `active_threads`, `role` (what kind of worker it is:
+        "pytest-xdist worker", "execnet worker", "loky worker", "spawn worker",
+        "forkserver worker", "forked worker", "DataLoader worker", or null) and `parents`
+        (its parent first, up to the root, at most 8: each `pid`, `name`, `cmdline`,
+        `role`).
+      - `nesting` (object | null): nested parallelism seen in it: `role` (the outer
+        workers'), `parent` (the pid that started them), `workers` (outer workers in the
+        episode), `inner` (the most busy processes under one of them), `inner_role` (str |
+        null), `message`, `fix`.
+    """
+    n = e.nesting
+    return {
+        "verdict": e.verdict.value,
+        "start_s": json_number(e.start_s),
+        "end_s": json_number(e.end_s),
+        "seconds": json_number(e.seconds),
+        "intervals": e.intervals,
+        "counts": e.counts,
+        "demand": json_number(e.demand),
+        "demand_peak": json_number(e.demand_peak),
+        "run_delay_ratio": json_number(e.run_delay_ratio),
+        "run_delay_ratio_peak": json_number(e.run_delay_ratio_peak),
+        "waited_s": json_number(e.waited_s),
+        "finding": finding_dict(e.finding),
+        "busy": e.busy,
+        "processes": [
+            {
+                "pid": p.pid,
+                "name": p.name,
+                "cmdline": p.cmdline,
+                "demand": json_number(p.demand),
+                "active_threads": p.active_threads,
+                "role": p.role,
+                "parents": [_ancestor_dict(a) for a in p.parents],
+            }
+            for p in e.processes
+        ],
+        "nesting": None
+        if n is None
+        else {
+            "role": n.role,
+            "parent": n.parent,
+            "workers": n.workers,
+            "inner": n.inner,
+            "inner_role": n.inner_role,
+            "message": n.message,
+            "fix": n.fix,
+        },
+    }
+
+
+def episode_total_dict(t: EpisodeTotal) -> dict[str, Any]:
+    """Every episode of one verdict: `verdict`, `episodes` (int, kept in full or not),
+    `seconds`, `share` (of the time measured), `longest_s`, `waited_s` (float | null:
+    CPU-seconds the tree waited in them), `counts` (bool: they make the run's verdict)."""
+    return {
+        "verdict": t.verdict.value,
+        "episodes": t.episodes,
+        "seconds": json_number(t.seconds),
+        "share": json_number(t.share),
+        "longest_s": json_number(t.longest_s),
+        "waited_s": json_number(t.waited_s),
+        "counts": t.counts,
+    }
+
+
 def summary_dict(s: Summary) -> dict[str, Any]:
     """A whole run: the `--format json` object of `watch` and `check`.
 
@@ -427,6 +519,10 @@ def summary_dict(s: Summary) -> dict[str, Any]:
         lacks them), `pools`, `thread_env` (another user's process: permission denied),
         `live_pools` (a process's memory may not be read: not root, not its ancestor).
       - `notes` (list[str]): degradations worth knowing.
+      - `episodes` (list): `episode_dict` objects, the worst first (severity x duration),
+        at most 20 (the worst); [] for a run without an episode.
+      - `episode_totals` (list): `episode_total_dict` per verdict that had episodes,
+        oversubscribed first: every episode, kept in full or not.
     """
     return {
         "root_pid": s.root_pid,
@@ -445,6 +541,8 @@ def summary_dict(s: Summary) -> dict[str, Any]:
         "target_exited": s.target_exited,
         "unavailable": list(s.unavailable),
         "notes": list(s.notes),
+        "episodes": [episode_dict(e) for e in s.episodes],
+        "episode_totals": [episode_total_dict(t) for t in s.episode_totals],
     }
 
 

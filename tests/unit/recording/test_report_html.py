@@ -61,9 +61,12 @@ def test_no_recorded_string_reaches_the_page_unescaped() -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown as text
     assert "&lt;script&gt;document.title=&#x27;x&#x27;&lt;/script&gt;\\x1b[2J\\n::error::" in html
     # Self-contained: no attribute that loads anything, no CSS import; the only URL is the
-    # SVG namespace (a name, never fetched); a CSP forbids any request and any script.
+    # SVG namespace (a name, never fetched); a CSP forbids any request and any script. The
+    # only links are the verdict strip's to the episodes' cards, in the page itself.
     tags = " ".join(re.findall(r"<[^>]*>", html))  # the markup; recorded text is outside it
-    assert not re.search(r"\s(src|href|srcset|action)\s*=", tags)
+    assert not re.search(r"\s(src|srcset|action)\s*=", tags)
+    hrefs = re.findall(r"\shref\s*=\s*(\S+?)[\s>]", tags)
+    assert hrefs and all(re.fullmatch(r'"#episode-[0-9]+"', h) for h in hrefs)
     assert "@import" not in html and "url(" not in html
     assert set(re.findall(r"https?://[^\s\"'<>]+", tags)) == {"http://www.w3.org/2000/svg"}
     assert "default-src 'none'" in html

@@ -132,6 +132,8 @@ SUMMARY_KEYS = [
     "target_exited",
     "unavailable",
     "notes",
+    "episodes",
+    "episode_totals",
 ]
 PROCESS_SUMMARY_KEYS = [
     "pid",
