@@ -23,7 +23,15 @@ from oversub.analysis.policy import fails, finding_fails
 from oversub.core.errors import ExitStatus, UsageError
 from oversub.core.model import MAX_VCPUS
 from oversub.core.names import FailOn, Name, Severity, Verdict
-from oversub.core.nodes import JobReport, NodeFinding, NodeReport, NodeRow, RuleNodes
+from oversub.core.nodes import (
+    JobReport,
+    NodeEpisode,
+    NodeEpisodes,
+    NodeFinding,
+    NodeReport,
+    NodeRow,
+    RuleNodes,
+)
 from oversub.recording.fields import MAX_NUMBER, BadRecord, number
 
 MAX_TEXT = 300
@@ -35,6 +43,8 @@ MAX_FINDINGS = 1000
 """Findings a report may list (oversub writes one per rule, a few dozen at most)."""
 JOB_VARS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
 """The launcher ids that name a whole job, in the order they are looked at."""
+MAX_EPISODES = 100
+"""Episodes a report may list (oversub writes at most 20)."""
 MAX_LISTED = 5
 """Names listed in one note or line before "and N more"."""
 
@@ -100,6 +110,65 @@ class _Reader:
         except BadReport as exc:
             raise self.bad(f"in `findings[{index}]`: {str(exc).split(': ', 1)[1]}") from None
 
+    def number(self, doc: Mapping[str, object], key: str) -> float:
+        try:
+            return number(doc.get(key), key)
+        except BadRecord:
+            raise self.bad(f"`{key}` is not a number from 0 to {MAX_NUMBER:g}") from None
+
+    def flag(self, doc: Mapping[str, object], key: str) -> bool:
+        value = doc.get(key)
+        if not isinstance(value, bool):
+            raise self.bad(f"`{key}` is {_kind(value)}, not a boolean")
+        return value
+
+    def items(self, doc: Mapping[str, object], key: str) -> list[Mapping[str, object]]:
+        """The objects of an optional list (absent in the reports of older versions)."""
+        value = doc.get(key, [])
+        if not isinstance(value, list):
+            raise self.bad(f"`{key}` is {_kind(value)}, not a list")
+        if len(value) > MAX_EPISODES:
+            raise self.bad(f"more than {MAX_EPISODES} `{key}`")
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise self.bad(f"`{key}[{i}]` is {_kind(item)}, not an object")
+        return value
+
+    def episode(self, index: int, item: Mapping[str, object]) -> NodeEpisode:
+        try:
+            finding = item.get("finding")
+            if not isinstance(finding, dict):
+                raise self.bad(f"`finding` is {_kind(finding)}, not an object")
+            nesting = item.get("nesting")
+            if nesting is not None and not isinstance(nesting, dict):
+                raise self.bad(f"`nesting` is {_kind(nesting)}, not an object or null")
+            return NodeEpisode(
+                verdict=self.enum(item, "verdict", Verdict),
+                start_s=self.number(item, "start_s"),
+                end_s=self.number(item, "end_s"),
+                demand_peak=self.number(item, "demand_peak"),
+                counts=self.flag(item, "counts"),
+                rule=self.text(finding, "rule", MAX_RULE),
+                cause=self.text(nesting or finding, "message"),
+            )
+        except BadReport as exc:
+            raise self.bad(f"in `episodes[{index}]`: {str(exc).split(': ', 1)[1]}") from None
+
+    def total(self, index: int, item: Mapping[str, object]) -> NodeEpisodes:
+        try:
+            episodes = item.get("episodes")
+            if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 0:
+                raise self.bad("`episodes` is not a whole number")
+            return NodeEpisodes(
+                verdict=self.enum(item, "verdict", Verdict),
+                episodes=episodes,
+                seconds=self.number(item, "seconds"),
+                share=min(1.0, self.number(item, "share")),
+                counts=self.flag(item, "counts"),
+            )
+        except BadReport as exc:
+            raise self.bad(f"in `episode_totals[{index}]`: {str(exc).split(': ', 1)[1]}") from None
+
 
 def parse_report(doc: object, source: str) -> NodeReport:
     """The node report in `doc` (a decoded `check --json` or `watch --format json` report),
@@ -158,6 +227,10 @@ def parse_report(doc: object, source: str) -> NodeReport:
         verdict=verdict,
         not_judged_reason=None if judged else _cut(reason or "no reason given"),
         findings=tuple(sorted(parsed, key=lambda f: (-f.verdict.rank, -f.severity.rank))),
+        episodes=tuple(read.episode(i, e) for i, e in enumerate(read.items(doc, "episodes"))),
+        episode_totals=tuple(
+            read.total(i, t) for i, t in enumerate(read.items(doc, "episode_totals"))
+        ),
     )
 
 
@@ -180,7 +253,17 @@ def listed(names: Sequence[str]) -> str:
 def _same_content(r: NodeReport) -> tuple[object, ...]:
     """Everything merge reads from a report but the file's name."""
     ids = tuple(sorted(r.launcher_env.items()))
-    return (r.node, ids, r.vcpus, r.demand, r.verdict, r.not_judged_reason, r.findings)
+    return (
+        r.node,
+        ids,
+        r.vcpus,
+        r.demand,
+        r.verdict,
+        r.not_judged_reason,
+        r.findings,
+        r.episodes,
+        r.episode_totals,
+    )
 
 
 def _unique(reports: Sequence[NodeReport], notes: list[str]) -> list[NodeReport]:

@@ -23,6 +23,30 @@ class NodeFinding(NamedTuple):
     """Bounded (see `analysis.merge`); untrusted: every renderer escapes it."""
 
 
+class NodeEpisode(NamedTuple):
+    """One episode of a node's report (`episodes[]`), as `merge` shows it."""
+
+    verdict: Verdict
+    start_s: float
+    end_s: float
+    demand_peak: float
+    counts: bool
+    """The episodes of its verdict made that node's verdict."""
+    rule: str
+    cause: str
+    """Its nested parallelism's message, else its finding's; bounded, untrusted."""
+
+
+class NodeEpisodes(NamedTuple):
+    """Every episode of one verdict in a node's report (`episode_totals[]`)."""
+
+    verdict: Verdict
+    episodes: int
+    seconds: float
+    share: float
+    counts: bool
+
+
 class NodeReport(NamedTuple):
     """One node's report (`check --json`, `watch --format json`), read back by `merge`."""
 
@@ -38,6 +62,9 @@ class NodeReport(NamedTuple):
     not_judged_reason: str | None
     findings: tuple[NodeFinding, ...]
     """Worst first (verdict, then severity), as the report listed them otherwise."""
+    episodes: tuple[NodeEpisode, ...] = ()
+    """The episodes the report kept, the worst first (none in a report without them)."""
+    episode_totals: tuple[NodeEpisodes, ...] = ()
 
     @property
     def worst(self) -> NodeFinding | None:

@@ -95,6 +95,35 @@ def _cells(job: JobReport, escape: Callable[[str], str]) -> list[list[str]]:
 _HEADER = ["node", "N", "demand", "verdict", "worst finding"]
 
 
+def _episode_totals(row: NodeRow) -> str:
+    """ "3 oversubscribed, 12.0 s (26%), made the verdict; 1 starved, 1.0 s (2%)"."""
+    return "; ".join(
+        f"{t.episodes} {t.verdict.value}, {t.seconds:.1f} s ({t.share:.0%})"
+        + (", made its verdict" if t.counts else ", below the rule")
+        for t in row.report.episode_totals
+    )
+
+
+def _worst_episode(row: NodeRow) -> str:
+    """ "oversubscribed at 24.0-27.0 s, peak demand 4.07: CAUSE" (unescaped)."""
+    e = row.report.episodes[0]
+    return (
+        f"{e.verdict.value} at {e.start_s:.1f}-{e.end_s:.1f} s, peak demand "
+        f"{e.demand_peak:.2f} ({e.rule}): {e.cause}"
+    )
+
+
+def _with_episodes(job: JobReport) -> list[NodeRow]:
+    return [row for row in job.rows if row.report.episode_totals and row.report.episodes]
+
+
+def episode_lines(row: NodeRow) -> list[str]:
+    """A node's episodes in two lines (unescaped): the totals, the worst; [] without."""
+    if not row.report.episode_totals or not row.report.episodes:
+        return []
+    return [f"episodes: {_episode_totals(row)}", f"the worst: {_worst_episode(row)}"]
+
+
 def _heading(job: JobReport) -> str:
     n = len(job.rows)
     nodes = len({row.report.node for row in job.rows})
@@ -114,6 +143,12 @@ def merge_text(job: JobReport, status: ExitStatus) -> str:
             for i, (c, w) in enumerate(zip(r, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
+    shown = _with_episodes(job)
+    if shown:
+        lines.append("episodes by node:")
+        for row in shown:
+            lines.append(f"  {terminal(row.label)}: {terminal(_episode_totals(row))}")
+            lines.append(f"    the worst: {terminal(_worst_episode(row))}")
     if job.rules:
         lines.append("findings by rule:")
         for rule in job.rules:
@@ -154,6 +189,22 @@ def merge_markdown(job: JobReport, status: ExitStatus) -> str:
                 markdown(rule.example),
             ]
             lines.append("| " + " | ".join(cells) + " |")
+    shown = _with_episodes(job)
+    if shown:
+        lines += [
+            "",
+            "### Episodes by node",
+            "",
+            "| node | episodes | the worst |",
+            "|---|---|---|",
+        ]
+        for row in shown:
+            cells = [
+                markdown(row.label),
+                markdown(_episode_totals(row)),
+                markdown(_worst_episode(row)),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
     if job.notes:
         lines += ["", *(f"- {markdown(note)}" for note in job.notes)]
     return "\n".join(lines) + "\n"
@@ -173,7 +224,10 @@ def merge_dict(job: JobReport, status: ExitStatus) -> dict[str, Any]:
         node, or "node (file)" when the node has several reports), `source` (the file),
         `vcpus`, `demand` (float | null), `verdict` (str | null), `not_judged_reason`
         (str | null), `fails` (bool), `worst_finding` (`{rule, severity, verdict, message}`
-        or null), `launcher_env` (object).
+        or null), `launcher_env` (object), `episodes` (list: the episodes its report kept,
+        the worst first, each `{verdict, start_s, end_s, demand_peak, counts, rule,
+        cause}`; [] for a report without any), `episode_totals` (list: per verdict
+        `{verdict, episodes, seconds, share, counts}`).
       - `failing_nodes`, `not_judged_nodes` (list[str]): labels.
       - `rules` (list): `{rule, severity, verdict, nodes (labels), example}`, worst first.
       - `notes` (list[str]): duplicates, reports of several jobs.
@@ -200,6 +254,25 @@ def merge_dict(job: JobReport, status: ExitStatus) -> dict[str, Any]:
                     "message": worst.message,
                 },
                 "launcher_env": dict(r.launcher_env),
+                "episodes": [
+                    e._asdict()
+                    | {
+                        "verdict": e.verdict.value,
+                        "start_s": round(e.start_s, 3),
+                        "end_s": round(e.end_s, 3),
+                        "demand_peak": round(e.demand_peak, 3),
+                    }
+                    for e in r.episodes
+                ],
+                "episode_totals": [
+                    t._asdict()
+                    | {
+                        "verdict": t.verdict.value,
+                        "seconds": round(t.seconds, 3),
+                        "share": round(t.share, 3),
+                    }
+                    for t in r.episode_totals
+                ],
             }
         )
     return {
@@ -255,7 +328,12 @@ def merge_junit(job: JobReport, status: ExitStatus) -> str:
     for row in job.rows:
         r = row.report
         case = ET.SubElement(suite, "testcase", classname="oversub.merge", name=xml_text(row.label))
-        body = "\n".join(f"[{f.severity}] {f.rule} ({f.verdict}): {f.message}" for f in r.findings)
+        body = "\n".join(
+            [
+                *(f"[{f.severity}] {f.rule} ({f.verdict}): {f.message}" for f in r.findings),
+                *episode_lines(row),
+            ]
+        )
         if r.verdict is None:
             ET.SubElement(case, "error", message=xml_text(f"not judged: {r.not_judged_reason}"))
         elif row.fails:

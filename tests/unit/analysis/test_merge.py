@@ -496,3 +496,145 @@ def test_a_reader_that_leaves_keeps_the_exit_status(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == ExitStatus.FOUND, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+# --------------------------------------------------------------------------- episodes (#43)
+
+
+def episode(**overrides: Any) -> dict[str, Any]:
+    """One entry of a report's `episodes`, as `serialize.episode_dict` writes it."""
+    doc: dict[str, Any] = {
+        "verdict": "oversubscribed",
+        "start_s": 24.0,
+        "end_s": 27.0,
+        "seconds": 3.0,
+        "intervals": 3,
+        "counts": True,
+        "demand": 3.9,
+        "demand_peak": 4.07,
+        "run_delay_ratio": 0.4,
+        "run_delay_ratio_peak": 0.45,
+        "waited_s": 4.7,
+        "finding": {**OVER, "severity": "warning"},
+        "busy": 4,
+        "processes": [],
+        "nesting": {"message": "Nested parallelism: pid 11 (a pytest-xdist worker) runs beside"},
+    }
+    doc.update(overrides)
+    return doc
+
+
+TOTAL = {
+    "verdict": "oversubscribed",
+    "episodes": 4,
+    "seconds": 13.0,
+    "share": 0.188,
+    "longest_s": 4.0,
+    "waited_s": 20.0,
+    "counts": True,
+}
+
+
+def test_merge_shows_each_nodes_episodes_in_every_format() -> None:
+    busy = report("gpu2", "oversubscribed", episodes=[episode()], episode_totals=[TOTAL])
+    j = job(busy, report("gpu1"))
+    (row,) = [r for r in j.rows if r.report.node == "gpu2"]
+    assert row.report.episodes[0].cause.startswith("Nested parallelism: pid 11")
+    assert row.report.episode_totals[0].episodes == 4
+    text = render_merge(j, ExitStatus.FOUND, MergeFormat.TEXT)
+    assert "episodes by node:\n  gpu2: 4 oversubscribed, 13.0 s (19%), made its verdict\n" in text
+    assert (
+        "    the worst: oversubscribed at 24.0-27.0 s, peak demand 4.07 "
+        "(oversubscribed-threads): Nested parallelism: pid 11" in text
+    )
+    assert "gpu1:" not in text.split("episodes by node:")[1].split("findings by rule:")[0]
+    md = render_merge(j, ExitStatus.FOUND, MergeFormat.MARKDOWN)
+    assert "### Episodes by node" in md and "| gpu2 | 4 oversubscribed" in md
+    doc = json.loads(render_merge(j, ExitStatus.FOUND, MergeFormat.JSON))
+    node = next(n for n in doc["nodes"] if n["node"] == "gpu2")
+    assert node["episodes"] == [
+        {
+            "verdict": "oversubscribed",
+            "start_s": 24.0,
+            "end_s": 27.0,
+            "demand_peak": 4.07,
+            "counts": True,
+            "rule": "oversubscribed-threads",
+            "cause": "Nested parallelism: pid 11 (a pytest-xdist worker) runs beside",
+        }
+    ]
+    assert node["episode_totals"][0]["episodes"] == 4
+    assert next(n for n in doc["nodes"] if n["node"] == "gpu1")["episodes"] == []
+    xml = render_merge(j, ExitStatus.FOUND, MergeFormat.JUNIT)
+    assert "the worst: oversubscribed at 24.0-27.0 s" in xml
+
+
+def test_a_report_without_episodes_merges_as_before() -> None:
+    plain = job(report("a", "oversubscribed"), report("b"))
+    for fmt in (MergeFormat.TEXT, MergeFormat.MARKDOWN):
+        assert "pisode" not in render_merge(plain, ExitStatus.FOUND, fmt)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"episodes": {}}, "`episodes` is an object, not a list"),
+        ({"episodes": [1]}, "`episodes[0]` is a number, not an object"),
+        ({"episodes": [episode(verdict="bad")]}, "in `episodes[0]`: `verdict` is"),
+        ({"episodes": [episode(start_s=1e400)]}, "in `episodes[0]`: `start_s` is not a number"),
+        ({"episodes": [episode(counts="yes")]}, "in `episodes[0]`: `counts` is a string"),
+        ({"episodes": [episode(finding=None)]}, "in `episodes[0]`: `finding` is null"),
+        ({"episodes": [episode(nesting=[])]}, "in `episodes[0]`: `nesting` is a list"),
+        ({"episodes": [episode()] * 101}, "more than 100 `episodes`"),
+        ({"episode_totals": [{**TOTAL, "episodes": -1}]}, "in `episode_totals[0]`: `episodes`"),
+        ({"episode_totals": [{**TOTAL, "share": "x"}]}, "in `episode_totals[0]`: `share`"),
+    ],
+)
+def test_bad_episodes_are_a_bad_report(overrides: dict[str, Any], problem: str) -> None:
+    with pytest.raises(BadReport) as raised:
+        parse_report(report("a", "oversubscribed", **overrides), "x.json")
+    assert problem in str(raised.value), str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_hostile_episode_text_is_escaped() -> None:
+    bad = episode(nesting={"message": HOSTILE}, finding={**OVER, "rule": "r\x1b[31m<b>"})
+    j = job(report(HOSTILE, "oversubscribed", episodes=[bad], episode_totals=[TOTAL]))
+    text = render_merge(j, ExitStatus.FOUND, MergeFormat.TEXT)
+    assert "\x1b" not in text and "\r" not in text
+    assert not any(line.startswith("::") for line in text.splitlines())
+    md = render_merge(j, ExitStatus.FOUND, MergeFormat.MARKDOWN)
+    assert "<script>" not in md and "<b>" not in md
+    for line in (x for x in md.splitlines() if x.startswith("| ") and "worst" not in x):
+        if "oversubscribed," in line:
+            assert len(line.replace("\\|", "").split("|")) == 5, line
+
+
+def test_merge_reads_the_episodes_check_writes() -> None:
+    from oversub.analysis.rates import counted, interval
+    from oversub.analysis.summary import RunSummary
+    from oversub.core.thresholds import Thresholds
+    from oversub.render.serialize import summary_dict
+    from tests.support.builders import ROOT, T0, Host, Load, Proc, budget, tree_pair
+
+    th = Thresholds()
+    run = RunSummary(ROOT, th)
+    half = Load(cpu=0.5, delay=0.5)
+    for k, bit in enumerate("0000111100001110000"):
+        busy = 4 if bit == "1" else 2
+        procs = [
+            Proc(ROOT, ppid=1),
+            *(Proc(201 + i, (half if busy == 4 else Load(cpu=0.9),)) for i in range(busy)),
+        ]
+        prev, curr = tree_pair(procs, t0=T0 + k, host=Host())
+        run.add(counted(interval(prev, curr, 2), th))
+    doc = summary_dict(run.result(budget(2), th, target_exited=True)) | {
+        "node": "n1",
+        "launcher_env": {},
+    }
+    r = parse_report(json.loads(json.dumps(doc)), "n1.json")
+    assert [(e.start_s, e.end_s, e.counts) for e in r.episodes] == [
+        (4.0, 8.0, True),
+        (12.0, 15.0, True),
+    ]
+    assert r.episode_totals[0].episodes == 2 and r.episode_totals[0].counts
