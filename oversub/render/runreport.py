@@ -106,6 +106,17 @@ def _run_line(s: Summary, sep: str = " · ") -> str:
     return f"{target_name(s.root_pid, s.budget)}{sep}{s.duration_s:.1f} s{sep}{samples}{exited}"
 
 
+def _episode_line(line: str) -> RenderableType:
+    """A line of `episode_lines` whose continuation lines start under its text, after
+    "episodes: ", "- " (a cause's first line), "  busy: " and the like."""
+    head, sep, rest = line.partition(": ")
+    if line.startswith("- "):
+        return richparts.hanging("- ", line[2:])
+    if sep and " " not in head.strip():  # "episodes: ", "  busy: ", "  fix: "
+        return richparts.hanging(head + sep, rest)
+    return richparts.hanging("  ", line[2:]) if line.startswith("  ") else richparts.text(line)
+
+
 def summary_renderable(s: Summary) -> RenderableType:
     """The final terminal report: run line, N, verdict banner, findings with fixes, the
     episodes (`episodeview.episode_lines`), per-process mean/peak table with totals, host
@@ -117,7 +128,7 @@ def summary_renderable(s: Summary) -> RenderableType:
         richparts.text(budget_limit_line(s.budget)),
         richparts.banner(s.verdict, headline(s)[1]),
         richparts.findings_renderable(s.findings),
-        *(richparts.text(line) for line in episode_lines(s)),
+        *(_episode_line(line) for line in episode_lines(s)),
     ]
     if s.samples:  # a preflight or an unmeasured run has no table, totals or host context
         ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)

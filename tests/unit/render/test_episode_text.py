@@ -126,3 +126,21 @@ def test_many_causes_are_grouped_and_the_rest_counted() -> None:
     assert rest is not None
     hidden = found[MAX_GROUPS:]
     assert (int(rest[1]), int(rest[2])) == (sum(len(g.episodes) for g in hidden), len(hidden))
+
+
+def test_the_terminal_report_indents_each_episode_line_under_its_text() -> None:
+    from rich.console import Console
+
+    from oversub.render.runreport import summary_renderable
+
+    console = Console(width=80, record=True, force_terminal=False)
+    console.print(summary_renderable(summary(BURSTY)))
+    out = console.export_text()
+    start = out.index("\nepisodes: ") + 1
+    block = out[start : out.index("  fix: Keep", start)]
+    rows = block.splitlines()
+    assert rows[0].startswith("episodes: 3 oversubscribed")
+    assert rows[1].startswith(" " * len("episodes: ")) and rows[1].strip()
+    busy = next(i for i, row in enumerate(rows) if row.startswith("  busy: "))
+    assert rows[busy + 1].startswith(" " * len("  busy: ")) and rows[busy + 1].strip()
+    assert all(len(row) <= 80 for row in out.splitlines())
