@@ -241,6 +241,12 @@ class Hook:
         the start of a child), and the managed variables set to it."""
         if self.threads is not None:
             return self.threads
+        with _lock:  # two threads importing two libraries at once decide it once
+            return self._decide()
+
+    def _decide(self) -> int:
+        if self.threads is not None:
+            return self.threads
         if self.role in ("worker", "helper"):
             self.budget = 1
         elif self.cap is not None:
