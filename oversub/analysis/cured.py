@@ -116,6 +116,8 @@ class Seen(NamedTuple):
     """Owner -> most busy threads in one interval where the tree was oversubscribed."""
     peak: Mapping[str, int]
     """Owner -> most busy threads in one interval."""
+    active: int = 0
+    """Most active threads of the process in one interval where the tree was oversubscribed."""
 
 
 class Watch:
@@ -136,7 +138,12 @@ class Watch:
                 if over:
                     busy[c.owner] = max(busy.get(c.owner, 0), c.busy)
             env = p.thread_env if p.thread_env is not None or before is None else before.thread_env
-            self.seen[key] = Seen(p.pid, p.ppid, p.name, p.cmdline, p.start_ticks, env, busy, peak)
+            active = before.active if before is not None else 0
+            if over:
+                active = max(active, p.active_threads)
+            self.seen[key] = Seen(
+                p.pid, p.ppid, p.name, p.cmdline, p.start_ticks, env, busy, peak, active
+            )
 
 
 _ABOUT_PROCESSES = ("not-reached", "variables-only")
@@ -233,15 +240,22 @@ def verdicts(
         else:
             add("variables-only", "", seen.pid, "not Python", name=_short(seen))
         planned = _planned(record, seen, fallback)
+        # A pool that counts its caller (an OpenMP team, OpenBLAS, ORT's intra-op pool) runs
+        # T - 1 threads of its own; the caller's thread may be attributed to the pool or not,
+        # so the stricter bound applies only when the whole process ran more than T at once.
+        over = seen.active > planned
         for owner, most in sorted(seen.peak.items()):
             runtime = RUNTIMES_BY_KEY.get(owner)
             if runtime is None or runtime.waits == "none" or most == 0:
                 continue
             busy = seen.busy.get(owner, 0)
-            if busy > planned:
+            allowed = planned - 1 if over and runtime.caller else planned
+            if busy > allowed:
                 kept = _kept_owner(record, owner, kept_vars)
+                beside = " beside the calling thread" if allowed < planned else ""
                 threads = (
-                    f"{busy} busy threads while the tree was oversubscribed, the plan {planned}"
+                    f"{_threads(busy)} busy{beside} while the tree was oversubscribed, "
+                    f"the plan {planned}"
                 )
                 if kept is not None:
                     add("kept", label(owner), seen.pid, f"{threads}: the program's {kept}")

@@ -111,6 +111,32 @@ def test_a_pool_above_the_plan_while_oversubscribed_escaped_unless_the_program_s
     ]
 
 
+def test_a_team_that_counts_its_caller_escapes_when_the_process_runs_above_its_plan() -> None:
+    # Hogwild's workers set torch to 2 threads in code: 1 libgomp thread and the caller busy
+    # in each, against a plan of 1. The same libgomp thread in a process that stays at 1
+    # active thread (the caller idle) is within the plan.
+    kept = parse_record(
+        b'{"pid": 21, "ppid": 1, "role": "rank", "threads": 1, "records": {"torch":'
+        b' {"knob": "torch.set_num_threads", "value": 2, "state": "kept"}}}'
+    )
+    assert kept is not None
+    over = Watch()
+    over.add(
+        make_interval(processes=(_busy(21, "libgomp", 1, active_threads=2),)),
+        Verdict.OVERSUBSCRIBED,
+    )
+    lines = verdicts([kept], over, fallback=1, kept_vars={})
+    [line] = [x for x in lines if x.runtime == "GNU OpenMP (libgomp)"]
+    assert line.state == "kept" and "torch.set_num_threads = 2" in line.detail, line
+    within = Watch()
+    within.add(
+        make_interval(processes=(_busy(21, "libgomp", 1, active_threads=1),)),
+        Verdict.OVERSUBSCRIBED,
+    )
+    lines = verdicts([kept], within, fallback=1, kept_vars={})
+    assert [x.state for x in lines if x.runtime == "GNU OpenMP (libgomp)"] == ["sized"]
+
+
 def test_why_a_python_was_not_reached() -> None:
     assert "-E" in why_unreached("python3 -E job.py")
     assert "-I" in why_unreached("/usr/bin/python3 -IS job.py")
