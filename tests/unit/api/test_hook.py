@@ -151,17 +151,32 @@ def test_a_users_variable_is_kept_and_the_program_call_recorded_as_kept(tmp_path
 
 
 def test_spawned_siblings_share_their_parents_budget(tmp_path: Path) -> None:
+    # Each child waits until both exist before its first library import, and stays until
+    # both have counted: the count is of the processes the parent runs at once.
+    (tmp_path / "child.py").write_text(
+        textwrap.dedent(
+            """
+            import os, sys, time
+            def wait(step):
+                open(f"{step}{sys.argv[1]}", "w").close()
+                while not all(os.path.exists(f"{step}{i}") for i in (0, 1)):
+                    time.sleep(0.01)
+            wait("started")
+            import torch
+            print(os.environ["OMP_NUM_THREADS"], flush=True)
+            wait("counted")
+            """
+        )
+    )
     done = run(
         tmp_path,
         """
-        import subprocess, sys, time
-        code = "import time, os; time.sleep(0.5); import torch; "
-        code += "print(os.environ['OMP_NUM_THREADS'])"
+        import subprocess, sys
         children = [
-            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-            for _ in range(2)
+            subprocess.Popen([sys.executable, "child.py", str(i)], stdout=subprocess.PIPE)
+            for i in range(2)
         ]
-        print(sorted(c.communicate()[0].strip() for c in children))
+        print(sorted(c.communicate()[0].decode().strip() for c in children))
         """,
         plan_text=plan(tmp_path, top=1),  # the job's parent is not `top`: it is a rank
     )
