@@ -47,10 +47,15 @@ def role(name: str, cmdline: str, parent_cmdline: str | None) -> str | None:
     parent's: "pytest-xdist worker", "loky worker", "spawn worker", "forkserver worker",
     "DataLoader worker", "forked worker" (a plain fork: the parent's command line), or None
     (not a worker oversub knows, or a pool's helper such as a resource tracker)."""
+    forked = bool(cmdline) and cmdline == parent_cmdline
+    if forked and "multiprocessing.forkserver" in cmdline:
+        return FORKSERVER  # forked by the forkserver, whose command line it keeps
+    if name == "pt_data_worker":  # torch names a DataLoader worker's main thread so
+        return DATALOADER
+    if forked:  # a plain fork keeps its parent's command line, whatever that says
+        return FORKED
     if cmdline.startswith(_XDIST_TITLE):
         return XDIST
-    if cmdline and cmdline == parent_cmdline and "multiprocessing.forkserver" in cmdline:
-        return FORKSERVER  # forked by the forkserver, whose command line it keeps
     if any(helper in cmdline for helper in _HELPERS):
         return None
     if _EXECNET_BOOT in cmdline:
@@ -60,10 +65,6 @@ def role(name: str, cmdline: str, parent_cmdline: str | None) -> str | None:
         return LOKY
     if "multiprocessing.spawn" in cmdline or "--multiprocessing-fork" in cmdline:
         return SPAWN
-    if name == "pt_data_worker":  # torch names a DataLoader worker's main thread so
-        return DATALOADER
-    if cmdline and cmdline == parent_cmdline:
-        return FORKED
     return None
 
 

@@ -391,6 +391,15 @@ def test_thresholds_set_the_rule() -> None:
         ),
         ("pt_data_worker", "python train.py", "python train.py", DATALOADER),
         ("python", "python train.py", "python train.py", FORKED),
+        ("python", EXECNET_BOOT, EXECNET_BOOT, FORKED),  # a fork of an xdist worker
+        (
+            "python",
+            "python -c from multiprocessing.spawn import spawn_main; spawn_main(1) "
+            "--multiprocessing-fork",
+            "python -c from multiprocessing.spawn import spawn_main; spawn_main(1) "
+            "--multiprocessing-fork",
+            FORKED,
+        ),
         ("python", "python tool.py", "python train.py", None),
         ("python", "", "", None),
     ],
