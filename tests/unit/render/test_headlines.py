@@ -26,11 +26,11 @@ RECORDINGS = Path(__file__).parent / "recordings"
 """Real runs recorded with `oversub check --fail-on oversubscribed --record` on the 2-vCPU
 machine of docs/development.md while other work loaded it (outside load 0.9-1.3 CPUs):
 `bursty-pool.ndjson`, `tests/support/bursty.py --workers 2 --inner 3 --seconds 16 --burst
-4:4 --burst 10:4` (its first version, whose inner processes were spawned); `sklearn-xdist.ndjson`, `pytest -n 2 --pyargs
-sklearn.ensemble.tests.test_bagging sklearn.ensemble.tests.test_iforest
-sklearn.inspection.tests.test_permutation_importance` (scikit-learn 1.9.1, docs/workloads.md);
-`steady-starved.ndjson`, the same pool without bursts (`--inner 0 --seconds 8`): starved by
-the other work."""
+4:4 --burst 10:4` (its first version, whose inner processes were spawned);
+`sklearn-xdist.ndjson`, `pytest -n 2 --pyargs sklearn.ensemble.tests.test_bagging
+sklearn.ensemble.tests.test_iforest sklearn.inspection.tests.test_permutation_importance`
+(scikit-learn 1.9.1, docs/workloads.md); `steady-starved.ndjson`, the same pool without
+bursts (`--inner 0 --seconds 8`): starved by the other work."""
 
 FIGURE = re.compile(r"([0-9]+\.[0-9]+) CPUs")
 
