@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from oversub.core.errors import ExitStatus
 from oversub.core.names import FailOn, Verdict
 from oversub.core.plural import count
-from oversub.core.results import CheckOutcome, Gate
+from oversub.core.results import CheckOutcome, Gate, Summary
 
 if TYPE_CHECKING:
     from oversub.core.origin import NodeIdentity
@@ -41,7 +41,7 @@ def _verdict_line(outcome: CheckOutcome, status: ExitStatus, gate: Gate, unwritt
         if status is ExitStatus.INTERRUPTED:
             return f"interrupted, not judged: {why}"
         return f"error: not judged: {why}"
-    judged = gate_phrase(s.verdict, gate)
+    judged = gate_phrase(s.verdict, gate, how=by_episodes(s))
     if status is ExitStatus.INTERRUPTED:
         return f"interrupted: {judged}"
     if unwritten and status is ExitStatus.UNOBSERVABLE:
@@ -50,12 +50,28 @@ def _verdict_line(outcome: CheckOutcome, status: ExitStatus, gate: Gate, unwritt
     return f"{word}: {judged}"
 
 
-def gate_phrase(verdict: Verdict, gate: Gate) -> str:
+def by_episodes(s: Summary) -> str:
+    """ " in 6 episodes (26.0 s, 26% of the time measured)" when the run's episodes made its
+    verdict (its leading finding is theirs: docs/rules.md, "Episodes"); "" otherwise."""
+    first = s.findings[0] if s.findings else None
+    if first is None or first.verdict is not s.verdict or "episodes" not in first.evidence:
+        return ""
+    total = next((t for t in s.episode_totals if t.verdict is s.verdict), None)
+    if total is None:
+        return ""
+    return (
+        f" in {count(total.episodes, 'episode')} ({total.seconds:.1f} s, "
+        f"{total.share:.0%} of the time measured)"
+    )
+
+
+def gate_phrase(verdict: Verdict, gate: Gate, *, how: str = "") -> str:
     """The verdict against the gate: "verdict starved (--fail-on oversubscribed)". Under
     `--fail-on costly` the verdict alone does not say why a run passes or fails, so the
     phrase adds the costly (critical) findings: "verdict oversubscribed, no costly finding
     (--fail-on costly)", "verdict oversubscribed, 1 costly finding: oversubscribed-pools
-    (--fail-on costly)"; a verdict ok without one needs no such words."""
+    (--fail-on costly)"; a verdict ok without one needs no such words. `how`: what made the
+    verdict, after it (`by_episodes`)."""
     why = ""
     if gate.fail_on is FailOn.COSTLY:
         rules = ", ".join(dict.fromkeys(str(f.rule) for f in gate.failing))
@@ -63,7 +79,7 @@ def gate_phrase(verdict: Verdict, gate: Gate) -> str:
             why = f", {count(len(gate.failing), 'costly finding')}: {rules}"
         elif verdict is not Verdict.OK:
             why = ", no costly finding"
-    return f"verdict {verdict.value}{why} (--fail-on {gate.fail_on.value})"
+    return f"verdict {verdict.value}{how}{why} (--fail-on {gate.fail_on.value})"
 
 
 def check_dict(

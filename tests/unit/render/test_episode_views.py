@@ -181,3 +181,32 @@ def test_hostile_names_in_episodes_are_escaped_everywhere() -> None:
         ReportFormat.HTML,
     )
     assert "<img" not in page and "&lt;img" in page
+
+
+def test_checks_closing_line_says_the_episodes_made_the_verdict() -> None:
+    from oversub.core.errors import ExitStatus
+    from oversub.core.results import CheckOutcome
+    from oversub.render.checkreport import closing_lines
+
+    s = summary(BURSTY)
+    outcome = CheckOutcome(s, command=("pytest",), command_status=0)
+    lines = closing_lines(outcome, ExitStatus.FOUND, gate(s, FailOn.OVERSUBSCRIBED))
+    assert lines[-1] == (
+        "oversub check: FAIL: verdict oversubscribed in 3 episodes (8.0 s, 17% of the time "
+        "measured) (--fail-on oversubscribed), exit 1"
+    )
+    lines = closing_lines(outcome, ExitStatus.OK, gate(s, FailOn.COSTLY))
+    assert lines[-1] == (
+        "oversub check: pass: verdict oversubscribed in 3 episodes (8.0 s, 17% of the time "
+        "measured), no costly finding (--fail-on costly), exit 0"
+    )
+    # A whole run's own verdict: no such words.
+    steady = summary("1" * 10)
+    assert (
+        "episodes"
+        not in closing_lines(
+            CheckOutcome(steady, command=("pytest",), command_status=0),
+            ExitStatus.FOUND,
+            gate(steady, FailOn.OVERSUBSCRIBED),
+        )[-1]
+    )
