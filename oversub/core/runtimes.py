@@ -182,6 +182,20 @@ RUNTIMES: tuple[Runtime, ...] = (
         pool="numba",
         measured="8 % slower",
     ),
+    Runtime(
+        # `oversub stress`'s own team (`run.stressload`): it names its threads, waits at its
+        # barrier as libgomp does, and is sized by OMP_NUM_THREADS when `--threads` is not
+        # given, so its finding, `recommend`'s exports and `oversub run` work on it as on an
+        # OpenMP team; no variable of its own reaches any other program's exports.
+        "stress",
+        "oversub stress team",
+        "spin",
+        ("OMP_NUM_THREADS",),
+        None,
+        names=("stress-team-",),
+        measured="1.7-2.4x slower, 3.0-3.9x with 4 processes",
+        caller=False,
+    ),
     Runtime("gloo", "gloo communication (torch.distributed)", "none", names=("gloo_", "pt_gloo")),
     Runtime("jemalloc", "jemalloc background", "none", names=("jemalloc_bg_thd",)),
     Runtime(

@@ -1,10 +1,23 @@
 """`oversub stress`: a reproducible oversubscribed workload to point oversub at.
 
-M worker processes each run T busy threads and K idle ones. A busy thread hashes a 1 MiB
-buffer in a loop: hashlib releases the GIL for inputs above 2047 bytes, so the T threads
-of one process really run in parallel, like the native thread pools (OpenMP, BLAS) that
-oversubscribe real jobs. M*T > N gives a known amount of oversubscription: the measured
-delay ratio follows 1 - N/(M*T) (docs/signals.md).
+M worker processes each run a team of T threads (or T independent busy threads, `hash`
+mode) and K idle ones. Every busy thread hashes with hashlib, which releases the GIL for
+inputs above 2047 bytes, so the T threads of one process really run in parallel, like the
+native thread pools (OpenMP, BLAS) that oversubscribe real jobs.
+
+`team` (the default) behaves like an OpenMP team, the pool that makes oversubscription
+costly: its threads work in lockstep rounds (each hashes its share of the round's
+`ROUND_BYTES`, then waits at a barrier for the others), and a thread that waits spins for
+`SPIN_CPU_S` of CPU time, as libgomp's does, before it blocks. Its threads are named
+`stress-team-I` (oversub's catalogue knows them: `core.runtimes`), its size is T = `--threads`,
+else `OMP_NUM_THREADS` (the first level), else every usable vCPU, as a default-sized OpenMP
+team's, and it prints its throughput, `rounds_per_s=...` on stdout, for `check --metric`
+and `tune --metric`. With M*T > N, the round of a team waits for threads that wait for a
+CPU that spinning threads hold: it costs multiples (docs/signals.md has the figures).
+
+`hash`: T independent threads that hash a 1 MiB buffer in a loop (the stress of oversub
+before its teams). M*T > N gives a known amount of oversubscription: the measured delay
+ratio follows 1 - N/(M*T), while the work done hardly changes (docs/signals.md).
 
 Workers are started with the "spawn" start method: forking a threaded parent is itself a
 hazard oversub reports, and the stress tool must not commit it. Besides the workers,
@@ -20,11 +33,13 @@ middle leaves a child that dies reading half of its instructions (an EOFError tr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal, NamedTuple, TextIO
 
 from oversub.core.errors import ExitStatus
 from oversub.core.plural import count
@@ -32,11 +47,29 @@ from oversub.run import stopsignals
 
 if TYPE_CHECKING:
     import threading
+    from multiprocessing.connection import Connection
     from multiprocessing.process import BaseProcess
 
+Mode = Literal["team", "hash"]
+MODES: tuple[Mode, ...] = ("team", "hash")
 
 _BUFFER_BYTES = 1 << 20
-"""Bytes hashed per call: large enough that the GIL is released for nearly all the time."""
+"""Bytes hashed per call in `hash` mode: large enough that the GIL is released for nearly
+all the time."""
+ROUND_BYTES = 1 << 20
+"""Bytes a team hashes per round, shared among its threads (about 1.4 ms of one CPU here)."""
+SPIN_CPU_S = 0.003
+"""CPU time a team thread spins at the barrier before it blocks: libgomp's default
+(GOMP_SPINCOUNT 300,000) burned 3.4 ms here (docs/signals.md)."""
+_SPIN_BYTES = 4096
+"""Bytes hashed per spin step: above hashlib's 2047-byte threshold, so a spinning thread
+burns CPU without holding the GIL (about 5 us a step)."""
+TEAM_NAME = "stress-team-"
+"""Names of the team's threads, `stress-team-0` ... (`runtimes.RUNTIMES`' `stress` row)."""
+TEAM_VARIABLE = "OMP_NUM_THREADS"
+"""The variable that sizes a team when `--threads` is not given, as it sizes OpenMP's."""
+_COMM_BYTES = 15
+"""A thread name's length at most (`/proc/PID/task/TID/comm`, TASK_COMM_LEN - 1)."""
 _PARENT_POLL_S = 0.1
 """How often a worker checks that its parent is still there and the deadline not reached."""
 _STOP_GRACE_S = 2.0
@@ -51,6 +84,111 @@ MAX_TOTAL_THREADS = 16384
 """Busy and idle threads of all workers together: far beyond any useful oversubscription,
 far below what makes a machine unusable. (The CLI reads these bounds at start-up: this
 module imports threading, hashlib and multiprocessing only when it runs.)"""
+DEFAULT_SECONDS = 60.0
+"""How long a run lasts unless told: time to copy the root pid into `oversub watch`."""
+
+
+FLAG = "--threads"
+
+
+class TeamSize(NamedTuple):
+    """The size of each worker's team (or busy threads) and where it came from."""
+
+    threads: int
+    source: str
+    """FLAG, "OMP_NUM_THREADS=1" or "all 2 usable vCPUs"."""
+    note: str | None = None
+    """A line for stderr when a variable was set but could not be used."""
+
+
+def team_size(flag: int | None, env: Mapping[str, str], vcpus: int, mode: Mode) -> TeamSize:
+    """T: `--threads` when given; in `team` mode, else the first level of OMP_NUM_THREADS
+    when it is a whole number from 1 to MAX_THREADS (otherwise it is ignored with a note,
+    as libgomp ignores a value it cannot use); else `vcpus`, the usable vCPUs (at most
+    MAX_THREADS)."""
+    if flag is not None:
+        return TeamSize(flag, FLAG)
+    default = TeamSize(vcpus, f"all {count(vcpus, 'usable vCPU')}")
+    if vcpus > MAX_THREADS:
+        default = TeamSize(MAX_THREADS, f"{MAX_THREADS:,} of the {vcpus:,} usable vCPUs")
+    raw = env.get(TEAM_VARIABLE, "").strip() if mode == "team" else ""
+    if not raw:
+        return default
+    first = raw.split(",")[0].strip()
+    if first.isascii() and first.isdigit() and 1 <= int(first) <= MAX_THREADS:
+        return TeamSize(int(first), f"{TEAM_VARIABLE}={int(first)}")
+    shown = ascii(raw[:40] + ("..." if len(raw) > 40 else ""))
+    return default._replace(
+        note=(
+            f"oversub stress: ignoring {TEAM_VARIABLE}={shown} (not a whole number from 1 to "
+            f"{MAX_THREADS}), as libgomp ignores a value it cannot use"
+        )
+    )
+
+
+def _name_thread(name: str) -> None:
+    """Give the calling thread the name `name` in /proc (best effort: without /proc it
+    keeps the process's)."""
+    import threading
+
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+            comm.write(name[:_COMM_BYTES])
+    except OSError:
+        pass
+
+
+class _Team:
+    """One worker's team: `size` threads that meet at a barrier after every round."""
+
+    def __init__(self, size: int, stop: threading.Event) -> None:
+        import threading
+
+        self.size = size
+        self.stop = stop
+        self.cond = threading.Condition()
+        self.arrived = 0
+        self.generation = 0
+        self.rounds = 0
+
+    def arrive(self, spin: bytes) -> None:
+        """Wait at the barrier until every thread of the team has arrived: spin (hashing
+        `spin`, GIL released) for SPIN_CPU_S of this thread's CPU time, then block."""
+        import hashlib
+
+        with self.cond:
+            generation = self.generation
+            self.arrived += 1
+            if self.arrived == self.size:
+                self.arrived = 0
+                self.generation += 1
+                self.rounds += 1
+                self.cond.notify_all()
+                return
+        digest = hashlib.sha256()
+        start = time.thread_time()
+        while self.generation == generation and time.thread_time() - start < SPIN_CPU_S:
+            digest.update(spin)
+        with self.cond:
+            while self.generation == generation and not self.stop.is_set():
+                self.cond.wait(_PARENT_POLL_S)
+
+    def end(self) -> None:
+        """Set `stop` and wake every blocked member."""
+        with self.cond:
+            self.stop.set()
+            self.cond.notify_all()
+
+
+def _member(team: _Team, index: int, share: bytes, spin: bytes) -> None:
+    """One team thread: hash its share of a round, meet the others, until the team stops."""
+    import hashlib
+
+    _name_thread(f"{TEAM_NAME}{index}")
+    digest = hashlib.sha256()
+    while not team.stop.is_set():
+        digest.update(share)
+        team.arrive(spin)
 
 
 def _busy(stop: threading.Event, buffer: bytes) -> None:
@@ -62,12 +200,21 @@ def _busy(stop: threading.Event, buffer: bytes) -> None:
         digest.update(buffer)
 
 
-def stress_worker(threads: int, idle: int, deadline: float, parent: int) -> None:
+def stress_worker(
+    threads: int,
+    idle: int,
+    deadline: float,
+    parent: int,
+    mode: Mode = "hash",
+    report: Connection | None = None,
+) -> None:
     """Body of one worker process (module level: spawn imports it by name).
 
-    Runs `threads` busy and `idle` idle threads until the monotonic clock reaches
-    `deadline` (CLOCK_MONOTONIC is system-wide, so the root's deadline holds here) or the
-    parent `parent` is gone (the worker is then re-parented and getppid() changes).
+    Runs `threads` busy threads (a team, or independent ones: `mode`) and `idle` idle
+    threads until the monotonic clock reaches `deadline` (CLOCK_MONOTONIC is system-wide,
+    so the root's deadline holds here) or the parent `parent` is gone (the worker is then
+    re-parented and getppid() changes). A team sends (rounds, seconds) on `report` when it
+    ends at its deadline.
     """
     import threading
 
@@ -76,24 +223,44 @@ def stress_worker(threads: int, idle: int, deadline: float, parent: int) -> None
     # it with the stop signals blocked: SIGTERM and SIGHUP end it from now on.
     stopsignals.unblock_in_child(ignore=(signal.SIGINT,))
     stop = threading.Event()
-    buffer = bytes(_BUFFER_BYTES)
-    pool = [
-        threading.Thread(target=_busy, args=(stop, buffer), name=f"busy-{i}", daemon=True)
-        for i in range(threads)
-    ]
+    team = _Team(threads, stop) if mode == "team" and threads else None
+    if team is not None:
+        share = bytes(max(_SPIN_BYTES, ROUND_BYTES // threads))
+        spin = bytes(_SPIN_BYTES)
+        pool = [
+            threading.Thread(
+                target=_member, args=(team, i, share, spin), name=f"{TEAM_NAME}{i}", daemon=True
+            )
+            for i in range(threads)
+        ]
+    else:
+        buffer = bytes(_BUFFER_BYTES)
+        pool = [
+            threading.Thread(target=_busy, args=(stop, buffer), name=f"busy-{i}", daemon=True)
+            for i in range(threads)
+        ]
     pool += [threading.Thread(target=stop.wait, name=f"idle-{i}", daemon=True) for i in range(idle)]
+    start = time.monotonic()
     for thread in pool:
         thread.start()
     try:
         while time.monotonic() < deadline and os.getppid() == parent:
             stop.wait(min(_PARENT_POLL_S, max(0.0, deadline - time.monotonic())))
     finally:
+        elapsed = time.monotonic() - start
+        if team is not None:
+            team.end()
         stop.set()
         for thread in pool:
             thread.join()
+    if team is not None and report is not None and os.getppid() == parent:
+        with contextlib.suppress(OSError):  # the root died since: nobody reads it
+            report.send((team.rounds, elapsed))
 
 
-def _validate(procs: int, threads: int, idle: int, seconds: float) -> None:
+def _validate(procs: int, threads: int, idle: int, seconds: float, mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not 1 <= procs <= MAX_PROCS:
         raise ValueError(f"procs must be 1 to {MAX_PROCS}, got {procs}")
     if not 0 <= threads <= MAX_THREADS:
@@ -121,29 +288,68 @@ def _stop_workers(workers: list[BaseProcess]) -> None:
             worker.join()
 
 
+def banner(procs: int, size: TeamSize, idle: int, seconds: float, mode: Mode, pid: int) -> str:
+    """The first line on stderr: the root pid, the shape, and for a team what sized it."""
+    if mode == "hash":
+        shape = f"{count(procs, 'process')} x {count(size.threads, 'busy thread')}"
+        return f"oversub stress: root pid {pid} ({shape}, {idle} idle, {seconds:g} s)"
+    shape = f"{count(procs, 'process')} x a team of {count(size.threads, 'thread')}"
+    return (
+        f"oversub stress: root pid {pid} ({shape} ({size.source}), {idle} idle, "
+        f"{seconds:g} s); Ctrl-C stops it"
+    )
+
+
+def throughput_line(results: list[tuple[int, float]], procs: int, threads: int) -> str:
+    """The team's figure for `--metric`: the workers' rounds per second, summed."""
+    rate = sum(rounds / seconds for rounds, seconds in results if seconds > 0)
+    rounds = sum(r for r, _ in results)
+    longest = max((s for _, s in results), default=0.0)
+    return (
+        f"oversub stress: rounds_per_s={rate:.1f} ({rounds:,} rounds of "
+        f"{ROUND_BYTES >> 20} MiB by {count(procs, 'process')} x "
+        f"{count(threads, 'team thread')} in {longest:.1f} s)"
+    )
+
+
+def _collect(readers: list[Connection]) -> list[tuple[int, float]] | None:
+    """Each worker's (rounds, seconds), or None when one sent nothing."""
+    results = []
+    for reader in readers:
+        try:
+            if not reader.poll(0):
+                return None
+            rounds, seconds = reader.recv()
+        except (OSError, EOFError, ValueError, TypeError):
+            return None
+        results.append((int(rounds), float(seconds)))
+    return results
+
+
 def run_stress(
     procs: int,
     threads: int,
     idle: int = 0,
-    seconds: float = 10.0,
+    seconds: float = DEFAULT_SECONDS,
     *,
+    mode: Mode = "hash",
+    size: TeamSize | None = None,
     stderr: TextIO | None = None,
+    stdout: TextIO | None = None,
 ) -> ExitStatus:
-    """Run `procs` worker processes x `threads` busy threads (+ `idle` idle) for `seconds`.
+    """Run `procs` worker processes x `threads` busy threads (+ `idle` idle) for `seconds`,
+    as teams or independent hashing threads (`mode`); `size` says what sized them (the
+    banner's words; default: "--threads").
 
-    Returns the exit status: 0 when every worker finished, 3 when one failed (the
-    message is on `stderr`), 130 (ExitStatus.INTERRUPTED) when the root was sent SIGINT,
-    SIGTERM or SIGHUP. In every case the workers are stopped and reaped before this returns.
+    Returns the exit status: 0 when every worker finished (a team's throughput then on
+    `stdout`), 3 when one failed (the message is on `stderr`), 130
+    (ExitStatus.INTERRUPTED) when the root was sent SIGINT, SIGTERM or SIGHUP. In every case
+    the workers are stopped and reaped before this returns.
     """
-    _validate(procs, threads, idle, seconds)
+    _validate(procs, threads, idle, seconds, mode)
     out = stderr if stderr is not None else sys.stderr
-    print(
-        f"oversub stress: root pid {os.getpid()} ({count(procs, 'process')} x "
-        f"{count(threads, 'busy thread')},"
-        f" {idle} idle, {seconds:g} s)",
-        file=out,
-        flush=True,
-    )
+    shown = size if size is not None else TeamSize(threads, FLAG)
+    print(banner(procs, shown, idle, seconds, mode, os.getpid()), file=out, flush=True)
     # Imported here: multiprocessing costs start-up time every other command does not need.
     import multiprocessing
     from multiprocessing import resource_tracker
@@ -152,21 +358,31 @@ def run_stress(
     # finally clause), which would reopen the window `blocked()` closes below.
     resource_tracker.ensure_running()
 
+    if mode == "team" and shown.source == FLAG:
+        # The flag wins over an inherited OMP_NUM_THREADS, and the workers' environment says
+        # so, as a launcher's export does: what oversub reads there is what sized the team.
+        os.environ[TEAM_VARIABLE] = str(threads)
     context = multiprocessing.get_context("spawn")
     deadline = time.monotonic() + seconds
+    team = mode == "team" and threads > 0
     workers: list[BaseProcess] = []
+    readers: list[Connection] = []
     with stopsignals.interrupt():
         try:
             for i in range(procs):
+                reader, writer = context.Pipe(duplex=False) if team else (None, None)
                 # Atomic for stop signals: the new worker reads its instructions whole.
                 with stopsignals.blocked():
                     started = context.Process(
                         target=stress_worker,
-                        args=(threads, idle, deadline, os.getpid()),
+                        args=(threads, idle, deadline, os.getpid(), mode, writer),
                         name=f"oversub-stress-{i}",
                     )
                     started.start()
                     workers.append(started)
+                if reader is not None and writer is not None:
+                    writer.close()
+                    readers.append(reader)
             for worker in workers:
                 worker.join(max(0.0, deadline - time.monotonic()) + _LATE_S)
         except KeyboardInterrupt:
@@ -180,4 +396,13 @@ def run_stress(
             f"oversub stress: worker pid {failure.pid} exited with status {failure.exitcode}",
             file=out,
         )
-    return ExitStatus.UNOBSERVABLE if failed else ExitStatus.OK
+    if failed:
+        return ExitStatus.UNOBSERVABLE
+    if team:
+        results = _collect(readers)
+        if results is None:
+            print("oversub stress: a worker did not report its rounds", file=out)
+            return ExitStatus.UNOBSERVABLE
+        line = throughput_line(results, procs, threads)
+        print(line, file=stdout if stdout is not None else sys.stdout, flush=True)
+    return ExitStatus.OK

@@ -205,9 +205,10 @@ LAUNCHER_VARS = (
 
 
 def stress(procs: int, threads: int, seconds: float) -> list[str]:
-    """`oversub stress` with M processes x T busy threads for S seconds."""
+    """`oversub stress --mode hash` with M processes x T busy threads for S seconds: independent
+    threads, busy all the time (a team waits at its barrier: tests/system/test_stress.py)."""
     sizes = ["--procs", str(procs), "--threads", str(threads), "--seconds", str(seconds)]
-    return [*OVERSUB, "stress", *sizes]
+    return [*OVERSUB, "stress", *sizes, "--mode", "hash"]
 
 
 def run_cli(argv: list[str], capsys: Any) -> tuple[int, str, str]:

@@ -31,7 +31,8 @@ def _start(spawn: Spawner, joins: list[str], procs: int, threads: int) -> subpro
     """`oversub stress` whose shell joins the cgroup before exec, so the whole tree is in it."""
     join = " && ".join(f"echo $$ > {path}" for path in joins)
     script = (
-        f'{join} && exec "$0" -m oversub stress --procs {procs} --threads {threads} --seconds 90'
+        f'{join} && exec "$0" -m oversub stress --procs {procs} --threads {threads} --seconds 90 '
+        "--mode hash"
     )
     return spawn(
         ["sh", "-c", script, sys.executable], stderr=subprocess.DEVNULL, start_new_session=True
@@ -129,7 +130,7 @@ def test_cgroup_and_all_agree_on_one_cgroup_under_outside_load(spawn: Spawner) -
         busy = mount.root.rstrip("/") + directory[len(mount.mount_point) :]
         job = _start(spawn, [os.path.join(directory, "cgroup.procs")], 2, 2)
         outside = spawn(
-            [*OVERSUB, "stress", "--procs", "1", "--threads", "1", "--seconds", "120"],
+            [*OVERSUB, "stress", "-M", "1", "-T", "1", "-S", "120", "--mode", "hash"],
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )

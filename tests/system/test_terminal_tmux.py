@@ -121,6 +121,8 @@ def stress(procs: int, threads: int, seconds: float) -> str:
             str(threads),
             "--seconds",
             str(seconds),
+            "--mode",
+            "hash",
         ]
     )
 

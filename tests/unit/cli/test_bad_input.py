@@ -302,7 +302,7 @@ def command_argv(draw: st.DrawFn, name: str) -> list[str]:
 
     Values always follow their option, so no value can become watch's PID or check's CMD.
     """
-    # stress runs 10 s without --seconds: a short one comes first (a drawn one wins);
+    # stress runs 60 s without --seconds: a short one comes first (a drawn one wins);
     # tune: a first trial of at most 0.05 s (a drawn --budget is bounded alike); doctor:
     # each child at most 0.05 s (where the interpreter has runtimes to start).
     first = {

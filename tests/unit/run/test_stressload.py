@@ -1,0 +1,147 @@
+"""`oversub stress`'s team: what sizes it, what it prints, and that oversub names it.
+
+The team's threads are named `stress-team-I` and the catalogue has a row for them, so a
+stress run oversubscribed by its teams is an `oversubscribed-pools` finding (critical: the
+team spins at its barrier, as OpenMP's does) whose fix is the variable that sizes it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from oversub.analysis.verdict import assess
+from oversub.core.names import Severity, Verdict
+from oversub.core.results import OwnerCount, ProcessRates
+from oversub.core.runtimes import RUNTIMES_BY_KEY, owner_of_name
+from oversub.core.thresholds import Thresholds
+from oversub.render.phrases import SIZING_VARS
+from oversub.run.stressload import (
+    MAX_THREADS,
+    TEAM_NAME,
+    TEAM_VARIABLE,
+    TeamSize,
+    banner,
+    team_size,
+    throughput_line,
+)
+from tests.support.builders import make_interval, make_process_rates, make_totals
+from tests.support.harness import run_cli
+
+
+def test_the_flag_wins_then_omp_num_threads_then_every_usable_vcpu() -> None:
+    env = {TEAM_VARIABLE: "3"}
+    assert team_size(5, env, 2, "team") == TeamSize(5, "--threads")
+    assert team_size(None, env, 2, "team") == TeamSize(3, "OMP_NUM_THREADS=3")
+    assert team_size(None, {}, 7, "team") == TeamSize(7, "all 7 usable vCPUs")
+    assert team_size(None, {}, 1, "team") == TeamSize(1, "all 1 usable vCPU")
+    # A nested list sizes the outer team with its first level, as in OpenMP.
+    assert team_size(None, {TEAM_VARIABLE: " 2,1 "}, 8, "team").threads == 2
+    # Independent hashing threads are no OpenMP team: the variable does not reach them.
+    assert team_size(None, env, 2, "hash") == TeamSize(2, "all 2 usable vCPUs")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "1.5", "", "  ", str(MAX_THREADS + 1), "٣"])
+def test_a_value_it_cannot_use_is_ignored_with_a_note_like_libgomp(value: str) -> None:
+    size = team_size(None, {TEAM_VARIABLE: value}, 4, "team")
+    assert size.threads == 4 and size.source == "all 4 usable vCPUs"
+    if value.strip():
+        assert size.note is not None and "ignoring OMP_NUM_THREADS=" in size.note
+    else:
+        assert size.note is None  # empty is unset
+
+
+def test_a_hostile_value_is_shown_escaped_and_short() -> None:
+    size = team_size(None, {TEAM_VARIABLE: "\x1b[2J" + "x" * 500}, 2, "team")
+    assert size.note is not None
+    assert "\x1b" not in size.note and len(size.note) < 200, size.note
+
+
+def test_the_banner_says_what_sized_the_team_and_how_to_stop() -> None:
+    line = banner(4, TeamSize(2, "all 2 usable vCPUs"), 0, 60.0, "team", 99)
+    assert line == (
+        "oversub stress: root pid 99 (4 processes x a team of 2 threads (all 2 usable vCPUs), "
+        "0 idle, 60 s); Ctrl-C stops it"
+    )
+    # hash keeps the banner tools and tests parse
+    assert banner(1, TeamSize(1, "--threads"), 2, 0.5, "hash", 7) == (
+        "oversub stress: root pid 7 (1 process x 1 busy thread, 2 idle, 0.5 s)"
+    )
+
+
+def test_the_throughput_is_one_token_for_metric() -> None:
+    line = throughput_line([(1000, 10.0), (500, 5.0)], 2, 1)
+    tokens = line.split()
+    assert "rounds_per_s=200.0" in tokens, line
+    assert "1,500 rounds" in line and "2 processes x 1 team thread" in line
+
+
+def test_team_thread_names_fit_comm_and_name_the_stress_team() -> None:
+    for i in (0, 9, 999, 1023):
+        name = f"{TEAM_NAME}{i}"[:15]
+        assert owner_of_name(name) == "stress", name
+    row = RUNTIMES_BY_KEY["stress"]
+    assert row.waits == "spin" and row.variables == (TEAM_VARIABLE,) and not row.caller
+    # oversub's own workload adds no variable to what recommend or run export for real jobs.
+    assert set(row.variables) <= set(SIZING_VARS)
+    assert owner_of_name("stress-test") is None
+
+
+def _worker(pid: int, team: int) -> ProcessRates:
+    counts = (
+        OwnerCount("stress", team, team, team, float(team), 0.0),
+        OwnerCount("python", 1, 0, 1, 0.0, 0.0),
+    )
+    return make_process_rates(
+        pid=pid,
+        threads=team + 1,
+        active_threads=team,
+        demand=float(team),
+        cpu_percent=100.0,
+        pools=(),
+        thread_env={},
+        owner_counts=counts,
+        owners={},
+    )
+
+
+def test_an_oversubscribed_team_is_a_costly_finding_whose_fix_is_its_variable() -> None:
+    procs = (_worker(11, 2), _worker(12, 2))
+    root = make_process_rates(pid=10, ppid=1, threads=1, active_threads=0, demand=0.01)
+    iv = make_interval(
+        vcpus=2,
+        processes=(*procs, root),
+        totals=make_totals(
+            processes=2,
+            demand=4.0,
+            active_threads=4,
+            busy_processes=2,
+            cpu_percent=200.0,
+            run_delay_ratio=0.5,
+        ),
+    )
+    over = [f for f in assess(iv, Thresholds()).findings if f.verdict is Verdict.OVERSUBSCRIBED]
+    assert len(over) == 1, over
+    finding = over[0]
+    assert finding.rule == "oversubscribed-pools" and finding.severity is Severity.CRITICAL
+    assert "oversub stress team" in finding.message and "spin" in finding.message
+    assert "set OMP_NUM_THREADS=1 before the process starts" in finding.fix, finding.fix
+    for wrong in ("dask", "ThreadPoolExecutor", "joblib", "threadpoolctl"):
+        assert wrong not in finding.fix, finding.fix
+
+
+def test_a_machine_beyond_the_bound_gets_the_largest_team_stress_starts() -> None:
+    size = team_size(None, {}, MAX_THREADS + 976, "team")
+    assert size.threads == MAX_THREADS
+    assert size.source == f"{MAX_THREADS:,} of the {MAX_THREADS + 976:,} usable vCPUs"
+
+
+def test_a_team_too_large_in_all_says_what_sized_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(TEAM_VARIABLE, "100")
+    code, out, err = run_cli(["stress", "--procs", "256"], capsys)
+    assert code == 2 and out == "", err
+    assert err.strip() == (
+        "oversub: error: 256 processes x 100 threads is more than the 16,384 threads stress "
+        "starts in all (T = 100: OMP_NUM_THREADS=100; give --threads)"
+    )
