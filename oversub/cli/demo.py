@@ -1,13 +1,10 @@
 """`make demo`: oversub on this machine, from budget to a red and then a green CI gate.
 
 Every number is computed from this machine's budget N: the oversubscribed run gives each of
-M processes N busy threads (what a native pool sized by default does), the fixed run gives
-each the recommended floor(N/M). Each step runs the real CLI, so what you see is what a
-user gets.
-
-The gate is `--fail-on oversubscribed` (any oversubscription): the stress threads are the
-application's own (they hash, no native pool spins), a warning that the default
-`--fail-on costly` passes; the closing line says what the default makes of the red run.
+M processes `oversub stress`'s team of N threads (sized by default, as an OpenMP team is;
+its waiting threads spin), the fixed run sets the variable the finding names,
+OMP_NUM_THREADS, to the recommended floor(N/M). Each step runs the real CLI under the
+default gate, `--fail-on costly`, so what you see is what a user gets.
 """
 
 from __future__ import annotations
@@ -23,15 +20,19 @@ from pathlib import Path
 from oversub.analysis.plans import threads_for
 from oversub.core.plural import count
 from oversub.probe.budget import read_budget
+from oversub.run.stressload import TEAM_VARIABLE
 
 SECONDS = 6.0
 """Length of each stress run: warm-up (1 s) plus several 0.5 s intervals."""
 
 
-def _run(args: list[str]) -> int:
-    shown = "oversub " + " ".join(shlex.quote(a) for a in args)
+def _run(args: list[str], env: dict[str, str] | None = None) -> int:
+    """Run `oversub ARGS` with the variables `env` added, shown as the user would type it."""
+    given = env or {}
+    prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in given.items())
+    shown = prefix + "oversub " + " ".join(shlex.quote(a) for a in args)
     print(f"\n\033[1m$ {shown}\033[0m" if sys.stdout.isatty() else f"\n$ {shown}", flush=True)
-    return subprocess.call([sys.executable, "-m", "oversub", *args])
+    return subprocess.call([sys.executable, "-m", "oversub", *args], env={**os.environ, **given})
 
 
 def plans_line(counts: list[int], n: int) -> str:
@@ -57,10 +58,12 @@ def plans_line(counts: list[int], n: int) -> str:
     return f"\nthreads per process for M processes on N = {n}: " + "; ".join(parts) + "."
 
 
-def _gate(args: list[str], report: Path) -> tuple[int, str | None, list[str]]:
+def _gate(
+    args: list[str], report: Path, env: dict[str, str] | None = None
+) -> tuple[int, str | None, list[str]]:
     """Run `check` with a JSON report; (exit status, verdict or None when not judged, the
     rules of its critical findings)."""
-    code = _run([*args[:1], "--json", str(report), *args[1:]])
+    code = _run([*args[:1], "--json", str(report), *args[1:]], env)
     try:
         doc = json.loads(report.read_text("utf-8"))
         verdict = doc.get("verdict")
@@ -71,27 +74,27 @@ def _gate(args: list[str], report: Path) -> tuple[int, str | None, list[str]]:
 
 
 def costly_words(critical: list[str]) -> str:
-    """What the default gate, `--fail-on costly`, makes of a judged run's findings."""
+    """The critical findings that failed the default gate, `--fail-on costly`."""
     if not critical:
-        return "no costly (critical) finding, so the default --fail-on costly passes it"
+        return "no costly (critical) finding"
     rules = ", ".join(dict.fromkeys(critical))
-    return f"{count(len(critical), 'costly finding')} ({rules}): --fail-on costly fails it too"
+    return f"{count(len(critical), 'costly finding')} ({rules})"
 
 
 def outcome_line(
     name: str, code: int, verdict: str | None, critical: list[str] | None = None
 ) -> str:
     """What a run showed, in words that match the report above it; with `critical` (the
-    rules of its critical findings), also what the default gate makes of it."""
+    rules of its critical findings), also which ones failed the gate."""
     if verdict is None:
         return f"{name} run exit {code}: not judged (see the report above)"
     if code == 1:
         line = f"{name} run exit {code}: the gate failed, verdict {verdict}"
-        return line if critical is None else f"{line}; {costly_words(critical)}"
+        return line if critical is None else f"{line}, {costly_words(critical)}"
     if code == 0 and verdict == "ok":
         return f"{name} run exit {code}: the gate passed, verdict ok (healthy)"
     if code == 0:
-        # Starved or at-risk pass the demo's --fail-on oversubscribed: say why, or the words
+        # Starved or at-risk pass the default gate (costly): say why, or the words
         # "healthy" would sit under a STARVED banner on a busy machine.
         return (
             f"{name} run exit {code}: the gate passed, but the verdict is {verdict}: other "
@@ -132,11 +135,15 @@ def next_step(prefix: str, base_prefix: str, path: str, cwd: Path, shell: str) -
 def main() -> int:
     n = read_budget().vcpus
     procs = min(2, n)
-    # A pool sized by default takes all N CPUs; with N = 1 use 2 so that it still oversubscribes.
+    # A team sized by default takes all N CPUs; with N = 1 use 2 so that it still oversubscribes.
     bad_threads = max(2, n)
     good_threads = threads_for(n, procs)
     stress = ["stress", "--procs", str(procs), "--seconds", str(SECONDS)]
-    gate = ["check", "--fail-on", "oversubscribed", "--interval", "0.5", "--warmup", "1", "--"]
+    bad = stress if n >= 2 else [*stress, "--threads", str(bad_threads)]
+    gate = ["check", "--interval", "0.5", "--warmup", "1", "--"]
+    # The job's own environment decides both runs: a variable the user exported earlier
+    # would size the red run's teams too.
+    os.environ.pop(TEAM_VARIABLE, None)
 
     print(f"oversub demo: this machine's budget is N = {count(n, 'vCPU')}.")
     _run(["cpus"])
@@ -144,22 +151,23 @@ def main() -> int:
     _run(["recommend", "--procs", str(procs)])
 
     print(
-        f"\n1) {count(procs, 'process')} x {count(bad_threads, 'busy thread')} on "
-        f"{count(n, 'vCPU')}: expect a red gate at --fail-on oversubscribed (any "
-        "oversubscription)."
+        f"\n1) {count(procs, 'process')} x a team of {count(bad_threads, 'thread')} on "
+        f"{count(n, 'vCPU')} (its waiting threads spin, as an OpenMP team's): expect a red "
+        "gate, a costly finding whose fix names the variable that sizes the team."
     )
     with tempfile.TemporaryDirectory(prefix="oversub-demo-") as tmp:
         red, red_verdict, red_critical = _gate(
-            [*gate, sys.executable, "-m", "oversub", *stress, "--threads", str(bad_threads)],
-            Path(tmp, "red.json"),
+            [*gate, sys.executable, "-m", "oversub", *bad], Path(tmp, "red.json")
         )
         print(
-            f"\n2) the recommended {count(good_threads, 'thread')} per process: expect a green "
-            "gate (exit 0; on a busy machine the verdict may still be starved)."
+            f"\n2) the fix: {TEAM_VARIABLE}={good_threads}, the recommended "
+            f"{count(good_threads, 'thread')} per process: expect a green gate (exit 0; on a "
+            "busy machine the verdict may still be starved)."
         )
         green, green_verdict, _ = _gate(
-            [*gate, sys.executable, "-m", "oversub", *stress, "--threads", str(good_threads)],
+            [*gate, sys.executable, "-m", "oversub", *stress],
             Path(tmp, "green.json"),
+            {TEAM_VARIABLE: str(good_threads)},
         )
 
     print(

@@ -31,13 +31,15 @@ def test_the_plans_are_one_line_from_the_real_cli() -> None:
     assert f"M = {n + 1}: over budget even at 1 thread, run at most {n}." in line
 
 
-def test_the_red_line_says_what_the_default_gate_makes_of_it() -> None:
-    # Issue 21 item 3: the demo gates at --fail-on oversubscribed; the default, costly,
-    # passes the stress workload (a warning): the closing words must say which applies.
-    line = outcome_line("red", 1, "oversubscribed", [])
-    assert line.endswith("no costly (critical) finding, so the default --fail-on costly passes it")
+def test_the_red_line_names_the_costly_findings_that_failed_the_gate() -> None:
+    # Issue 39: the demo gates at the default, --fail-on costly; its red run is stress's
+    # spinning team, a critical finding, and the closing words name its rule.
     line = outcome_line("red", 1, "oversubscribed", ["oversubscribed-pools"])
-    assert line.endswith("1 costly finding (oversubscribed-pools): --fail-on costly fails it too")
+    assert line == (
+        "red run exit 1: the gate failed, verdict oversubscribed, "
+        "1 costly finding (oversubscribed-pools)"
+    )
+    assert outcome_line("red", 1, "oversubscribed", []).endswith("no costly (critical) finding")
 
 
 def test_the_demo_ends_with_the_next_step_for_this_shell(tmp_path: Path) -> None:
