@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal, NamedTuple, TextIO
 
 from oversub.core.errors import ExitStatus
-from oversub.core.plural import count
+from oversub.core.plural import count, noun
 from oversub.run import stopsignals
 
 if TYPE_CHECKING:
@@ -200,6 +200,15 @@ def _busy(stop: threading.Event, buffer: bytes) -> None:
         digest.update(buffer)
 
 
+def own_size(threads: int, cap: int, env: Mapping[str, str]) -> int:
+    """A worker's team size: its own OMP_NUM_THREADS, read as it starts (as a real runtime
+    reads it: a start-up hook such as `oversub run`'s may have set it for this process), else
+    `threads`, the root's; at most `cap` (the root's share of MAX_TOTAL_THREADS)."""
+    if threads == 0:
+        return 0  # `--threads 0`: no team (nothing was exported)
+    return min(team_size(None, env, threads, "team").threads, cap)
+
+
 def stress_worker(
     threads: int,
     idle: int,
@@ -207,14 +216,15 @@ def stress_worker(
     parent: int,
     mode: Mode = "hash",
     report: Connection | None = None,
+    cap: int = MAX_THREADS,
 ) -> None:
     """Body of one worker process (module level: spawn imports it by name).
 
-    Runs `threads` busy threads (a team, or independent ones: `mode`) and `idle` idle
-    threads until the monotonic clock reaches `deadline` (CLOCK_MONOTONIC is system-wide,
-    so the root's deadline holds here) or the parent `parent` is gone (the worker is then
-    re-parented and getppid() changes). A team sends (rounds, seconds) on `report` when it
-    ends at its deadline.
+    Runs `threads` busy threads (a team sized by `own_size`, or independent ones: `mode`)
+    and `idle` idle threads until the monotonic clock reaches `deadline` (CLOCK_MONOTONIC is
+    system-wide, so the root's deadline holds here) or the parent `parent` is gone (the
+    worker is then re-parented and getppid() changes). A team sends (rounds, seconds, its
+    size) on `report` when it ends.
     """
     import threading
 
@@ -223,6 +233,8 @@ def stress_worker(
     # it with the stop signals blocked: SIGTERM and SIGHUP end it from now on.
     stopsignals.unblock_in_child(ignore=(signal.SIGINT,))
     stop = threading.Event()
+    if mode == "team":
+        threads = own_size(threads, cap, os.environ)
     team = _Team(threads, stop) if mode == "team" and threads else None
     if team is not None:
         share = bytes(max(_SPIN_BYTES, ROUND_BYTES // threads))
@@ -253,9 +265,9 @@ def stress_worker(
         stop.set()
         for thread in pool:
             thread.join()
-    if team is not None and report is not None and os.getppid() == parent:
+    if report is not None and os.getppid() == parent:
         with contextlib.suppress(OSError):  # the root died since: nobody reads it
-            report.send((team.rounds, elapsed))
+            report.send((team.rounds if team is not None else 0, elapsed, threads))
 
 
 def _validate(procs: int, threads: int, idle: int, seconds: float, mode: str) -> None:
@@ -300,29 +312,32 @@ def banner(procs: int, size: TeamSize, idle: int, seconds: float, mode: Mode, pi
     )
 
 
-def throughput_line(results: list[tuple[int, float]], procs: int, threads: int) -> str:
-    """The team's figure for `--metric`: the workers' rounds per second, summed."""
-    rate = sum(rounds / seconds for rounds, seconds in results if seconds > 0)
-    rounds = sum(r for r, _ in results)
-    longest = max((s for _, s in results), default=0.0)
+def throughput_line(results: list[tuple[int, float, int]], procs: int) -> str:
+    """The teams' figure for `--metric`: the workers' rounds per second, summed; each
+    result is a worker's (rounds, seconds, team size)."""
+    rate = sum(rounds / seconds for rounds, seconds, _ in results if seconds > 0)
+    rounds = sum(r for r, _, _ in results)
+    longest = max((s for _, s, _ in results), default=0.0)
+    sizes = sorted({t for _, _, t in results}) or [0]
+    threads = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
     return (
         f"oversub stress: rounds_per_s={rate:.1f} ({rounds:,} rounds of "
-        f"{ROUND_BYTES >> 20} MiB by {count(procs, 'process')} x "
-        f"{count(threads, 'team thread')} in {longest:.1f} s)"
+        f"{ROUND_BYTES >> 20} MiB by {count(procs, 'process')} x {threads} team "
+        f"{noun(sizes[-1], 'thread')} in {longest:.1f} s)"
     )
 
 
-def _collect(readers: list[Connection]) -> list[tuple[int, float]] | None:
-    """Each worker's (rounds, seconds), or None when one sent nothing."""
+def _collect(readers: list[Connection]) -> list[tuple[int, float, int]] | None:
+    """Each worker's (rounds, seconds, team size), or None when one sent nothing."""
     results = []
     for reader in readers:
         try:
             if not reader.poll(0):
                 return None
-            rounds, seconds = reader.recv()
+            rounds, seconds, size = reader.recv()
+            results.append((int(rounds), float(seconds), int(size)))
         except (OSError, EOFError, ValueError, TypeError):
             return None
-        results.append((int(rounds), float(seconds)))
     return results
 
 
@@ -358,10 +373,12 @@ def run_stress(
     # finally clause), which would reopen the window `blocked()` closes below.
     resource_tracker.ensure_running()
 
-    if mode == "team" and shown.source == FLAG:
-        # The flag wins over an inherited OMP_NUM_THREADS, and the workers' environment says
-        # so, as a launcher's export does: what oversub reads there is what sized the team.
+    if mode == "team" and shown.source == FLAG and threads:
+        # The flag wins over an inherited OMP_NUM_THREADS: exported to the workers, as a
+        # launcher's export is, it sizes their teams, and oversub reads there what did.
         os.environ[TEAM_VARIABLE] = str(threads)
+    # A worker sizes its team from its own environment (`own_size`): never past its share.
+    cap = min(MAX_THREADS, MAX_TOTAL_THREADS // procs - idle)
     context = multiprocessing.get_context("spawn")
     deadline = time.monotonic() + seconds
     team = mode == "team" and threads > 0
@@ -375,7 +392,7 @@ def run_stress(
                 with stopsignals.blocked():
                     started = context.Process(
                         target=stress_worker,
-                        args=(threads, idle, deadline, os.getpid(), mode, writer),
+                        args=(threads, idle, deadline, os.getpid(), mode, writer, cap),
                         name=f"oversub-stress-{i}",
                     )
                     started.start()
@@ -403,6 +420,6 @@ def run_stress(
         if results is None:
             print("oversub stress: a worker did not report its rounds", file=out)
             return ExitStatus.UNOBSERVABLE
-        line = throughput_line(results, procs, threads)
+        line = throughput_line(results, procs)
         print(line, file=stdout if stdout is not None else sys.stdout, flush=True)
     return ExitStatus.OK

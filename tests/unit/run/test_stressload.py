@@ -21,6 +21,7 @@ from oversub.run.stressload import (
     TEAM_VARIABLE,
     TeamSize,
     banner,
+    own_size,
     team_size,
     throughput_line,
 )
@@ -69,10 +70,22 @@ def test_the_banner_says_what_sized_the_team_and_how_to_stop() -> None:
 
 
 def test_the_throughput_is_one_token_for_metric() -> None:
-    line = throughput_line([(1000, 10.0), (500, 5.0)], 2, 1)
+    line = throughput_line([(1000, 10.0, 1), (500, 5.0, 1)], 2)
     tokens = line.split()
     assert "rounds_per_s=200.0" in tokens, line
-    assert "1,500 rounds" in line and "2 processes x 1 team thread" in line
+    assert "1,500 rounds" in line and "2 processes x 1 team thread in 10.0 s" in line
+    # Teams sized apart (each worker reads its own environment) say so.
+    assert "2 processes x 1 to 2 team threads" in throughput_line([(1, 1.0, 2), (1, 1.0, 1)], 2)
+
+
+def test_a_worker_reads_its_own_variable_as_a_runtime_does() -> None:
+    # `oversub run`'s hook sizes each process as it starts: the worker's own value wins
+    # over the root's, within the worker's share of the threads stress starts in all.
+    assert own_size(2, MAX_THREADS, {TEAM_VARIABLE: "1"}) == 1
+    assert own_size(2, MAX_THREADS, {}) == 2
+    assert own_size(2, 3, {TEAM_VARIABLE: "64"}) == 3
+    assert own_size(2, MAX_THREADS, {TEAM_VARIABLE: "lots"}) == 2
+    assert own_size(0, MAX_THREADS, {TEAM_VARIABLE: "4"}) == 0
 
 
 def test_team_thread_names_fit_comm_and_name_the_stress_team() -> None:
