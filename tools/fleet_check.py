@@ -4,11 +4,12 @@ must show the right verdict and demand, for an oversubscribed tree and then a he
     python tools/fleet_check.py        (as root, with prometheus on PATH: the Makefile
                                         installs Debian's `prometheus` package first)
 
-Each tree is `oversub stress` in a cgroup of its own with a CPU quota (the kernel enforces
-N): 2 processes x 2 busy threads under a 1-CPU quota (N = 1, demand about 4:
-oversubscribed), then 1 busy thread under a 2-CPU quota (demand 1 within N: ok). The trees
-run one after the other, so neither waits for the other's CPUs, and each cgroup has the
-highest CPU weight, so no other load of the shared machine makes its threads wait.
+Each tree is `oversub stress --mode hash` (always-busy threads) in a cgroup of its own with
+a CPU quota (the kernel enforces N): 2 processes x 2 busy threads under a 1-CPU quota (N = 1,
+demand about 4: oversubscribed), then 1 busy thread under a 2-CPU quota (demand 1 within N:
+ok). The trees run one after the other, so neither waits for the other's CPUs, and each
+cgroup has the highest CPU weight, so no other load of the shared machine makes its threads
+wait.
 `oversub serve --cgroup` watches each; one Prometheus (scrape interval 1 s, the
 repository's rule file loaded, so a rule that a real server refuses fails here too) scrapes
 both exporters. The judged windows
@@ -158,7 +159,7 @@ def stress_in(directory: str, procs: int, threads: int) -> Iterator[subprocess.P
     """`oversub stress` whose shell joins the cgroup before exec; killed with its group."""
     script = (
         f'echo $$ > {directory}/cgroup.procs && exec "$0" -m oversub stress '
-        f"--procs {procs} --threads {threads} --seconds 300"
+        f"--procs {procs} --threads {threads} --seconds 300 --mode hash"
     )
     job = subprocess.Popen(
         ["sh", "-c", script, sys.executable], stderr=subprocess.DEVNULL, start_new_session=True
