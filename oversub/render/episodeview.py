@@ -159,9 +159,9 @@ def others(g: Group) -> str | None:
         return None
     times = [f"{e.start_s:.1f}-{e.end_s:.1f}" for e in rest[:MAX_TIMES]]
     more = len(rest) - len(times)
-    listed = ", ".join(times[:-1]) + (" and " if len(times) > 1 else "") + times[-1]
     if more:
-        listed = ", ".join(times) + f" and {more} more"
+        return f"also at {', '.join(times)} s and {more} more (same cause)"
+    listed = ", ".join(times[:-1]) + (" and " if len(times) > 1 else "") + times[-1]
     return f"also at {listed} s (same cause)"
 
 

@@ -144,3 +144,12 @@ def test_the_terminal_report_indents_each_episode_line_under_its_text() -> None:
     busy = next(i for i, row in enumerate(rows) if row.startswith("  busy: "))
     assert rows[busy + 1].startswith(" " * len("  busy: ")) and rows[busy + 1].strip()
     assert all(len(row) <= 80 for row in out.splitlines())
+
+
+def test_the_other_episodes_of_a_cause_are_listed_then_counted() -> None:
+    s = summary("01" * 10)
+    lines = episode_lines(s)
+    assert lines[2] == (
+        "  also at 3.0-4.0, 5.0-6.0, 7.0-8.0, 9.0-10.0, 11.0-12.0, 13.0-14.0 s and 3 more "
+        "(same cause)"
+    )
