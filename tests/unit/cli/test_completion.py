@@ -135,7 +135,7 @@ def _answers(
         ("oversub rec", ["recommend"]),
         ("oversub c", ["check", "completion", "cpus"]),
         ("oversub cpus --f", ["--format"]),
-        ("oversub recommend --format ", ["text", "json", "env"]),
+        ("oversub recommend --format ", ["text", "json", "env", "prefix"]),
         ("oversub watch 1 --format ", ["live", "ndjson", "json"]),
         ("oversub check --fail-on ", ["costly", "oversubscribed", "starved", "at-risk"]),
         ("oversub completion ", ["bash", "zsh", "fish"]),
@@ -176,7 +176,7 @@ def test_completion_runs_no_command(
     ("words", "expected"),
     [
         (["oversub", "rec"], ["recommend"]),
-        (["oversub", "recommend", "--format", ""], ["text", "json", "env"]),
+        (["oversub", "recommend", "--format", ""], ["text", "json", "env", "prefix"]),
         (["oversub", "completion", "z"], ["zsh"]),
     ],
 )
@@ -222,7 +222,7 @@ def test_fish_completes_through_the_console_script(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.split("===\n")
     assert [line.split("\t")[0] for line in first.splitlines()] == ["recommend"]
-    assert sorted(second.split()) == ["env", "json", "text"]
+    assert sorted(second.split()) == ["env", "json", "prefix", "text"]
 
 
 ZSHRC = """\
