@@ -145,12 +145,17 @@ test-dist: $(VENV)/.stamp
 # the rules must get right (thread variables they set, task threads they run).
 # polars, pyarrow, numexpr, numba, onnxruntime (with onnx to build a tiny model) run pools of
 # their own, each with its own knob (docs/pools.md, "Runtimes and their knobs").
-$(REAL)/.stamp: pyproject.toml
+# tokenizers, opencv-python-headless, xgboost-cpu (the small CPU-only wheel), lightgbm and
+# faiss-cpu are issue 41's libraries (docs/pools.md, "More libraries' pools"): about 12 s
+# more from a warm wheel cache. The list lives here, so a change to this file brings an
+# existing venv up to date (about 5 s when nothing is missing).
+$(REAL)/.stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(REAL)
 	$(REAL)/bin/python -m pip install --quiet --upgrade pip
 	$(REAL)/bin/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
 		-e '.[dev]' 'torch==2.13.0' numpy threadpoolctl scikit-learn 'dask[distributed]' \
-		polars pyarrow numexpr numba onnxruntime onnx
+		polars pyarrow numexpr numba onnxruntime onnx \
+		tokenizers opencv-python-headless xgboost-cpu lightgbm faiss-cpu
 	touch $@
 
 test-real: $(REAL)/.stamp

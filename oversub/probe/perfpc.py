@@ -14,7 +14,8 @@ functions and spin loops through maps and the objects' files.
 
 Bounds: `MAX_THREADS` events (2 descriptors and `RING_PAGES` + 1 pages each), a window the
 caller chooses up to `MAX_SECONDS`; nothing here waits on anything but that window, which
-`measure` sleeps and a sampler spans with its own interval (`start`, then `finish`). Each
+`measure` sleeps and a sampler spans with its own interval (`start`, then `finish`), at most
+once every `EVERY_S` per process (`Cadence`, on the caller's clock). Each
 refusal is a `NotMeasured` with one line saying why, never an exception: perf_event_paranoid
 3 (no perf events for users), EACCES/EPERM (another user's process at level 2; a seccomp
 profile or security module, even for root), ENOSYS, no cpu-clock event, descriptors or
@@ -44,6 +45,8 @@ MAX_THREADS = 8
 """Threads sampled per window (the busiest the caller names first)."""
 MAX_SECONDS = 1.0
 """Longest window the ring buffers are sized for."""
+EVERY_S = 30.0
+"""Default `Cadence`: one window per process every this many seconds."""
 SYSCALLS = {
     "x86_64": 298,
     "amd64": 298,
@@ -229,6 +232,28 @@ def start(
     return Window(pid, events, root, mapper or PcMapper(root), "; ".join(notes))
 
 
+class Cadence:
+    """At most one window per process (pid and start time) every `every` seconds of the
+    caller's clock; remembers at most `max_processes` processes (the oldest go first)."""
+
+    def __init__(self, every: float = EVERY_S, max_processes: int = 4096) -> None:
+        self.every = every
+        self._last: dict[tuple[int, int], float] = {}
+        self._max = max_processes
+
+    def due(self, pid: int, start_ticks: int, now: float) -> bool:
+        """Is a window of this process due at `now`? If so, it counts as taken now."""
+        key = (pid, start_ticks)
+        last = self._last.get(key)
+        if last is not None and now - last < self.every:
+            return False
+        self._last.pop(key, None)
+        if len(self._last) >= self._max:
+            del self._last[next(iter(self._last))]
+        self._last[key] = now
+        return True
+
+
 def measure(
     pid: int,
     tids: Sequence[int],
@@ -338,7 +363,8 @@ def _ioctl(fd: int, request: int) -> None:
 
 def _cpu_ns(root: str, pid: int, tid: int) -> int | None:
     try:
-        fd = os.open(f"{root.rstrip('/')}/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY)
+        path = f"{root.rstrip('/')}/proc/{pid}/task/{tid}/schedstat"
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError:
         return None
     try:

@@ -1,0 +1,146 @@
+"""Where the busy threads' CPU goes, on the real libraries of issue 41 (`probe.perfpc`,
+`analysis.spin`): the PC sampler separates the teams that spin from those that work.
+
+examples/libraries.py runs PROCS processes of one library at its default size. Once each
+says its clock started, the busiest threads of each process are sampled for WINDOWS windows
+of WINDOW_S, and `analysis.spin.split` gives the share of their user-space samples in wait
+code. Measured here (docs/pools.md, "Where their busy threads' CPU goes"): XGBoost's,
+scikit-learn's and LightGBM's OpenMP teams 0.93-0.99 at their barriers; faiss 0.03-0.05,
+tokenizers and OpenCV 0.00. The bounds keep wide margins on both sides; with the library's
+own fix (one thread per process) the teams have no barrier left to wait at.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oversub.analysis.spin import split
+from oversub.core.pcprofile import PcProfile, WaitSplit
+from oversub.probe import perfpc
+from oversub.probe.pcmap import PcMapper
+from tests.system.real.workloads import PROCS, example, reaped
+
+pytestmark = pytest.mark.real
+
+WINDOWS, WINDOW_S = 3, 0.3
+SPINNING_AT_LEAST = 0.6
+WORKING_AT_MOST = 0.25
+RUN_S = 15.0
+"""Seconds each process works: start-up and the windows fit well inside."""
+START_S = 120.0
+"""Seconds the processes may take to import and build their data on a loaded machine."""
+
+
+def _cpu(pid: int, tid: str) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def busiest(pid: int, over_s: float = 0.5) -> list[int]:
+    """The threads of pid that ran a twentieth of `over_s` or more, busiest first."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    before = {t: _cpu(pid, t) for t in tids}
+    time.sleep(over_s)
+    ran = {t: _cpu(pid, t) - before[t] for t in tids}
+    busy = [t for t in tids if ran[t] >= over_s * 1e9 / 20]
+    return [int(t) for t in sorted(busy, key=lambda t: -ran[t])]
+
+
+def started_workers(stderr: Any, count: int) -> list[int]:
+    """The pids of the first `count` processes that said their clock started."""
+    pids: list[int] = []
+    deadline = time.monotonic() + START_S
+    buffered = b""
+    fd = stderr.fileno()
+    while len(pids) < count:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"only {len(pids)} of {count} processes started in {START_S:g} s")
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            pytest.fail(f"the example ended before {count} processes started: {buffered!r}")
+        buffered += chunk
+        for line in buffered.decode(errors="replace").splitlines():
+            if line.endswith(" started") and "pid=" in line:
+                pid = int(line.split("pid=")[1].split()[0])
+                if pid not in pids:
+                    pids.append(pid)
+    return pids[:count]
+
+
+def wait_share(library: str, *args: str, env: dict[str, str] | None = None) -> WaitSplit:
+    """The busy threads of every process of the run, sampled together: the samples summed."""
+    why = perfpc.start(os.getpid(), [os.getpid()])
+    if isinstance(why, PcProfile):
+        pytest.skip(f"perf events not usable here: {why.why}")
+    why.close()
+    command = example("libraries.py", library, "--procs", str(PROCS), "--seconds", str(RUN_S))
+    mapper = PcMapper()
+    samples = waiting = 0
+    objects: list[Any] = []
+    with reaped([*command, *args], env={**os.environ, **(env or {})}) as tree:
+        assert tree.proc.stderr is not None
+        workers = started_workers(tree.proc.stderr, PROCS)
+        for _ in range(WINDOWS):
+            for pid in workers:
+                tids = busiest(pid)
+                if not tids:
+                    continue
+                profile = perfpc.measure(pid, tids, WINDOW_S, mapper=mapper)
+                assert profile.unmeasured is None, profile.why
+                found = split(profile)
+                samples += found.samples
+                waiting += found.waiting
+                objects += found.objects
+    return WaitSplit(0, samples, waiting, tuple(objects))
+
+
+def describe(found: WaitSplit) -> str:
+    totals: dict[str, list[int]] = {}
+    for o in found.objects:
+        t = totals.setdefault(os.path.basename(o.path), [0, 0])
+        t[0] += o.samples
+        t[1] += o.waiting
+    top = sorted(totals.items(), key=lambda kv: -kv[1][0])[:5]
+    return "; ".join(f"{name}: {n} samples, {w} waiting" for name, (n, w) in top)
+
+
+@pytest.mark.parametrize("library", ["xgboost", "sklearn-hgb", "lightgbm"])
+def test_openmp_teams_at_their_default_size_spin(library: str, figure: Any) -> None:
+    found = wait_share(library)
+    assert found.share is not None and found.samples >= 50, describe(found)
+    figure(f"{library} wait share", round(found.share, 3))
+    assert found.share >= SPINNING_AT_LEAST, describe(found)
+    # Their waiting is the runtime's: libgomp (vendored by the wheels, or Debian's).
+    runtimes = {o.runtime for o in found.objects if o.waiting}
+    assert runtimes == {"libgomp"}, describe(found)
+
+
+@pytest.mark.parametrize("library", ["faiss", "tokenizers", "opencv"])
+def test_working_pools_at_their_default_size_work(library: str, figure: Any) -> None:
+    found = wait_share(library)
+    assert found.share is not None and found.samples >= 50, describe(found)
+    figure(f"{library} wait share", round(found.share, 3))
+    assert found.share <= WORKING_AT_MOST, describe(found)
+
+
+@pytest.mark.parametrize("library", ["xgboost", "sklearn-hgb", "lightgbm"])
+def test_the_librarys_own_fix_leaves_nothing_to_spin(library: str, figure: Any) -> None:
+    found = wait_share(library, "--lib-threads", "1")
+    assert found.share is not None and found.samples >= 50, describe(found)
+    figure(f"{library} --lib-threads 1 wait share", round(found.share, 3))
+    assert found.share <= WORKING_AT_MOST, describe(found)
