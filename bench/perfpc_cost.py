@@ -37,6 +37,7 @@ from sampling import floor_read
 from trees import print_until_stopped, tree
 
 from oversub.core.pcprofile import PcProfile
+from oversub.core.plural import count
 from oversub.probe import perfpc
 from oversub.probe.pcmap import PcMapper
 
@@ -144,7 +145,8 @@ def _measure(rounds: int, seconds: float, threads: int, example: str | None) -> 
             later = statistics.median(windows)
             ratios = statistics.median(w / f for w, f in zip(windows, floors, strict=True))
             what = f"examples/libraries.py {example}" if example else "Python loops"
-            yield f"target: {what}, {len(tids)} busy threads, window {seconds:g} s, {rounds} rounds"
+            busy = count(len(tids), "busy thread")
+            yield f"target: {what}, {busy}, window {seconds:g} s, {count(rounds, 'round')}"
             yield f"floor (plain read of {t.threads:,} threads): {floor * 1e3:.2f} ms"
             yield f"once per run: ctypes imported, perf_event_open found: {ctypes_s * 1e3:.2f} ms"
             yield (
