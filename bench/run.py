@@ -6,6 +6,7 @@
      process against the floor
   3. CPU and peak RSS of `oversub watch` at the default 1 s interval (watch_cost.py)
   4. CPU of `oversub watch --all` on ~2,000 threads in 20 real cgroups (node_cost.py)
+  5. one window of the PC sampler on 2 busy threads, against the floor (perfpc_cost.py)
 
 Each script also runs alone and prints its figures. The trees are 50 processes x 20 idle
 threads (~1,000 threads) and 250 x 20 (~5,000); every process they start is killed on exit,
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 
 import node_cost
+import perfpc_cost
 import sampling
 import startup
 import tune_cost
@@ -246,6 +248,9 @@ def main() -> int:
             print(f"tune, {trial_s:g} s trials ...", flush=True)
             tuned = tune_cost.run(trial_s, 1 if args.quick else 2)
             print(tune_cost.format_text(tuned), flush=True)
+            print("PC sampler ...", flush=True)
+            pc_lines = list(perfpc_cost.measure(5 if args.quick else 11, 0.3, 2, None))
+            print("\n".join(pc_lines), flush=True)
     except KeyboardInterrupt:
         print(f"{INTERRUPTED}; {args.output} not written", file=sys.stderr)
         return 130
@@ -309,6 +314,10 @@ def main() -> int:
         *node_table(node, watch_s),
         "",
         *tune_table(tuned),
+        "",
+        "## The PC sampler (`probe.perfpc`): one 0.3 s window, bench/perfpc_cost.py",
+        "",
+        *(f"- {line}" for line in pc_lines),
         "",
     ]
     Path(args.output).write_text("\n".join(lines))
