@@ -43,6 +43,8 @@ MAX_OBJECTS = 32
 """Objects whose files are opened per window (the rest keep their path and counts)."""
 MAX_PCS = 4096
 """Distinct PCs whose hint bytes are read per window (the rest count without a hint)."""
+MAX_HINTS = 1 << 16
+"""File offsets whose spin hint is remembered between windows (the oldest go first)."""
 MAX_TABLE_BYTES = 16 << 20
 """Function tables kept between windows, about this many bytes in all (least recent out)."""
 LOOP = 16
@@ -130,35 +132,36 @@ class Mapped(NamedTuple):
 
 
 def executable_mappings(maps: bytes) -> list[Mapped]:
-    """The executable mappings of a maps text, by address, each with its file's load base."""
-    rows: list[tuple[int, int, bytes, int, bytes, int, str]] = []
+    """The executable mappings of a maps text, by address, each with its file's load base.
+    Only the executable lines and those at file offset 0 are parsed (a NumPy process maps
+    hundreds of files, and reads a window's maps whole)."""
+    rows: list[tuple[int, int, int, bytes, int, bytes]] = []
+    loads: dict[tuple[bytes, int, bytes], int] = {}
     for line in maps.splitlines():
         fields = line.split(maxsplit=5)
         if len(fields) < 5:
             continue
+        executable = b"x" in fields[1][:3]
+        if not executable and fields[2].strip(b"0"):
+            continue  # neither code nor a load base
         lo, _, hi = fields[0].partition(b"-")
         try:
             start, end = int(lo, 16), int(hi, 16)
             offset, inode = int(fields[2], 16), int(fields[4])
         except ValueError:
             continue
-        path = fields[5].strip().decode("utf-8", "surrogateescape") if len(fields) == 6 else ""
-        rows.append((start, end, fields[1], offset, fields[3], inode, path))
-    loads: dict[tuple[bytes, int, str], int] = {}
-    for start, _, _, offset, device, inode, path in rows:
-        if offset == 0 and inode and (device, inode, path) not in loads:
-            loads[(device, inode, path)] = start
+        raw = fields[5].strip() if len(fields) == 6 else b""
+        if offset == 0 and inode and (fields[3], inode, raw) not in loads:
+            loads[(fields[3], inode, raw)] = start
+        if executable:
+            rows.append((start, end, offset, fields[3], inode, raw))
     found = []
-    for start, end, perms, offset, device, inode, path in rows:
-        if b"x" not in perms[:3]:
-            continue
+    for start, end, offset, device, inode, raw in rows:
+        path = raw.decode("utf-8", "surrogateescape")
         deleted = path.endswith(" (deleted)")
         name = path.removesuffix(" (deleted)")
-        found.append(
-            Mapped(
-                start, end, offset, device, inode, name, deleted, loads.get((device, inode, path))
-            )
-        )
+        load = loads.get((device, inode, raw))
+        found.append(Mapped(start, end, offset, device, inode, name, deleted, load))
     found.sort()
     return found
 
@@ -190,6 +193,9 @@ class PcMapper:
         self._held = 0
         self._max = max_table_bytes
         self._host: dict[int, bytes] | None = None
+        self._hints: OrderedDict[tuple[tuple[bytes, int, str], int], bool] = OrderedDict()
+        """(file, offset) -> a spin hint lies before it: hot PCs repeat from window to window,
+        so a later window opens no file when every PC and table is known."""
 
     def objects(self, pid: int, pcs: Mapping[int, int]) -> tuple[tuple[ObjectSamples, ...], str]:
         """`pcs` (PC -> samples) by object, most samples first, and a note when part of it
@@ -247,32 +253,42 @@ class PcMapper:
         if not mounts.readable(first.device):
             why = mounts.refusal(first.device)
             return _lump(label, Counter({pc: n for _, c in parts for pc, n in c.items()}), why)
-        device = device_number(first.device)
-        try:
-            opened = (
-                self.files.open_library(proc, routes(proc, first), device, first.inode)
-                if device is not None
-                else "no device number in maps"
-            )
-        except (OSError, OverBudget):
-            opened = "its files are not opened any more"
-        if isinstance(opened, str):
-            return _lump(label, Counter({pc: n for _, c in parts for pc, n in c.items()}), opened)
-        fd, size = opened
-        try:
-            table = self._table(first, fd, size)
-            hinted: list[tuple[int, int, bool]] = []  # (pc, samples, hint right before it)
-            for m, counts in parts:
-                for pc, n in counts.items():
-                    at = pc - m.start + m.offset
-                    hint = False
-                    if budget[0] > 0 and (_X86 or _ARM64) and 0 < at <= size:
-                        budget[0] -= 1
-                        back = min(LOOP, at)
-                        hint = hint_before(_pread(fd, back, at - back))
-                    hinted.append((pc, n, hint))
-        finally:
-            os.close(fd)
+        key = (first.device, first.inode, first.path)
+        offsets = [
+            (pc, n, pc - m.start + m.offset) for m, counts in parts for pc, n in counts.items()
+        ]
+        table = self._tables.get(key)
+        known = self._hints
+        if table is None or any((key, at) not in known for _, _, at in offsets):
+            # Something to read: the table, or the bytes before a PC not seen before.
+            device = device_number(first.device)
+            try:
+                opened = (
+                    self.files.open_library(proc, routes(proc, first), device, first.inode)
+                    if device is not None
+                    else "no device number in maps"
+                )
+            except (OSError, OverBudget):
+                opened = "its files are not opened any more"
+            if isinstance(opened, str):
+                return _lump(label, Counter({pc: n for pc, n, _ in offsets}), opened)
+            fd, size = opened
+            try:
+                table = self._table(first, fd, size)
+                for _, _, at in offsets:
+                    if (key, at) in known or budget[0] <= 0:
+                        continue
+                    budget[0] -= 1
+                    back = min(LOOP, at)
+                    hint = (_X86 or _ARM64) and 0 < at <= size
+                    known[(key, at)] = hint and hint_before(_pread(fd, back, at - back))
+                    if len(known) > MAX_HINTS:
+                        known.popitem(last=False)
+            finally:
+                os.close(fd)
+        else:
+            self._tables.move_to_end(key)
+        hinted = [(pc, n, known.get((key, at), False)) for pc, n, at in offsets]
         loops = [pc for pc, _, hint in hinted if hint]
         loops.sort()
         buckets: Counter[tuple[str | None, bool]] = Counter()

@@ -234,3 +234,25 @@ def test_files_go_through_the_access_given(tmp_path: Path) -> None:
     objects, _ = PcMapper(str(root), files=files).objects(PID, {pc(0x1042): 2})
     assert files.asked == ["maps", "open"]
     assert objects[0].path == str(lib) and objects[0].names == "its files are not opened any more"
+
+
+@x86_only
+def test_a_later_window_of_known_pcs_opens_no_file(tmp_path: Path) -> None:
+    root, _ = fake_tree(tmp_path)
+
+    class Counting(pcmap.DirectFiles):
+        opened = 0
+
+        def open_library(
+            self, proc_dir: str, routes: list[tuple[str, int]], device: int, inode: int
+        ) -> tuple[int, int] | str:
+            Counting.opened += 1
+            return super().open_library(proc_dir, routes, device, inode)
+
+    mapper = PcMapper(str(root), files=Counting())
+    mapper.objects(PID, {pc(0x1042): 3, pc(0x1003): 1})
+    again, _ = mapper.objects(PID, {pc(0x1042): 5, pc(0x1003): 2})
+    assert Counting.opened == 1
+    assert by_function(again[0]) == {("spin_wait", True): 5, ("work", False): 2}
+    mapper.objects(PID, {pc(0x1046): 1})  # a PC not seen: its bytes are read
+    assert Counting.opened == 2
