@@ -16,7 +16,7 @@ from oversub.core.pools import POOL_KINDS, RECOMMENDED_VARS
 from oversub.core.runtimes import RUNTIMES
 
 PLAN_ENV = "OVERSUB_RUN_PLAN"
-"""The variable the hook reads its plan from (oversub/hook/sitecustomize.py)."""
+"""The variable the hook reads its plan from (oversub/hook/_oversub_hook/planenv.py)."""
 PLAN_VERSION = 1
 
 NOT_EXPORTED: Mapping[str, str] = {

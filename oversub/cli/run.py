@@ -104,7 +104,7 @@ def make_cure_for(budget: Budget, procs: int | str, workers: int, threads: int |
 
 def _dry_run(cure: Cure, command: tuple[str, ...]) -> int:
     from oversub.cli.output import emit_text
-    from oversub.hook.sitecustomize import KNOBS
+    from oversub.hook._oversub_hook.knobs import KNOBS
     from oversub.run.curing import installed_modules
 
     interpreter = command[0] if command and _is_python(command[0]) else sys.executable

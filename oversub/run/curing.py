@@ -34,10 +34,10 @@ MAX_RECORDS = 10_000
 
 
 def hook_directory() -> str:
-    """The directory whose `sitecustomize.py` is the hook (oversub/hook/)."""
-    import oversub.hook
+    """The directory whose `sitecustomize.py` loads the hook (oversub/hook/)."""
+    from oversub.hook import DIRECTORY
 
-    return os.path.dirname(os.path.abspath(oversub.hook.__file__))
+    return DIRECTORY
 
 
 class Cured(NamedTuple):

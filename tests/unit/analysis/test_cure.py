@@ -19,7 +19,7 @@ from oversub.core.names import Verdict
 from oversub.core.pools import RECOMMENDED_VARS
 from oversub.core.results import OwnerCount, ProcessRates
 from oversub.core.runtimes import RUNTIMES
-from oversub.hook.sitecustomize import parse_plan
+from oversub.hook._oversub_hook.planenv import parse_plan
 from tests.support.builders import make_interval, make_process_rates
 
 

@@ -8,6 +8,7 @@ tests need no real library; tests/system/real/test_run.py runs the real ones.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -278,3 +279,46 @@ def test_python_with_capital_i_is_not_reached_and_a_bad_plan_is_one_line(tmp_pat
         assert done.returncode == 0 and done.stdout == "ok\n", done
         [line] = done.stderr.splitlines()
         assert line.startswith(f"oversub: ignoring {PLAN_ENV}: "), line
+
+
+def test_the_hook_imports_nothing_of_oversub(tmp_path: Path) -> None:
+    # The child's Python may be another interpreter, without oversub: the hook is its own
+    # package, `_oversub_hook`, loaded once, and oversub stays unimported.
+    done = run(
+        tmp_path,
+        """
+        import sys, torch, multiprocessing
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("oversub", "_oversub_hook")))
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = ast.literal_eval(done.stdout)
+    assert "_oversub_hook" in loaded and "_oversub_hook.knobs" in loaded, loaded
+    assert not [m for m in loaded if m.startswith("oversub")], loaded
+
+
+def test_import_oversub_auto_installs_the_hook_once(tmp_path: Path) -> None:
+    code = """
+        import json, os, sys
+        import oversub.auto, torch
+        hook = oversub.auto.HOOK
+        copies = [m for m in sys.modules if m.endswith("_oversub_hook.share")]
+        plan = json.loads(os.environ["OVERSUB_RUN_PLAN"])
+        print(hook.source, hook.role, hook.threads, torch.calls, copies, plan["pb"])
+    """
+    alone = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    alone.pop(PLAN_ENV, None)
+    alone["PYTHONPATH"] = str(fakes(tmp_path))
+    script = tmp_path / "auto.py"
+    script.write_text(textwrap.dedent(code))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=alone
+    )
+    assert done.returncode == 0, done.stderr
+    source, role, threads, rest = done.stdout.split(" ", 3)
+    assert (source, role) == ("oversub.auto", "root"), done.stdout
+    assert f"[{threads}]" in rest and "['_oversub_hook.share']" in rest, done.stdout
+    # Under oversub run the hook is there already: oversub.auto returns it, one copy.
+    under = run(tmp_path, code)
+    assert under.returncode == 0, under.stderr
+    assert under.stdout.startswith("oversub run root 4 [4] ['_oversub_hook.share'] 4"), under
