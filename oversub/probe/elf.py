@@ -284,6 +284,8 @@ MAX_SECTION_NAMES = 1 << 16
 """Largest section-name table read (real libraries have a few hundred bytes)."""
 MAX_DEBUGDATA = 1 << 20
 """Largest `.gnu_debugdata` read (libgomp's: 6 KiB), and 8 times it decompressed."""
+_XZ_MEMLIMIT = 16 << 20
+"""Most memory the xz decoder of `.gnu_debugdata` may use (its dictionary and state)."""
 MAX_FUNCTION_READ = MAX_FILE_READ + MAX_SECTION_NAMES + MAX_DEBUGDATA
 """Most bytes `function_symbols` reads from one file, whatever it says."""
 _SHT_SYMTAB = 2
@@ -407,7 +409,9 @@ def _debugdata(packed: bytes) -> bytes:
         import lzma
     except ImportError:  # a Python built without it: no hidden names, nothing else lost
         raise NotReadable("no lzma module to read .gnu_debugdata") from None
-    decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    # memlimit: a crafted header may ask for a dictionary of up to 4 GiB, which the
+    # decoder would allocate before the first byte came out; libgomp's asks for 8 KiB.
+    decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=_XZ_MEMLIMIT)
     try:
         data = decompressor.decompress(packed, max_length=8 * MAX_DEBUGDATA)
     except (lzma.LZMAError, EOFError, ValueError, MemoryError):

@@ -75,6 +75,17 @@ def test_bad_debugdata_is_not_readable(packed: bytes) -> None:
         table_of(data)
 
 
+def test_debugdata_that_asks_for_a_huge_dictionary_is_not_decoded() -> None:
+    # Well-formed, but its header asks the decoder for a 1 GiB dictionary: refused by the
+    # decoder's memory limit before any allocation, not read.
+    inner = lzma.decompress(minidebuginfo([("gomp_barrier_wait_end", 0x1100, 0x80)]))
+    filters = [{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 30}]
+    packed = lzma.compress(inner, format=lzma.FORMAT_XZ, filters=filters)
+    data = elf_with_functions([("GOMP_barrier", 0x1000, 0x10)], table=".dynsym", debugdata=packed)
+    with pytest.raises(NotReadable):
+        table_of(data)
+
+
 def test_names_are_cut_and_symbols_outside_the_segments_skipped() -> None:
     long = "_R" + "x" * 5000
     data = elf_with_functions(
