@@ -4,13 +4,16 @@ has the libraries)."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.harness import OVERSUB
+from oversub.probe.budget import read_budget
+from tests.support.harness import LAUNCHER_VARS, OVERSUB
 
 pytestmark = pytest.mark.integration
 
@@ -45,3 +48,35 @@ def test_a_broken_plan_or_hook_never_stops_the_program(tmp_path: Path) -> None:
         env={"PATH": "/usr/bin:/bin", "X": "through", "PYTHONPATH": str(tmp_path)},
     )
     assert done.returncode == 0 and done.stdout == "through\n", done.stderr
+
+
+def test_stress_workers_that_import_no_library_get_their_share(tmp_path: Path) -> None:
+    # Each spawned worker of `oversub stress` sizes its team from its own OMP_NUM_THREADS and
+    # imports nothing the hook watches: it decides its share when its target starts.
+    n, procs = read_budget().vcpus, 2
+    if n < procs:
+        pytest.skip(f"{procs} processes on {n} vCPU: more processes than CPUs")
+    share = n // procs
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    for name in LAUNCHER_VARS:
+        env.pop(name, None)
+    stress = [*OVERSUB, "stress", "--procs", str(procs), "--seconds", "8"]
+    done = subprocess.run(
+        [*OVERSUB, "run", "--procs", "auto", "--", *stress],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    teams = re.findall(r"by (\d+) processes x (\S+) team threads?", done.stdout)
+    assert teams == [(str(procs), str(share))], done.stdout
+    lines = done.stderr.splitlines()
+    [team] = [line for line in lines if "oversub stress team" in line]
+    assert team.startswith("oversub run: sized: "), done.stderr
+    assert f"the plan {share} in pids " in team, team
+    assert not [line for line in lines if "escaped" in line], done.stderr
+    closing = lines[-1]
+    assert closing.startswith("oversub run: ") and "exit 0" in closing, done.stderr
+    assert not closing.startswith("oversub run: oversubscribed"), done.stderr

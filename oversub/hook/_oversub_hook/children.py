@@ -7,7 +7,11 @@ DataLoader workers, and the threads their parent gives up for them.
   starts it with the worker plan (`BaseProcess.start`) and gives up a thread for it, and it
   takes the worker plan in the child (`BaseProcess._bootstrap`);
 - under `--procs M`, a process multiprocessing forked to run anything but a DataLoader
-  worker is one of the plan's M processes: T threads, not the worker plan.
+  worker is one of the plan's M processes: T threads, not the worker plan; in the tree's
+  own count, a child of multiprocessing's forkserver is one of the processes of the
+  forkserver's parent, and decides its share at its first library import;
+- a spawned multiprocessing child decides its share when its target starts, if no import
+  decided it before.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import os
 import sys
 
+from . import procfs
 from .planenv import PLAN_ENV
 from .share import safely
 
@@ -66,6 +71,14 @@ def become_rank(hook: Hook) -> None:
     _resize_loaded(hook, hook.threads)
 
 
+def undecided(hook: Hook) -> None:
+    """A forked child that is a rank whose share is not decided yet: it keeps the worker
+    plan's variables until it decides (`Hook.resolve`)."""
+    hook.role = "rank"
+    hook.budget = hook.threads = hook.siblings = None
+    hook.report()
+
+
 def _resize_loaded(hook: Hook, n: int) -> None:
     """`knobs.resize_loaded`, loaded when first needed (a process that starts no child and
     imports no runtime never loads the knobs)."""
@@ -80,6 +93,7 @@ def watch_forks(hook: Hook) -> None:
         return
 
     def in_child() -> None:
+        hook.forkserved = hook.role == "helper" and procfs.is_forkserver(procfs.cmdline(hook.pid))
         hook.pid = os.getpid()
         hook.records = {k: v for k, v in hook.records.items() if v.get("state") == "kept"}
         hook.faults = []
@@ -121,10 +135,23 @@ def watch_multiprocessing(hook: Hook, module: Any) -> None:
     def bootstrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(self, "_oversub_worker", False) or _is_worker_target(self):
             safely(hook, "the worker plan", lambda: become_worker(hook))
-        elif hook.role == "worker" and hook.cap is not None and hook.pid == os.getpid():
+        elif hook.pid != os.getpid():
+            pass
+        elif hook.role == "worker" and hook.cap is not None:
             # A process multiprocessing forked to run anything but a DataLoader worker is
             # one of the plan's M processes (`--procs M`): T threads, not the worker plan.
             safely(hook, "the plan's threads", lambda: become_rank(hook))
+        elif hook.role == "worker" and hook.forkserved:
+            # A child of the forkserver is a copy of no computing process: it is one of the
+            # processes the forkserver's parent runs. It decides its share at its first
+            # library import, once its siblings are there too (the forkserver forks each as
+            # it is asked: the first would count alone now); until then the worker plan.
+            undecided(hook)
+        elif hook.threads is None:
+            # A child's share is decided when its target starts, if no import decided it
+            # before: a target may size a pool from its variables without importing a
+            # library the hook watches (oversub stress's team; a plain-Python pool worker).
+            safely(hook, "the process's share", hook.resolve)
         return bootstrap(self, *args, **kwargs)
 
     started.__oversub_original__ = start  # type: ignore[attr-defined]

@@ -16,6 +16,9 @@ HELPERS: tuple[bytes, ...] = (
 )
 """Command-line marks of processes that start beside the workers and compute nothing."""
 
+FORKSERVER = b"multiprocessing.forkserver"
+"""The forkserver's mark, which its children keep (they are forked, not exec'd)."""
+
 MAX_CHILDREN = 4096
 """Children of one process counted at most."""
 
@@ -79,3 +82,8 @@ def start_ticks() -> int | None:
 def is_helper(line: bytes) -> bool:
     """Whether a command line is one of multiprocessing's or loky's helper processes."""
     return any(mark in line for mark in HELPERS)
+
+
+def is_forkserver(line: bytes) -> bool:
+    """Whether a command line is multiprocessing's forkserver's (or a child it forked)."""
+    return FORKSERVER in line

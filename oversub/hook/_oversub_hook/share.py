@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # not imported at run time: typing costs every process 6 ms
 
 LOCK = threading.RLock()
 """Held while the share is decided and while the hook is installed."""
+MAX_GENERATIONS = 64
+"""Undecided ancestors followed at most between a process and its plan's writer."""
 
 
 class Hook:
@@ -55,6 +57,8 @@ class Hook:
         self.records: dict[str, dict[str, Any]] = {}
         self.faults: list[str] = []
         self.worker_pids: set[int] = set()
+        self.forkserved = False
+        """A child multiprocessing's forkserver forked: a copy of no computing process."""
 
     # ----------------------------------------------------------------- the share
 
@@ -75,10 +79,12 @@ class Hook:
             self.budget = self.cap + self.workers
         elif self.role == "root":
             self.budget = self.n
+        elif self.forkserved:
+            self.budget = self._forkserver_budget()
         else:
-            parent = self.plan.get("pb") or self.n
-            self.siblings = self._siblings()
-            self.budget = max(1, parent // self.siblings)
+            parent = os.getppid()
+            self.siblings = self._sharing(self.pid, parent)
+            self.budget = max(1, self._share_of(parent) // self.siblings)
         self.threads = self.own()
         self.export()
         self.record_variables()
@@ -91,21 +97,59 @@ class Hook:
         cap = self.cap if self.cap is not None and self.role in ("root", "rank") else self.budget
         return max(1, min(cap, self.budget - self._live_workers()))
 
-    def _siblings(self) -> int:
-        """The processes this one shares its parent's share with: itself and every live
-        child of its parent that is neither a helper nor a forked copy of the parent (a
-        worker)."""
-        parent = os.getppid()
+    def _share_of(self, parent: int) -> int:
+        """The share of `parent`, which this process divides with its siblings: the budget
+        the plan's writer gave its children (`pb`, or N for the tree's root), divided at
+        each generation between the writer and `parent` among the processes that share it,
+        as each of those would have divided it had it decided its own share: a shell, a
+        launcher or a Python process that imported no library decides none, and its
+        children must not take its parent's whole share each.
+
+        When the writer is not among the ancestors (an exec'd process inherits its own
+        plan; a process whose parent died), the writer's budget, as it is."""
+        top = self.plan["top"]
+        writer = self.plan.get("pp") or top
+        budget: int = self.plan.get("pb") or self.n
+        chain: list[int] = []
+        pid: int | None = parent
+        while pid != writer:
+            if pid is None or pid <= 1 or pid == top or len(chain) >= MAX_GENERATIONS:
+                return budget
+            chain.append(pid)
+            pid = procfs.parent(pid)
+        for link in reversed(chain):  # the tree's root gets all of N
+            budget = self.n if writer == top else max(1, budget // self._sharing(link, writer))
+            writer = link
+        return budget
+
+    def _sharing(self, pid: int, parent: int) -> int:
+        """The processes `pid` shares its parent's share with: itself and every live child
+        of `parent` that is neither a helper nor a forked copy of `parent` (a worker)."""
         mine = procfs.cmdline(parent)
         count = 1
-        for pid in procfs.children(parent):
-            if pid == self.pid:
+        for other in procfs.children(parent):
+            if other == pid:
                 continue
-            line = procfs.cmdline(pid)
-            if not line or procfs.is_helper(line) or line == mine or self._registered_worker(pid):
+            line = procfs.cmdline(other)
+            if not line or procfs.is_helper(line) or line == mine or self._registered_worker(other):
                 continue
             count += 1
         return count
+
+    def _forkserver_budget(self) -> int:
+        """The budget of a child multiprocessing's forkserver forked for the process that
+        started the forkserver: that process's share, divided among the forkserver's live
+        children that are not workers (forked copies of the forkserver all: no command line
+        tells them apart)."""
+        server = os.getppid()
+        requester = procfs.parent(server)
+        self.siblings = sum(
+            1
+            for pid in procfs.children(server)
+            if pid == self.pid or not self._registered_worker(pid)
+        )
+        share = self._share_of(requester) if requester else self.plan.get("pb") or self.n
+        return max(1, share // max(1, self.siblings))
 
     def _registered_worker(self, pid: int) -> bool:
         if self.dir is None:

@@ -179,7 +179,8 @@ def test_spawned_siblings_share_their_parents_budget(tmp_path: Path) -> None:
         ]
         print(sorted(c.communicate()[0].decode().strip() for c in children))
         """,
-        plan_text=plan(tmp_path, top=1),  # the job's parent is not `top`: it is a rank
+        # The test wrote the plan for its children (a budget of 4): the job is a rank.
+        plan_text=plan(tmp_path, top=1, pp=os.getpid(), pb=4),
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['2', '2']", done.stdout  # 4 CPUs, 2 at once
@@ -322,3 +323,99 @@ def test_import_oversub_auto_installs_the_hook_once(tmp_path: Path) -> None:
     under = run(tmp_path, code)
     assert under.returncode == 0, under.stderr
     assert under.stdout.startswith("oversub run root 4 [4] ['_oversub_hook.share'] 4"), under
+
+
+WAIT_FOR_SIBLINGS = """
+import glob, os, time
+def wait_for_siblings(step, count=2):
+    open(f"{step}-{os.getpid()}", "w").close()
+    while len(glob.glob(f"{step}-*")) < count:
+        time.sleep(0.01)
+"""
+"""Each sibling waits until `count` of them reached `step`: they all exist when they count,
+and none leaves before the others counted."""
+
+
+def test_a_spawned_child_that_imports_no_library_decides_its_share_when_it_starts(
+    tmp_path: Path,
+) -> None:
+    # oversub stress's workers: spawned, they size a team from their own OMP_NUM_THREADS
+    # and import nothing the hook watches. Each decides its share before its target runs.
+    (tmp_path / "siblings.py").write_text(textwrap.dedent(WAIT_FOR_SIBLINGS))
+    done = run(
+        tmp_path,
+        """
+        import multiprocessing, os, sys
+        if __name__ == "__mp_main__":  # the spawned child, before its target
+            from siblings import wait_for_siblings
+            wait_for_siblings("started")
+        def target():
+            print(os.environ["OMP_NUM_THREADS"], flush=True)
+            wait_for_siblings("counted")
+        if __name__ == "__main__":
+            context = multiprocessing.get_context("spawn")
+            children = [context.Process(target=target) for _ in range(2)]
+            for child in children:
+                child.start()
+            for child in children:
+                child.join()
+            print("root", os.environ["OMP_NUM_THREADS"])
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == ["2", "2", "4", "root"], done.stdout  # 4 CPUs, 2 at once
+    ranks = [r for r in records(tmp_path).values() if r.role == "rank"]
+    assert [(r.siblings, r.threads) for r in ranks] == [(2, 2), (2, 2)], ranks
+
+
+def test_children_of_a_process_that_decided_nothing_share_its_share(tmp_path: Path) -> None:
+    # root (4 CPUs) -> 2 shells -> 1 Python each: each shell's share is 2, so each Python
+    # gets 2, not the root's 4 (the shells are no hooked Python: they decide nothing).
+    (tmp_path / "siblings.py").write_text(textwrap.dedent(WAIT_FOR_SIBLINGS))
+    (tmp_path / "child.py").write_text(
+        "from siblings import wait_for_siblings\n"
+        "wait_for_siblings('started')\n"
+        "import os, torch\n"
+        "print(os.environ['OMP_NUM_THREADS'], flush=True)\n"
+        "wait_for_siblings('counted')\n"
+    )
+    done = run(
+        tmp_path,
+        """
+        import subprocess, sys
+        shells = [
+            subprocess.Popen(["sh", "-c", f"{sys.executable} child.py; echo"]) for _ in range(2)
+        ]
+        for shell in shells:
+            shell.wait()
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == ["2", "2"], done.stdout
+
+
+def test_a_forkserver_child_shares_the_share_of_the_process_that_asked(tmp_path: Path) -> None:
+    # The forkserver's children are forked copies of the forkserver (a helper of 1 thread),
+    # not of a computing process: each is one of the root's processes.
+    (tmp_path / "siblings.py").write_text(textwrap.dedent(WAIT_FOR_SIBLINGS))
+    done = run(
+        tmp_path,
+        """
+        import multiprocessing, os
+        from siblings import wait_for_siblings
+        def target():
+            wait_for_siblings("started")
+            import torch
+            print(os.environ["OMP_NUM_THREADS"], torch.calls, flush=True)
+            wait_for_siblings("counted")
+        if __name__ == "__main__":
+            context = multiprocessing.get_context("forkserver")
+            children = [context.Process(target=target) for _ in range(2)]
+            for child in children:
+                child.start()
+            for child in children:
+                child.join()
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["2 [2]", "2 [2]"], done.stdout  # 4 CPUs, 2 at once
