@@ -72,7 +72,6 @@ import psutil
 from trees import Tree, print_until_stopped, tree
 
 from oversub.probe.sampler import TreeSampler
-from oversub.run import fdlimit
 
 GOAL = 1.15
 """oversub's sample / the floor, at most."""
@@ -389,6 +388,8 @@ def raise_limit() -> str:
     """Raise the soft RLIMIT_NOFILE as `oversub` does at start (`run.fdlimit`): the samplers
     measured here run in this process. Says what it was and is."""
     import resource
+
+    from oversub.run import fdlimit
 
     before = fdlimit.raise_soft()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
