@@ -28,9 +28,10 @@ of neither namespace, and every mapping of a process whose mountinfo exceeds its
 is cut where readable bytes end. The same rule decides which mapped files may be opened
 (`probe.livepools` reads a library's symbols): an open or a stat on FUSE waits as a read does.
 
-What this cannot see (docs/security.md, "Limits"): a mapping replaced between the reading of
-maps and the read itself, and a local file system on a device a user serves (a loop device of
-a FUSE file, NBD).
+What this cannot see: a mapping replaced between the reading of maps and the read itself
+(the reads are made by `probe.memreader`'s reader process, which oversub abandons when a read
+does not return), and a local file system on a device a user serves (a loop device of a
+FUSE file, NBD: docs/security.md, "Limits").
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ Mapping = tuple[int, int, bytes, bytes, bytes]
 
 
 class OverBudget(Exception):
-    """The reads allowed for this process in this sample are spent."""
+    """The reads allowed for this process in this sample are spent (or its reader gave up
+    on it: `probe.memreader.Unreachable`)."""
 
 
 def parse_maps(maps: bytes) -> list[Mapping]:
@@ -255,19 +257,70 @@ class AddressSpace:
         return max(0, min(at, stop) - address)
 
 
-class Memory:
-    """Reads of one process's open `/proc/PID/mem` that touch only what `space` allows, within
-    budgets of bytes and of reads (for one sample of that process; `OverBudget` past them)."""
+Fetch = Callable[[list[tuple[int, int]]], list[bytes]]
+"""Reads of a process's memory, as a batch: the bytes at each (address, length), b"" where
+a read failed. The readers give one that reads in the reader process (`probe.memreader`):
+what this module allows is judged from maps read a moment before, and the process may have
+remapped those addresses since."""
 
-    def __init__(self, fd: int, space: AddressSpace, max_bytes: int, max_reads: int) -> None:
-        self._fd = fd
+
+def pread_fetch(fd: int) -> Fetch:
+    """A `Fetch` reading an open file in this process (a fake tree's `mem`, in tests)."""
+
+    def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
+        out = []
+        for address, length in ranges:
+            try:
+                out.append(os.pread(fd, length, address))
+            except (OSError, OverflowError, ValueError):
+                out.append(b"")
+        return out
+
+    return fetch
+
+
+class Memory:
+    """Reads of one process's memory through `fetch` that touch only what `space` allows,
+    within budgets of bytes and of reads (for one sample of that process; `OverBudget` past
+    them, or when `fetch` can no longer read it)."""
+
+    def __init__(self, fetch: Fetch, space: AddressSpace, max_bytes: int, max_reads: int) -> None:
+        self._fetch = fetch
         self.space = space
         self.bytes_left = max_bytes
         self.reads_left = max_reads
+        self._ahead: dict[tuple[int, int], bytes] = {}
+
+    def prefetch(self, wanted: list[tuple[int, int]]) -> None:
+        """Read now, in one batch, each (address, length) of `wanted` as `read` would, in
+        order while the budgets last; `read` of the same (address, length) then gives those
+        bytes (once) without reading again."""
+        batch: list[tuple[int, int, int]] = []
+        for address, length in wanted:
+            if address < 0 or length <= 0:
+                continue
+            n = self.space.span(address, length)
+            if n == 0:
+                continue
+            if self.reads_left <= 0 or self.bytes_left < n:
+                break
+            self.reads_left -= 1
+            self.bytes_left -= n
+            batch.append((address, n, length))
+        if batch:
+            try:
+                got = self._fetch([(a, n) for a, n, _ in batch])
+            except OSError:  # gone: each `read` then fails as it would have
+                got = [b""] * len(batch)
+            for (address, _, length), data in zip(batch, got, strict=False):
+                self._ahead[(address, length)] = data
 
     def read(self, address: int, length: int) -> bytes:
         """The readable bytes from `address` (fewer than `length` where they end: none when
         the first one may not be read, or the read fails)."""
+        ahead = self._ahead.pop((address, length), None)
+        if ahead is not None:
+            return ahead
         if address < 0 or length <= 0:
             return b""
         n = self.space.span(address, length)
@@ -278,6 +331,8 @@ class Memory:
         self.reads_left -= 1
         self.bytes_left -= n
         try:
-            return os.pread(self._fd, n, address)
-        except (OSError, OverflowError, ValueError):
+            return self._fetch([(address, n)])[0]
+        except OverBudget:
+            raise
+        except (OSError, IndexError):
             return b""

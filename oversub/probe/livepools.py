@@ -26,13 +26,17 @@ network file system) and only in ways that cannot block, acquire a terminal or o
 only when every byte of it lies in memory `probe.backing` allows (a library followed by a
 FUSE page where `base + symbol` lands is not read); and what could not be read is named in
 `LiveSizes.unreadable`, never raised (docs/security.md, "Files a watched process maps").
+The process may remap between its maps and those reads: the memory reads and the opening of
+the library (whose route, `/proc/PID/map_files` or a path, is the process's) are made by the
+reader process (`probe.memreader`), which oversub abandons when one does not return; the
+opened file, checked to be the mapped inode on the judged device, comes back as a descriptor
+that this process parses.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import stat
 from typing import NamedTuple
 
 from oversub.core import pools
@@ -46,6 +50,7 @@ from oversub.probe.backing import (
     read_mount_types,
 )
 from oversub.probe.elf import MAX_FILE_READ, ElfSymbol, NotReadable, dynamic_symbols
+from oversub.probe.memreader import Readers, service
 
 _MAX_CACHE = 256
 """Library files remembered; the cache is emptied when it would grow past this."""
@@ -61,10 +66,10 @@ _MAX_ADDRESS = (1 << 63) - 1
 
 
 _O_PATH: int | None = getattr(os, "O_PATH", None)
-_OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-"""How a mapped object is opened to be read: never waits (a FIFO's writer, a device), never
-becomes oversub's controlling terminal (a pty), never leaks into a child. It is only ever
-opened so once an O_PATH descriptor (which opens nothing) showed a regular file."""
+"""A mapped object is opened with O_PATH first (which opens nothing), and for reading only
+once that showed the regular file maps names: never waiting (O_NONBLOCK), never becoming
+a controlling terminal, never leaking into a child (`probe.readerloop`)."""
+QUARANTINED = "its memory is not read any more: a read of it did not return (docs/security.md)"
 
 
 class MappedLibrary(NamedTuple):
@@ -162,15 +167,18 @@ class LiveReader:
     bytes of files (docs/security.md).
     """
 
-    def __init__(self, root: str = "/") -> None:
+    def __init__(self, root: str = "/", readers: Readers | None = None) -> None:
         self.root = root
+        self._readers = readers if readers is not None else service()
         self._symbols: dict[tuple[str, int, str], _Symbols | str] = {}
         self._mounts: Mounts | None = None
         """What the file systems of the process being read are (`probe.backing`): read
         again for each process read, after its maps (mounts come and go)."""
         self._host: dict[int, bytes] | None = None
 
-    def read(self, pid: int, maps: bytes) -> LiveSizes:
+    def read(self, pid: int, maps: bytes, start: int | None = None) -> LiveSizes:
+        """`start`: the process's start time, where known (the reader's quarantine is per
+        process)."""
         found = LiveSizes({}, {}, {})
         libraries = maps_libraries(maps)
         if not libraries:
@@ -180,30 +188,39 @@ class LiveReader:
         self._mounts = Mounts(proc, self._host_mounts)
         # The memory first: when it is refused, nothing of the files matters (and a library
         # that could not be read then says nothing about what could be read of the process).
+        readers, session = self._readers, self._readers.session()
         try:
-            fd = os.open(f"{proc}/mem", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+            readers.read_memory(proc, session, [], start)
         except PermissionError:
             raise
+        except OverBudget:  # quarantined (`memreader.Unreachable`)
+            found.unreadable.update((lib.path, QUARANTINED) for lib in libraries)
+            return found
         except OSError:
             return found  # gone
-        try:
-            for lib, size_symbol, started_symbol in self._wanted(pid, libraries, found):
-                # The bytes of its maps lines from its own on: a symbol lies in its segments.
-                space = AddressSpace(mappings_from(maps, lib.line), self._mounts)
-                memory = Memory(fd, space, 16, 2)  # two integers at most
-                value = _read_int(memory, lib.start, size_symbol)
-                if value is None and space.span(lib.start + size_symbol.offset, 1) == 0:
-                    found.unreadable[lib.path] = _NOT_THERE
-                    continue
-                if value is None or not 1 <= value <= _MAX_THREADS:
-                    continue  # unmapped since, gone, uninitialised or not a thread count
-                started = (
-                    1 if started_symbol is None else _read_int(memory, lib.start, started_symbol)
-                )
-                found.sizes[lib.key] = max(found.sizes.get(lib.key, 0), value)
-                found.extra[lib.key] = found.extra.get(lib.key, 0) + (value - 1 if started else 0)
-        finally:
-            os.close(fd)
+
+        def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
+            return readers.read_memory(proc, session, ranges, start)
+
+        for lib, size_symbol, started_symbol in self._wanted(pid, libraries, found):
+            # The bytes of its maps lines from its own on: a symbol lies in its segments.
+            space = AddressSpace(mappings_from(maps, lib.line), self._mounts)
+            memory = Memory(fetch, space, 16, 2)  # two integers at most
+            symbols = [size_symbol] if started_symbol is None else [size_symbol, started_symbol]
+            try:
+                memory.prefetch([(lib.start + sym.offset, sym.size) for sym in symbols])
+            except OverBudget:  # its reader was abandoned: quarantined from now on
+                found.unreadable[lib.path] = QUARANTINED
+                break
+            value = _read_int(memory, lib.start, size_symbol)
+            if value is None and space.span(lib.start + size_symbol.offset, 1) == 0:
+                found.unreadable[lib.path] = _NOT_THERE
+                continue
+            if value is None or not 1 <= value <= _MAX_THREADS:
+                continue  # unmapped since, gone, uninitialised or not a thread count
+            started = 1 if started_symbol is None else _read_int(memory, lib.start, started_symbol)
+            found.sizes[lib.key] = max(found.sizes.get(lib.key, 0), value)
+            found.extra[lib.key] = found.extra.get(lib.key, 0) + (value - 1 if started else 0)
         return found
 
     def _host_mounts(self) -> dict[int, bytes] | None:
@@ -279,64 +296,28 @@ class LiveReader:
         through `/proc/PID/root` (a container sees its own paths), without following a link
         in its last component. Either is first opened with O_PATH, which opens nothing (no
         FIFO to wait on, no terminal, no device's open), and is opened for reading only when
-        it is a regular file with the device and inode maps gives for the mapping."""
+        it is a regular file with the device and inode maps gives for the mapping. The
+        reader process opens it (`probe.readerloop`): both routes are the process's to
+        change meanwhile (a remap, a mount over a directory of the path)."""
         if _O_PATH is None:
             return "no O_PATH on this system"
         proc = f"{self.root.rstrip('/')}/proc/{pid}"
         mounts = self._mounts if self._mounts is not None else Mounts(proc, self._host_mounts)
         if not mounts.readable(lib.device.encode("ascii", "replace")):
             return mounts.refusal(lib.device.encode("ascii", "replace"))
+        device = _device(lib.device)
+        if device is None:
+            return "on a file system no mount table lists"
         routes = [(f"{proc}/map_files/{lib.start:x}-{lib.end:x}", 0)]
         if not lib.deleted:
             routes.append((f"{proc}/root{lib.path}", os.O_NOFOLLOW))
-        why = []
-        for path, flags in routes:
-            opened = _open_mapped(path, flags, lib)
-            if not isinstance(opened, str):
-                return opened
-            why.append(opened)
-        if lib.deleted:
-            why.append("replaced or deleted since it was mapped")
-        return "; ".join(why)
-
-
-def _open_mapped(path: str, flags: int, lib: MappedLibrary) -> tuple[int, int] | str:
-    """`path` open for reading and its size when it is the regular file `lib` maps."""
-    assert _O_PATH is not None
-    route = "map_files" if "/map_files/" in path else "path"
-    try:
-        handle = os.open(path, _O_PATH | os.O_CLOEXEC | flags)
-    except OSError as exc:
-        return f"{route}: {os.strerror(exc.errno) if exc.errno else 'cannot open'}"
-    try:
-        kind = _refusal(os.fstat(handle), lib)
-        if kind is not None:
-            return f"{route}: {kind}"
-        # Reopening the O_PATH descriptor opens that very inode: no second path walk.
-        fd = os.open(f"/proc/self/fd/{handle}", _OPEN)
-    except OSError as exc:
-        return f"{route}: {os.strerror(exc.errno) if exc.errno else 'cannot open'}"
-    finally:
-        os.close(handle)
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        os.close(fd)
-        return f"{route}: cannot stat"
-    kind = _refusal(st, lib)
-    if kind is not None:
-        os.close(fd)
-        return f"{route}: {kind}"
-    return fd, st.st_size
-
-
-def _refusal(st: os.stat_result, lib: MappedLibrary) -> str | None:
-    """Why an opened object is not the library maps names; None when it is."""
-    if not stat.S_ISREG(st.st_mode):
-        return "not a regular file"
-    if st.st_ino != lib.inode or _device(lib.device) != st.st_dev:
-        return "another file than the one mapped"
-    return None
+        try:
+            opened = self._readers.open_library(proc, routes, device, lib.inode)
+        except OverBudget:
+            return QUARANTINED
+        if isinstance(opened, str) and lib.deleted:
+            return f"{opened}; replaced or deleted since it was mapped"
+        return opened
 
 
 _NOT_THERE = "its live value lies in memory that may not be read (FUSE, network, unknown)"

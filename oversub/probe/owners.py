@@ -36,59 +36,35 @@ that did not run waits where it waited, with the same stack). A thread's name an
 time come from the sampler's own reading when it has them (`probe.threads`), so a new
 thread costs no file of its own for them.
 
-Reads of the process's memory go through `probe.backing`: only memory whose faults wait for
-no server is read (so a runtime loaded from FUSE or NFS is named by its thread names and
-blocked PCs only), against that process's maps read in the same sample, within a budget per
-process and sample (`MAX_READS`, `MAX_BYTES`); the addresses found to follow a call are
-remembered per process up to `CALLS_MAX`. A process that execs (its `/proc/PID/exe` names
-another file) is another program under the same pid and start time: everything known of it
-is dropped.
+Reads of the process's maps and memory are `probe.procmemory`'s: made by the reader
+process (`probe.memreader`, which gives up on a read that does not return and quarantines
+that process: its threads are then named by their names and blocked PCs only), of memory
+`probe.backing` allows (so a runtime loaded from FUSE or NFS is named by its thread names and
+blocked PCs only), within a budget per process and sample. A process that execs (its
+`/proc/PID/exe` names another file) is another program under the same pid and start time:
+everything known of it is dropped.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from oversub.core import runtimes
 from oversub.core.samples import ThreadSample
-from oversub.probe.backing import (
-    AddressSpace,
-    Memory,
-    Mounts,
-    OverBudget,
-    parse_maps,
-    read_mount_types,
-)
-from oversub.probe.startroutine import StackTops, stacks_of
+from oversub.probe.backing import Memory, read_mount_types
+from oversub.probe.memreader import Readers, service
+from oversub.probe.procmemory import ProcessMemory
+from oversub.probe.startroutine import StackTops
 
 MAX_TRIES = 10
 """Blocked readings (syscall, maybe maps and stack) tried per thread before giving up."""
 TOP_TRIES = 3
 """Passes over a process's stack tops (`probe.startroutine`) that may look for one thread."""
-STACK_SCAN = 2048
-"""Bytes of a blocked thread's stack scanned for return addresses (measured: the first one
-outside libc lies 88-264 bytes above the stack pointer for polars, pyarrow, numexpr, ORT and
-the interpreter)."""
-MAPS_MAX = 4 << 20
-"""Bytes of a maps file read at most (about 40,000 mappings; a process beyond it hides the
-mappings past the bound from attribution, its own loss)."""
-MAX_READS = 1024
-"""Reads of one process's memory per sample at most: stack tops, deeper frames, stack scans
-and the checks for a call before an address (a new address costs one read)."""
-MAX_BYTES = 2 << 20
-"""Bytes of one process's memory read per sample at most (256 stack tops of 8 KiB)."""
-CALLS_MAX = 4096
-"""Addresses remembered per process as following a call or not; forgotten when full."""
-_TEXT_MAX = 8192
-"""Executable file mappings kept per process (a real one has a few hundred)."""
 _SMALL = 512
 _OBJECTS_MAX = 4096
 """Object paths whose owner is remembered at most (the paths are the processes' to choose)."""
-_POINTER = {"x86_64": ("<Q", 8), "aarch64": ("<Q", 8), "arm64": ("<Q", 8)}
 
 
 @dataclass
@@ -106,33 +82,18 @@ class _Thread:
 
 @dataclass
 class _Process:
+    mem: ProcessMemory
+    """Its maps and memory (`probe.procmemory`)."""
     exe: bytes | None = None
     """Where /proc/PID/exe leads (None when it could not be read): another file is an exec."""
     threads: dict[int, _Thread] = field(default_factory=dict)
-    text: list[tuple[int, int, str]] | None = None
-    """Executable file mappings (start, end, path), sorted; None until needed."""
-    starts: list[int] = field(default_factory=list)
-    stacks: list[tuple[int, int]] = field(default_factory=list)
-    """Anonymous mappings above a guard page (thread stacks), from the same maps read."""
-    space: AddressSpace | None = None
-    """What of its memory may be read, from the maps read in this sample (None: not read)."""
     stack_tid: dict[tuple[int, int], int] = field(default_factory=dict)
     """The thread each stack was found to belong to."""
-    bare: dict[tuple[int, int], int] = field(default_factory=dict)
-    """Stack-like mappings found without a thread descriptor, and how often: twice (not a
-    stack being set up by pthread_create at that moment) and it is not read again."""
-    calls: dict[int, bool] = field(default_factory=dict)
-    """Address -> a call instruction ends right before it (read once per address, while the
-    executable mappings stay the same; at most `CALLS_MAX`)."""
-    memory: Memory | None = None
-    """Its open memory for the read under way, with this sample's budget."""
     tid_offset: int | None = None
     main_name: str | None = None
     """The main thread's name (`/proc/PID/comm`), read once."""
     below: int | None = None
     """Where this process's thread descriptors lie below their stacks' ends (learnt)."""
-    fresh: bool = False
-    """Its maps were read during this sample."""
     refused: bool = False
     """syscall or mem refused: only names count."""
     seen: bool = True
@@ -156,11 +117,6 @@ def _read(path: str, size: int = _SMALL) -> bytes | None:
         os.close(fd)
 
 
-def parse_text_maps(maps: bytes) -> list[tuple[int, int, str]]:
-    """The executable mappings of files in a maps file, sorted by start address."""
-    return _text_of(parse_maps(maps))
-
-
 def parse_syscall_pc(text: bytes) -> tuple[int, int] | None:
     """(stack pointer, program counter) of a blocked thread's syscall line; None when it is
     running or the line is malformed."""
@@ -173,36 +129,19 @@ def parse_syscall_pc(text: bytes) -> tuple[int, int] | None:
         return None
 
 
-def follows_call(before: bytes, machine: str) -> bool:
-    """True when the bytes just before an address end with a call instruction (the address
-    is a return address): x86-64 `call rel32` or `call r/m` (opcode FF /2, 2 to 7 bytes),
-    AArch64 `bl` or `blr`."""
-    if machine == "x86_64":
-        if len(before) < 7:
-            return False
-        if before[-5] == 0xE8:
-            return True
-        return any(before[-k] == 0xFF and (before[-k + 1] & 0x38) == 0x10 for k in range(2, 8))
-    if machine in ("aarch64", "arm64"):
-        if len(before) < 4:
-            return False
-        insn = int.from_bytes(before[-4:], "little")
-        return (insn & 0xFC000000) == 0x94000000 or (insn & 0xFFFFFC1F) == 0xD63F0000
-    return False
-
-
 class OwnerReader:
     """Attributes the threads of the processes of one sampler; call `end_sample()` after
     each sample."""
 
-    def __init__(self, root: str = "/", machine: str | None = None) -> None:
+    def __init__(
+        self, root: str = "/", machine: str | None = None, readers: Readers | None = None
+    ) -> None:
         self._proc = os.path.join(root, "proc")
+        self._readers = readers if readers is not None else service()
         self._machine = machine if machine is not None else os.uname().machine
         self._known: dict[tuple[int, int], _Process] = {}
         self._objects: dict[str, tuple[str | None, bool]] = {}
         """Object path -> (its owner, whether it is a system object), looked up once."""
-        self._mem: int | None = None
-        """The memory of the process being read, opened at its first stack scan."""
         self._host: dict[int, bytes] | None = None
         """The file systems of the host's mount namespace (`probe.backing`), read once per
         sample where needed."""
@@ -213,8 +152,8 @@ class OwnerReader:
         for key in [k for k, p in self._known.items() if not p.seen]:
             del self._known[key]
         for p in self._known.values():
-            p.seen = p.fresh = False
-            p.space = None
+            p.seen = False
+            p.mem.end_sample()
         self._host = None
 
     def _host_mounts(self) -> dict[int, bytes] | None:
@@ -277,10 +216,8 @@ class OwnerReader:
                 if owner is not None:
                     entry.owner, entry.proven = owner, True
         finally:
-            proc.memory = None
-            if self._mem is not None:
-                os.close(self._mem)
-                self._mem = None
+            proc.mem.end_read()
+            proc.refused = proc.refused or proc.mem.refused
         if unproven:
             _by_start_group(pid, proc.threads)
         owners = {
@@ -302,7 +239,10 @@ class OwnerReader:
         key = (pid, start_ticks)
         proc = self._known.get(key)
         if proc is None or (exe is not None and proc.exe is not None and exe != proc.exe):
-            proc = self._known[key] = _Process(exe=exe)
+            memory = ProcessMemory(
+                self._readers, f"{self._proc}/{pid}", start_ticks, self._host_mounts
+            )
+            proc = self._known[key] = _Process(memory, exe=exe)
         elif proc.exe is None:
             proc.exe = exe
         proc.seen = True
@@ -313,33 +253,29 @@ class OwnerReader:
     ) -> None:
         """Step 2 of the module docstring for the threads `wanted`, in one pass over the
         process's stacks (maps read again, once per sample: new threads have new stacks)."""
-        if not proc.fresh:
-            self._load_maps(pid, proc)
+        mem = proc.mem
+        if not mem.fresh:
+            mem.load_maps()
         for entry in wanted.values():
             entry.top_tries += 1
         # A stack whose thread still lives and is not wanted is not read again.
         known = {s for s, tid in proc.stack_tid.items() if tid in alive and tid not in wanted}
-        stacks = [s for s in proc.stacks if s not in known and proc.bare.get(s, 0) < 2]
-        memory = self._memory(pid, proc) if stacks else None
+        stacks = [s for s in mem.stacks if s not in known and mem.bare.get(s, 0) < 2]
+        memory = self._memory(proc) if stacks else None
         if memory is None:
             return
-        calls = proc.calls
+        calls, machine = mem.calls, self._machine
 
         def follows(address: int) -> bool | None:
             ok = calls.get(address)  # the usual case: a return address checked before
-            return ok if ok is not None else self._follows(proc, address)
+            return ok if ok is not None else mem.follows(address, machine)
 
-        tops = StackTops(
-            memory,
-            lambda a: self._object_at(pid, proc, a),
-            follows,
-            proc.tid_offset,
-            proc.below,
-        )
+        tops = StackTops(memory, mem.object_at, follows, proc.tid_offset, proc.below)
+        tops.read_ahead(mem.ahead, calls.__contains__)
         found = tops.read(stacks, alive)
         proc.tid_offset, proc.below = tops.tid_offset, tops.below
         for s in tops.bare:
-            proc.bare[s] = proc.bare.get(s, 0) + 1
+            mem.bare[s] = mem.bare.get(s, 0) + 1
         if not tops.complete:  # the budget ran out: who was not reached is looked for again
             for tid, entry in wanted.items():
                 if tid not in found:
@@ -403,14 +339,14 @@ class OwnerReader:
         """The process runs a Python interpreter (its code is mapped: `libpython*` or a
         `python*` executable): its main thread is the interpreter's, whatever runtime it
         calls into (a caller inside a pool's code is not one of the pool's threads)."""
-        if proc.text is None:
-            self._load_maps(pid, proc)
-        return any(runtimes.owner_of_object(m[2]) == "python" for m in proc.text or ())
+        if proc.mem.text is None:
+            proc.mem.load_maps()
+        return any(runtimes.owner_of_object(m[2]) == "python" for m in proc.mem.text or ())
 
     def _blocked_owner(self, pid: int, tid: int, proc: _Process) -> str | None:
         """The owner a blocked thread's PC (or stack) proves; None when nothing does yet."""
-        if not proc.fresh:
-            self._load_maps(pid, proc)  # its code may have been loaded since
+        if not proc.mem.fresh:
+            proc.mem.load_maps()  # its code may have been loaded since
         try:
             raw = _read(f"{self._proc}/{pid}/task/{tid}/syscall")
         except PermissionError:
@@ -420,13 +356,15 @@ class OwnerReader:
         if where is None:
             return None
         sp, pc = where
-        path = self._object_at(pid, proc, pc)
+        path = proc.mem.object_at(pc)
         if path is None:
             return None  # in anonymous code (a JIT), or maps unreadable
         owner = self._owner_of(path)[0]
         if owner is not None:
             return _team_driver(proc) if owner == "libgomp" else owner
-        return self._stack_owner(pid, proc, sp)
+        if self._memory(proc) is None:
+            return None
+        return proc.mem.stack_owner(sp, self._machine, self._owner_of)
 
     def _owner_of(self, path: str) -> tuple[str | None, bool]:
         """(`runtimes.owner_of_object`, `runtimes.is_system_object`) of a mapped object."""
@@ -438,125 +376,12 @@ class OwnerReader:
             self._objects[path] = known
         return known
 
-    def _object_at(self, pid: int, proc: _Process, address: int) -> str | None:
-        if proc.text is None:
-            self._load_maps(pid, proc)
-        text = proc.text or []
-        i = bisect.bisect_right(proc.starts, address) - 1
-        if i >= 0 and text[i][0] <= address < text[i][1]:
-            return text[i][2]
-        return None
-
-    def _load_maps(self, pid: int, proc: _Process) -> None:
-        """Its executable mappings, stacks and readable memory, from one read of its maps
-        (and, when a read needs it, of its mountinfo: `probe.backing`)."""
-        proc.fresh = True
-        proc.space = None
-        try:
-            fd = os.open(f"{self._proc}/{pid}/maps", os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            proc.text, proc.starts, proc.stacks = [], [], []
-            return
-        chunks: list[bytes] = []
-        total = 0
-        try:
-            while total < MAPS_MAX and (chunk := os.read(fd, 65536)):
-                chunks.append(chunk)
-                total += len(chunk)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-        maps = b"".join(chunks)
-        if total >= MAPS_MAX:
-            maps = maps[: maps.rfind(b"\n", 0, MAPS_MAX) + 1]  # whole lines only
-        mappings = parse_maps(maps)
-        text = _text_of(mappings)
-        if text != proc.text:
-            proc.calls.clear()  # other code at those addresses (dlopen, exec): check again
-        proc.text = text
-        proc.starts = [m[0] for m in text]
-        proc.stacks = stacks_of(mappings)
-        current = set(proc.stacks)
-        proc.bare = {s: n for s, n in proc.bare.items() if s in current}
-        proc.space = AddressSpace(mappings, Mounts(f"{self._proc}/{pid}", self._host_mounts))
-
-    def _memory(self, pid: int, proc: _Process) -> Memory | None:
-        """The process's memory for this read, its maps read in this sample: opened once per
-        process and sample (closed at the end of `read`), with this sample's budget; None
-        when it cannot be (refused: `proc.refused`)."""
-        if proc.memory is not None:
-            return proc.memory
-        if self._mem is None:
-            try:
-                self._mem = os.open(f"{self._proc}/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW)
-            except PermissionError:
-                proc.refused = True
-            except OSError:
-                pass
-        if self._mem is None:
-            return None
-        if proc.space is None:
-            self._load_maps(pid, proc)
-        assert proc.space is not None
-        proc.memory = Memory(self._mem, proc.space, MAX_BYTES, MAX_READS)
-        return proc.memory
-
-    def _follows(self, proc: _Process, address: int) -> bool | None:
-        """A call instruction ends right before `address` (`follows_call`), remembered per
-        address; None when those bytes may not be read. Raises `OverBudget`."""
-        ok = proc.calls.get(address)
-        if ok is not None:
-            return ok
-        memory = proc.memory
-        if memory is None or address < 8:
-            return None
-        before = memory.read(address - 8, 8)
-        if len(before) != 8 and memory.space.span(address - 8, 8) != 8:
-            return None  # may not be read (not: could not be)
-        ok = follows_call(before, self._machine)
-        if len(proc.calls) >= CALLS_MAX:
-            proc.calls.clear()
-        proc.calls[address] = ok
-        return ok
-
-    def _stack_owner(self, pid: int, proc: _Process, sp: int) -> str | None:
-        pointer = _POINTER.get(self._machine)
-        if pointer is None:
-            return None
-        fmt, size = pointer
-        memory = self._memory(pid, proc)
-        if memory is None:
-            return None
-        try:
-            stack = memory.read(sp, STACK_SCAN)
-            for (word,) in struct.iter_unpack(fmt, stack[: len(stack) - len(stack) % size]):
-                path = self._object_at(pid, proc, word)
-                if path is None or word < 8:
-                    continue
-                owner, system = self._owner_of(path)
-                if system or owner is None:
-                    continue
-                call = self._follows(proc, word)
-                if call is None:
-                    return None  # its code may not be read: no evidence past it
-                if call:
-                    return owner
-        except OverBudget:
-            return None
-        return None
-
-
-def _text_of(mappings: list[tuple[int, int, bytes, bytes, bytes]]) -> list[tuple[int, int, str]]:
-    """The executable mappings of files, sorted by start address (at most `_TEXT_MAX`)."""
-    found = [(s, e, p) for s, e, perms, _, p in mappings if b"x" in perms and p[:1] == b"/"]
-    out: list[tuple[int, int, str]] = []
-    for start, end, path in found[:_TEXT_MAX]:
-        if path.endswith(b" (deleted)"):
-            path = path[: -len(b" (deleted)")]
-        out.append((start, end, path[:4096].decode("utf-8", "replace")))
-    out.sort()
-    return out
+    def _memory(self, proc: _Process) -> Memory | None:
+        """The process's memory for this read (`ProcessMemory.open`); None when it cannot be
+        read: refused (`proc.refused`: only names count), gone or quarantined."""
+        if proc.mem.refused:
+            proc.refused = True
+        return None if proc.refused else proc.mem.open()
 
 
 def _team_driver(proc: _Process) -> str:
@@ -564,10 +389,11 @@ def _team_driver(proc: _Process) -> str:
     itself (`NUMBA_NUM_THREADS`; `OMP_NUM_THREADS` does not change it, measured), so a
     libgomp thread of a process that loaded numba's layer (`numba/np/ufunc/omppool*`) and not
     torch is numba's."""
-    names = [m[2].rsplit("/", 1)[-1] for m in proc.text or ()]
+    text = proc.mem.text or ()
+    names = [m[2].rsplit("/", 1)[-1] for m in text]
     numba = any(
         "omppool" in m[2].rsplit("/", 1)[-1] and runtimes.owner_of_object(m[2]) == "numba"
-        for m in proc.text or ()
+        for m in text
     )
     if numba and not any(n.startswith("libtorch_cpu") for n in names):
         return "numba"

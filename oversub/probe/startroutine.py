@@ -25,7 +25,8 @@ Everything read here is the watched process's to forge: a forged descriptor can 
 misname that process's own threads (as its thread names can), two stacks claiming one
 thread are both dropped, and every read is bounded (`TOP_READ`, `DEEP_READ`, `MAX_STACKS`)
 and goes through `probe.backing.Memory`: only memory whose faults cannot wait for a server
-is read, within the caller's budget of one sample. A word pointing into code that may not
+is read, by the reader process (`probe.memreader`: the tops of up to `BATCH` stacks in one
+request), within the caller's budget of one sample. A word pointing into code that may not
 be read (a library on FUSE or NFS) cannot be checked for a call before it: the walk ends
 there with no evidence. A pass that spends the budget stops where it is (`complete`).
 """
@@ -33,7 +34,7 @@ there with no evidence. A pass that spends the budget stops where it is (`comple
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from oversub.core.runtimes import is_system_object
 from oversub.probe.backing import Mapping, Memory, OverBudget, parse_maps
@@ -47,6 +48,15 @@ MAX_STACKS = 4096
 """Stack mappings looked at per pass over one process."""
 TID_SPAN = 0x800
 """Bytes of the descriptor searched for the thread id."""
+BATCH = 32
+"""Stack tops read together (one request to the reader process, `probe.memreader`): a
+process's first reading costs a request per 32 threads rather than one per thread, and the
+budget is still shared with the checks that follow each batch."""
+CHECKS = 64
+"""Words a walk looks ahead when it meets an address not checked yet for a call before it:
+the checks of those among them that point into code and were not checked either are read
+in one request (a stack full of such words, which its process chooses, costs a request per
+64 of them, not one each; a real thread's first walk of its process, one or two)."""
 
 
 def stack_mappings(maps: bytes) -> list[tuple[int, int]]:
@@ -71,6 +81,12 @@ def stacks_of(mappings: Iterable[Mapping]) -> list[tuple[int, int]]:
     return out
 
 
+def _top(start: int, end: int) -> tuple[int, int]:
+    """(address, length) of the top of a stack mapping that `StackTops` reads."""
+    size = min(TOP_READ, end - start)
+    return end - size, size
+
+
 def _word(data: bytes, index: int) -> int:
     return int(struct.unpack_from("<Q", data, 8 * index)[0])
 
@@ -92,7 +108,8 @@ class StackTops:
 
     `object_at(address)` names the file mapping whose code holds an address (None outside);
     `follows(address)` says whether a call instruction ends right before it (None: that
-    code may not be read). Either may raise `OverBudget`, as `memory.read` does.
+    code may not be read). Either may raise `OverBudget`, as `memory.read` does; so may the
+    callbacks of `read_ahead`.
     """
 
     def __init__(
@@ -106,6 +123,8 @@ class StackTops:
         self._memory = memory
         self._object_at = object_at
         self._follows = follows
+        self._ahead: Callable[[list[int]], None] | None = None
+        self._checked: Callable[[int], bool] | None = None
         self.tid_offset = tid_offset
         """Where the thread id sits in a descriptor; learnt from the first descriptor that
         holds exactly one live thread id."""
@@ -118,6 +137,12 @@ class StackTops:
         self.complete = True
         """The last `read` looked at every stack it was given (its budget was not spent)."""
 
+    def read_ahead(
+        self, ahead: Callable[[list[int]], None], checked: Callable[[int], bool]
+    ) -> None:
+        """Have the walks read their checks ahead, `CHECKS` words at a time."""
+        self._ahead, self._checked = ahead, checked
+
     def read(
         self, stacks: Iterable[tuple[int, int]], tids: Collection[int]
     ) -> dict[int, tuple[tuple[int, int], str | None]]:
@@ -127,11 +152,13 @@ class StackTops:
         twice: set[int] = set()
         self.bare = []
         self.complete = True
+        todo = list(stacks)[:MAX_STACKS]
         try:
-            for n, (start, end) in enumerate(stacks):
-                if n >= MAX_STACKS:
-                    break
-                self._one(start, end, tids, found, twice)
+            for at in range(0, len(todo), BATCH):
+                batch = todo[at : at + BATCH]
+                self._memory.prefetch([_top(start, end) for start, end in batch])
+                for start, end in batch:
+                    self._one(start, end, tids, found, twice)
         except OverBudget:
             self.complete = False
         for tid in twice:
@@ -147,8 +174,7 @@ class StackTops:
         twice: set[int],
     ) -> None:
         """One stack of `read`: its descriptor, its thread, that thread's start routine."""
-        size = min(TOP_READ, end - start)
-        base = end - size
+        base, size = _top(start, end)
         top = self._memory.read(base, size)
         count = len(top) // 8
         if len(top) != size:
@@ -195,8 +221,8 @@ class StackTops:
     def _start_object(self, words: tuple[int, ...], i: int, base: int, start: int) -> str | None:
         """The object of the start routine: the first non-system return address below the
         descriptor, after at least one C library frame."""
-        walk = _Walk(self._object_at, self._follows)
-        if walk.scan(reversed(words[:i])) or walk.done:
+        walk = _Walk(self._object_at, self._follows, self._ahead, self._checked)
+        if walk.scan(words, i) or walk.done:
             return walk.found
         deep_start = max(start, base - DEEP_READ)
         if deep_start >= base:
@@ -204,7 +230,8 @@ class StackTops:
         deep = self._memory.read(deep_start, base - deep_start)
         if len(deep) != base - deep_start:
             return None
-        walk.scan(reversed(struct.unpack_from(f"<{len(deep) // 8}Q", deep)))
+        deeper = struct.unpack_from(f"<{len(deep) // 8}Q", deep)
+        walk.scan(deeper, len(deeper))
         return walk.found
 
 
@@ -212,24 +239,36 @@ class _Walk:
     """The walk down one thread's outermost frames (see the module docstring)."""
 
     def __init__(
-        self, object_at: Callable[[int], str | None], follows: Callable[[int], bool | None]
+        self,
+        object_at: Callable[[int], str | None],
+        follows: Callable[[int], bool | None],
+        ahead: Callable[[list[int]], None] | None = None,
+        checked: Callable[[int], bool] | None = None,
     ) -> None:
         self._object_at = object_at
         self._follows = follows
+        self._ahead = ahead
+        self._checked = checked or (lambda address: False)
+        self._asked: set[int] = set()
+        """Addresses whose check was read ahead (or is being read now)."""
         self.system = False
         """A C library frame was seen."""
         self.done = False
         """The walk ended: `found` is its answer (None: not the layout, no evidence)."""
         self.found: str | None = None
 
-    def scan(self, words: Iterable[int]) -> bool:
-        """Walk `words` from the top down; True once the start routine is found."""
-        for word in words:
+    def scan(self, words: Sequence[int], end: int) -> bool:
+        """Walk `words[:end]` from the top of the stack down (from its last word to its
+        first); True once the start routine is found."""
+        for n in range(end - 1, -1, -1):
+            word = words[n]
             if word < 4096:
                 continue
             path = self._object_at(word)
             if path is None:
                 continue
+            if self._ahead is not None and word not in self._asked and not self._checked(word):
+                self._ahead(self._next_checks(words, n))
             call = self._follows(word)
             if call is None:  # code that may not be read: no evidence past it
                 self.done = True
@@ -244,3 +283,16 @@ class _Walk:
                 self.found = path
             return self.found is not None
         return False
+
+    def _next_checks(self, words: Sequence[int], n: int) -> list[int]:
+        """Of the word at `n` and the `CHECKS` - 1 the walk meets after it (below it in
+        `words`), those it may have to check and whose check is not known."""
+        out: list[int] = []
+        asked, checked = self._asked, self._checked
+        for word in reversed(words[max(0, n - CHECKS + 1) : n + 1]):
+            if word < 4096 or word in asked or checked(word):
+                continue
+            if self._object_at(word) is not None:
+                asked.add(word)
+                out.append(word)
+        return out

@@ -264,3 +264,29 @@ def deny_open(monkeypatch: Any, path: Path) -> None:
         return real_open(p, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", guarded_open)
+    deny_reader(monkeypatch, path)
+
+
+def deny_reader(monkeypatch: Any, path: Path) -> None:
+    """The same refusal for the reads the reader process makes (`probe.memreader`: memory,
+    cmdline, environ, maps), which this process's os.open does not see."""
+    from oversub.probe import memreader
+
+    readers = memreader.service()
+    denied = str(path)
+    real_memory, real_file = readers.read_memory, readers.read_file
+
+    def refuse(where: str) -> None:
+        if where == denied:
+            raise PermissionError(errno.EACCES, "Permission denied", where)
+
+    def read_memory(proc_dir: str, *args: Any, **kwargs: Any) -> list[bytes]:
+        refuse(f"{proc_dir}/mem")
+        return real_memory(proc_dir, *args, **kwargs)
+
+    def read_file(proc_dir: str, leaf: str, *args: Any, **kwargs: Any) -> bytes:
+        refuse(f"{proc_dir}/{leaf}")
+        return real_file(proc_dir, leaf, *args, **kwargs)
+
+    monkeypatch.setattr(readers, "read_memory", read_memory)
+    monkeypatch.setattr(readers, "read_file", read_file)

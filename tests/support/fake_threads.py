@@ -14,7 +14,7 @@ import struct
 from pathlib import Path
 
 from oversub.core.samples import ThreadSample
-from oversub.probe.backing import AddressSpace, Memory, Mounts, parse_maps
+from oversub.probe.backing import AddressSpace, Memory, Mounts, parse_maps, pread_fetch
 
 PID = 100
 SITE = "/usr/lib/python3/site-packages"
@@ -133,4 +133,4 @@ def memory_of(proc: FakeProcess, fd: int) -> Memory:
     """A `probe.backing.Memory` of the fake process over its `mem` open on `fd`, with budgets
     no test reaches."""
     space = AddressSpace(parse_maps(proc.maps.encode()), Mounts(str(proc.base)))
-    return Memory(fd, space, 1 << 30, 1 << 20)
+    return Memory(pread_fetch(fd), space, 1 << 30, 1 << 20)

@@ -18,6 +18,7 @@ from oversub.probe.backing import (
     mappings_from,
     mount_types,
     parse_maps,
+    pread_fetch,
 )
 
 OWN = (
@@ -127,7 +128,7 @@ def test_memory_reads_only_what_may_be_read_within_its_budgets(tmp_path: Path) -
     space = AddressSpace(parse_maps(MAPS), mounts(tmp_path))
     fd = os.open(tmp_path / "mem", os.O_RDONLY)
     try:
-        memory = Memory(fd, space, max_bytes=24, max_reads=3)
+        memory = Memory(pread_fetch(fd), space, max_bytes=24, max_reads=3)
         assert memory.read(0x1000, 8) == bytes(range(8))
         assert memory.read(0x3000, 8) == b""  # FUSE: not read, and no budget spent
         assert memory.read(0x2FFC, 8) == bytes(range(0xFC, 0x100))  # cut at the FUSE page
@@ -139,3 +140,31 @@ def test_memory_reads_only_what_may_be_read_within_its_budgets(tmp_path: Path) -
             memory.read(0x1000, 1)  # no read left
     finally:
         os.close(fd)
+
+
+def test_a_prefetch_is_one_batch_within_the_budgets_and_each_read_takes_its_bytes(
+    tmp_path: Path,
+) -> None:
+    # Stack tops are read together (one request to the reader process): the same rule and
+    # budgets as one read at a time, and `read` of the same range gives those bytes once.
+    batches: list[list[tuple[int, int]]] = []
+    (tmp_path / "mem").write_bytes(bytes(range(256)) * 128)
+    fd = os.open(tmp_path / "mem", os.O_RDONLY)
+    inner = pread_fetch(fd)
+
+    def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
+        batches.append(list(ranges))
+        return inner(ranges)
+
+    memory = Memory(fetch, AddressSpace(parse_maps(MAPS), mounts(tmp_path)), 40, 3)
+    memory.prefetch([(0x1000, 8), (0x3000, 8), (0x2FFC, 8), (0x4000, 16), (0x4100, 16)])
+    # FUSE not asked for, the cut one cut, the last left for when the budget allows.
+    assert batches == [[(0x1000, 8), (0x2FFC, 4), (0x4000, 16)]]
+    assert (memory.reads_left, memory.bytes_left) == (0, 12)
+    assert memory.read(0x1000, 8) == bytes(range(8))
+    assert memory.read(0x2FFC, 8) == bytes(range(0xFC, 0x100))
+    assert memory.read(0x4000, 16) == bytes(range(16))
+    assert len(batches) == 1
+    with pytest.raises(OverBudget):
+        memory.read(0x1000, 8)  # taken once; a second read is a read
+    os.close(fd)

@@ -19,9 +19,11 @@ import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from oversub.probe import memreader
 from oversub.probe.livepools import LiveReader
 from oversub.probe.owners import OwnerReader
 from tests.support.elf_craft import VALUE_AT, CraftedElf
@@ -41,16 +43,18 @@ ORT_RET = ORT[0] + 0x500
 
 @pytest.fixture
 def mem_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[int, int]]]:
-    """(offset, length) of every pread of a /proc/PID/mem."""
-    real = os.pread
+    """(offset, length) of every read of a /proc/PID/mem (the reader process makes them)."""
+    readers = memreader.service()
+    real = readers.read_memory
     reads: list[tuple[int, int]] = []
 
-    def pread(fd: int, length: int, offset: int) -> bytes:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("/mem"):
-            reads.append((offset, length))
-        return real(fd, length, offset)
+    def read_memory(
+        proc_dir: str, session: int, ranges: list[tuple[int, int]], start: int | None = None
+    ) -> list[bytes]:
+        reads.extend(ranges)
+        return real(proc_dir, session, ranges, start)
 
-    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(readers, "read_memory", read_memory)
     yield reads
 
 
@@ -133,7 +137,7 @@ THREADS, WORDS, SAMPLES = 8, 2000, 6
 
 
 def test_row3_a_process_cannot_grow_the_memo_or_the_reads_per_sample(
-    tmp_path: Path, mem_reads: list[tuple[int, int]]
+    tmp_path: Path, mem_reads: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     proc = FakeProcess(tmp_path, [LIBC, BIG])
     for ret in (CLONE3, START_THREAD):
@@ -141,6 +145,16 @@ def test_row3_a_process_cannot_grow_the_memo_or_the_reads_per_sample(
     stacks = [proc.stack_top(1000 + i, ()) for i in range(THREADS)]
     reader = OwnerReader(str(tmp_path), machine="x86_64")
     per_sample: list[int] = []
+    readers = memreader.service()
+    recording = readers.read_memory
+    requests: list[int] = []
+
+    def read_memory(*args: Any, **kwargs: Any) -> list[bytes]:
+        requests.append(1)
+        return recording(*args, **kwargs)
+
+    monkeypatch.setattr(readers, "read_memory", read_memory)
+    per_request: list[int] = []
     fresh = iter(range(BIG[0] + 8, BIG[1]))
     for sample in range(SAMPLES):
         threads = []
@@ -152,16 +166,19 @@ def test_row3_a_process_cannot_grow_the_memo_or_the_reads_per_sample(
             struct.pack_into(f"<{len(words)}Q", proc.mem, tcb - 8 * len(words), *words[::-1])
             threads.append(proc.thread(tid))
         proc.flush()
-        before = len(mem_reads)
+        before, asked = len(mem_reads), len(requests)
         reader.read(PID, 42, tuple(threads))
         reader.end_sample()
         per_sample.append(len(mem_reads) - before)
-        memo = reader._known[(PID, 42)].calls
+        per_request.append(len(requests) - asked)
+        memo = reader._known[(PID, 42)].mem.calls
         assert len(memo) <= 4096, f"sample {sample}: {len(memo)} addresses remembered"
         for tid in range(1000 + THREADS * sample, 1000 + THREADS * (sample + 1)):
             os.rename(proc.base / "task" / str(tid), tmp_path / f"gone-{tid}")  # it ended
     assert max(per_sample) <= 1024, per_sample
     assert sum(n for _, n in mem_reads) <= SAMPLES * (2 << 20)
+    # Each a round trip to the reader process: the checks go 64 to a request, not one each.
+    assert max(per_request) <= 1024 // 64 + 4, per_request
 
 
 def test_row5_an_exec_drops_what_was_proven(tmp_path: Path) -> None:

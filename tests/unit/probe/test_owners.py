@@ -12,7 +12,8 @@ import pytest
 
 from oversub.core import runtimes
 from oversub.core.samples import ThreadSample
-from oversub.probe.owners import MAX_TRIES, OwnerReader, follows_call, parse_syscall_pc
+from oversub.probe.owners import MAX_TRIES, OwnerReader, parse_syscall_pc
+from oversub.probe.procmemory import follows_call
 from tests.support.fake_threads import (
     GOMP,
     LIBC,
@@ -290,3 +291,34 @@ def test_a_name_inherited_from_the_main_thread_proves_nothing(tmp_path: Path) ->
         101: "unattributed",
         102: "torch",
     }
+
+
+def test_a_refused_memory_leaves_names_only_and_is_not_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not root and not its ancestor: the kernel refuses /proc/PID/mem to the reader process;
+    # its threads keep the evidence of their names, and nothing of it is asked again.
+    from oversub.probe import memreader
+    from tests.support.fake_proc import deny_reader
+
+    proc = FakeProcess(tmp_path, [LIBC, ORT])
+    ret = ORT[0] + 0x500
+    proc.call_site(ret)
+    threads = [proc.thread(101), proc.thread(102, "polars-0")]
+    proc.stack_top(101, (LIBC[0] + 0x100, LIBC[0] + 0x200, ret))
+    proc.flush()
+    deny_reader(monkeypatch, proc.base / "mem")
+    readers = memreader.service()
+    asked: list[object] = []
+    refusing = readers.read_memory
+
+    def read_memory(*args: object, **kwargs: object) -> list[bytes]:
+        asked.append(args)
+        return refusing(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(readers, "read_memory", read_memory)
+    reader = OwnerReader(str(tmp_path), machine="x86_64")
+    assert read_owners(tmp_path, threads, reader) == {101: "unattributed", 102: "polars"}
+    assert len(asked) == 1
+    assert read_owners(tmp_path, threads, reader) == {101: "unattributed", 102: "polars"}
+    assert len(asked) == 1

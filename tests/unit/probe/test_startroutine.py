@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from oversub.core.samples import ThreadSample
 from oversub.probe.owners import TOP_TRIES, OwnerReader
@@ -223,3 +226,49 @@ def test_mappings_without_a_descriptor_are_reported_bare(tmp_path: Path) -> None
         ) == {101: (real, NUMEXPR[2])}
     finally:
         os.close(fd)
+
+
+def test_a_process_first_reading_costs_a_few_requests_not_one_per_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 12 threads started by one runtime: its maps, the stack tops in batches (of 8 here, 32
+    # in use) and the checks of the return addresses read ahead together, not a request per
+    # read (each is a round trip to the reader process, `probe.memreader`).
+    from oversub.probe import memreader, startroutine
+
+    monkeypatch.setattr(startroutine, "BATCH", 8)
+
+    proc = FakeProcess(tmp_path, [LIBC, ORT])
+    clone3, start_thread, ort = LIBC[0] + 0x100, LIBC[0] + 0x200, ORT[0] + 0x500
+    for ret in (clone3, start_thread, ort):
+        proc.call_site(ret)
+    threads = []
+    for tid in range(101, 113):
+        proc.stack_top(tid, (clone3, start_thread, ort))
+        threads.append(proc.thread(tid))
+    proc.flush()
+    readers = memreader.Readers()
+    asked: list[str] = []
+    real_memory, real_file = readers.read_memory, readers.read_file
+
+    def read_memory(*args: Any, **kwargs: Any) -> list[bytes]:
+        asked.append("mem")
+        return real_memory(*args, **kwargs)
+
+    def read_file(*args: Any, **kwargs: Any) -> bytes:
+        asked.append("file")
+        return real_file(*args, **kwargs)
+
+    readers.read_memory = read_memory  # type: ignore[method-assign]
+    readers.read_file = read_file  # type: ignore[method-assign]
+    try:
+        reader = OwnerReader(str(tmp_path), machine="x86_64", readers=readers)
+        owners = reader.read(PID, 42, tuple(threads))
+    finally:
+        readers.close()
+    assert set(owners.values()) == {"onnxruntime"}
+    # Its maps; the first batch of tops (which opens its memory); the checks of clone3's and
+    # start_thread's return addresses together (32 words apart: within the 64 words a walk
+    # reads ahead), then ORT's (64 words further); the second batch of tops, whose walks
+    # find every check known.
+    assert asked == ["file", "mem", "mem", "mem", "mem"], asked
