@@ -53,7 +53,7 @@ class CgroupSampler(TreeSampler):
         self._gone = members is None
         pids = {pid for pid in members or () if pid in stats}
         pids.discard(self._self_pid)  # oversub inside the cgroup it watches (a sidecar)
-        return pids
+        return pids - self.own_pids()
 
     def _check_root(self, stats: dict[int, bytes]) -> None:
         if not os.path.isdir(self.ref.directory):
@@ -110,7 +110,7 @@ class NodeSampler(TreeSampler):
                     self.from_jobs.add(key)
         pids = set(stats)
         pids.discard(self._self_pid)
-        return pids
+        return pids - self.own_pids()
 
     def _check_root(self, stats: dict[int, bytes]) -> None:
         return None  # the node is always there

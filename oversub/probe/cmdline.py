@@ -19,6 +19,7 @@ At most `CMDLINE_READ_MAX` bytes are read and `CMDLINE_MAX` characters kept.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from oversub.probe.proctree import read_small
 
@@ -56,15 +57,23 @@ def bound_cmdline(raw: bytes, bounds: tuple[int, int, int] | None) -> str:
     return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")[:CMDLINE_MAX]
 
 
-def read_cmdline(proc_dir: str, stat_before: bytes) -> str:
+def read_cmdline(
+    proc_dir: str, stat_before: bytes, read: Callable[[str, int], bytes] | None = None
+) -> str:
     """The command line of the process at `proc_dir` (e.g. "/proc/42"), whose stat line was
-    `stat_before`; "" when it is gone, unreadable or cannot be shown safely."""
+    `stat_before`; "" when it is gone, unreadable or cannot be shown safely. `read(leaf,
+    limit)` reads a file of `proc_dir` where given (the reader process of
+    `probe.memreader`: the kernel reads a command line from the process's memory, which may
+    wait on it); what it raises other than OSError is the caller's."""
     try:
-        fd = os.open(f"{proc_dir}/cmdline", os.O_RDONLY)
-        try:
-            raw = os.read(fd, CMDLINE_READ_MAX)
-        finally:
-            os.close(fd)
+        if read is not None:
+            raw = read("cmdline", CMDLINE_READ_MAX)
+        else:
+            fd = os.open(f"{proc_dir}/cmdline", os.O_RDONLY)
+            try:
+                raw = os.read(fd, CMDLINE_READ_MAX)
+            finally:
+                os.close(fd)
         stat_after = read_small(f"{proc_dir}/stat")
     except OSError:
         return ""

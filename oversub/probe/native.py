@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 from oversub.core import pools
 from oversub.probe.proctree import read_all
@@ -70,10 +71,21 @@ vm.max_map_count, 65,530 by default) and how long their paths are (4 KiB each), 
 could reach 270 MB; a real NumPy or PyTorch process has well under 1 MB."""
 
 
-def read_maps(pid: int, root: str = "/") -> bytes | None:
+ENVIRON_MAX = 8 << 20
+"""Bytes of /proc/PID/environ read through a reader (an exec takes at most 6 MiB of
+arguments and environment together: 3/4 of the kernel's 8 MiB stack, and no more than a
+quarter of the stack limit)."""
+
+Read = Callable[[str, int], bytes]
+"""Reads (leaf, limit) of a process's /proc directory elsewhere: the reader process of
+`probe.memreader`, since the kernel takes maps, environ and cmdline from the process's
+memory or under its memory lock, which it may hold."""
+
+
+def read_maps(pid: int, root: str = "/", read: Read | None = None) -> bytes | None:
     """/proc/PID/maps up to MAPS_MAX bytes (whole lines); None when it cannot be read
     (gone). PermissionError: another user's."""
-    return _read_unless_gone(pid, root, "maps", MAPS_MAX)
+    return _read_unless_gone(pid, root, "maps", MAPS_MAX, read)
 
 
 def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
@@ -124,21 +136,28 @@ def thread_env_from_bytes(environ: bytes) -> dict[str, str]:
     return env
 
 
-def read_thread_env(pid: int, root: str = "/") -> dict[str, str] | None:
+def read_thread_env(pid: int, root: str = "/", read: Read | None = None) -> dict[str, str] | None:
     """Thread-related environment variables of `pid` (initial environment, as exec'd).
 
     None when environ cannot be read (the process is gone); PermissionError when it belongs
     to another user.
     """
-    environ = _read_unless_gone(pid, root, "environ")
+    environ = _read_unless_gone(pid, root, "environ", None, read)
     return None if environ is None else thread_env_from_bytes(environ)
 
 
-def _read_unless_gone(pid: int, root: str, leaf: str, limit: int | None = None) -> bytes | None:
-    """/proc/PID/`leaf` (at most `limit` bytes, cut after its last whole line); None when it
-    cannot be read, except a refusal, which is raised."""
+def _read_unless_gone(
+    pid: int, root: str, leaf: str, limit: int | None = None, read: Read | None = None
+) -> bytes | None:
+    """/proc/PID/`leaf` (at most `limit` bytes, cut after its last whole line), through `read`
+    where given; None when it cannot be read, except a refusal, which is raised."""
     path = os.path.join(root, "proc", str(pid), leaf)
     try:
+        if read is not None:
+            data = read(leaf, ENVIRON_MAX if limit is None else limit + 1)
+            if limit is None or len(data) <= limit:
+                return data
+            return data[: data.rfind(b"\n", 0, limit) + 1]
         if limit is None:
             return read_all(path)
         return _read_lines(path, limit)

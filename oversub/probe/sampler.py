@@ -34,6 +34,7 @@ from oversub.probe import native
 from oversub.probe.cmdline import CMDLINE_MAX, read_cmdline
 from oversub.probe.host import read_host
 from oversub.probe.livepools import LiveReader, LiveSizes
+from oversub.probe.memreader import Unreachable, service
 from oversub.probe.owners import OwnerReader
 from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.proctree import (
@@ -146,10 +147,16 @@ class TreeSampler:
         self._budget = descriptor_budget()
         """Descriptors the scanner and the thread files hold between them (`sample` gives
         the thread files what the scanner does not hold)."""
-        self._live = LiveReader(root)
+        self._readers = service()
+        """The reader process that reads the processes' memory, maps, environ and cmdline
+        (`probe.memreader`): never part of a target; a process whose read it abandoned is
+        quarantined. Ended (and collected) when the last sampler is closed."""
+        self._readers.acquire()
+        self._using_readers = True
+        self._live = LiveReader(root, self._readers)
         self._hides: bool | None = None
         """Whether this /proc may hide processes from us (`probe.hidden`), read once."""
-        self._owners = OwnerReader(root)
+        self._owners = OwnerReader(root, readers=self._readers)
         self._cpu_clock = (
             cpu_clock if cpu_clock is not None else (process_cpu_ns if root == "/" else None)
         )
@@ -169,6 +176,9 @@ class TreeSampler:
         """Close the /proc files held open between samples (sampling may go on after)."""
         self._threads.close()
         self._scanner.close()
+        if self._using_readers:
+            self._using_readers = False
+            self._readers.release()
 
     def __enter__(self) -> TreeSampler:
         return self
@@ -324,7 +334,12 @@ class TreeSampler:
             # `oversub watch $$` from a shell: oversub is in the tree, but must not judge its
             # own sampling (only the process itself: anything it starts is the user's).
             tree.discard(self._self_pid)
-        return tree
+        return tree - self.own_pids()
+
+    def own_pids(self) -> frozenset[int]:
+        """oversub's reader processes (`probe.memreader`), never part of a target (its
+        children, adopted or not)."""
+        return self._readers.own_pids() if self._self_pid != -1 else frozenset()
 
     def _check_root(self, stats: dict[int, bytes]) -> None:
         if self.root_pid in stats:
@@ -518,6 +533,38 @@ class TreeSampler:
         known = self._known.get(key)
         if stat.state in ("Z", "X"):
             return known or _Known("", stat.comm, None, None, now, n_threads)
+        try:
+            return self._refresh(pid, stat, raw_stat, n_threads, now, cpu_ns, known)
+        except Unreachable:
+            # A read of it did not return (`probe.memreader`), or reads stopped: none is made
+            # again; its last command line, variables and pools stand (unknown when never
+            # read: `denied`), its live sizes are unknown.
+            known = known or _Known("", stat.comm, None, None, now, n_threads, denied=True)
+            known.live_pools = known.live_threads = None
+            known.live_unreadable = True
+            self._known[key] = known
+            return known
+
+    def _refresh(
+        self,
+        pid: int,
+        stat: ProcStat,
+        raw_stat: bytes,
+        n_threads: int,
+        now: float,
+        cpu_ns: int | None,
+        known: _Known | None,
+    ) -> _Known:
+        """`_refresh_cache` of a live process; raises `Unreachable` (its memory is not read
+        any more)."""
+        proc_dir, start = f"{self._proc}/{pid}", stat.start_ticks
+        if self._readers.quarantined(proc_dir, start):
+            raise Unreachable(proc_dir)
+
+        def read(leaf: str, limit: int) -> bytes:
+            return self._readers.read_file(proc_dir, leaf, limit, start)
+
+        key = (pid, start)
         due = known is None or (
             known.comm != stat.comm
             or n_threads != known.maps_threads
@@ -526,19 +573,19 @@ class TreeSampler:
         if not due:
             assert known is not None
             return known
-        cmdline = read_cmdline(f"{self._proc}/{pid}", raw_stat)
+        cmdline = read_cmdline(proc_dir, raw_stat, read)
         if known is None or (cmdline and cmdline != known.cmdline):
             # New process, or it exec'd (new cmdline): environment and libraries changed.
             known = _Known(cmdline, stat.comm, None, None, now, n_threads, cpu_ns)
             try:
-                known.thread_env = native.read_thread_env(pid, self.root)
-                self._read_maps(pid, known)
+                known.thread_env = native.read_thread_env(pid, self.root, read)
+                self._read_maps(pid, known, read, start)
             except PermissionError:
                 known.denied = True
             self._known[key] = known
             return known
         try:
-            self._read_maps(pid, known)
+            self._read_maps(pid, known, read, start)
         except PermissionError:
             known.denied = True
         known.comm = stat.comm
@@ -547,14 +594,14 @@ class TreeSampler:
         known.maps_cpu_ns = cpu_ns
         return known
 
-    def _read_maps(self, pid: int, known: _Known) -> None:
+    def _read_maps(self, pid: int, known: _Known, read: native.Read, start: int) -> None:
         """Pools from maps and, for the libraries that export it, their live sizes.
 
         An exiting process's maps read empty: that must not erase what was seen.
         PermissionError (maps refused) propagates; a refused memory read only marks
         `live_denied`, the pools stand.
         """
-        maps = native.read_maps(pid, self.root)
+        maps = native.read_maps(pid, self.root, read)
         if maps is None or (not maps and known.pools is not None):
             return
         found = native.pools_from_maps(maps)
@@ -563,10 +610,12 @@ class TreeSampler:
         if not any(pools.POOLS_BY_KEY[k].live_symbol for k in found):
             return
         try:
-            live = self._live.read(pid, maps)
+            live = self._live.read(pid, maps, start)
         except PermissionError:
             known.live_denied = True
             return
+        except Unreachable:
+            raise
         except Exception:  # the per-process boundary: what one process maps
             # must not stop the sampling of the others (the reader is meant never to raise).
             live = LiveSizes({}, {}, {"": "the live read failed"})
@@ -603,5 +652,5 @@ def _note_refused(known: _Known, unavailable: list[Signal]) -> None:
     """The signals a process's refused files leave unmeasured, from its cached state."""
     if known.denied:
         unavailable.extend(k for k in DENIED if k not in unavailable)
-    elif (known.live_denied or known.live_unreadable) and Signal.LIVE_POOLS not in unavailable:
+    if (known.live_denied or known.live_unreadable) and Signal.LIVE_POOLS not in unavailable:
         unavailable.append(Signal.LIVE_POOLS)

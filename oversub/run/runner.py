@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 
 from oversub.core.errors import CommandError, UsageError
+from oversub.probe.memreader import service
 from oversub.probe.proctree import (
     ProcStat,
     descendants,
@@ -381,9 +382,11 @@ class TreeReaper:
         ppids = {pid: stat.ppid for pid, stat in table.items()}
         seeds = set(self._known)
         if self._adopter is not None:
-            # Orphans re-parented to oversub (the subreaper): the tree's, even if never seen.
+            # Orphans re-parented to oversub (the subreaper): the tree's, even if never seen;
+            # not oversub's own reader processes (`probe.memreader`).
             seeds |= {pid for pid, stat in table.items() if stat.ppid == self._adopter}
             seeds.discard(self._adopter)
+            seeds -= service().own_pids()
         for pid in subtree(seeds, ppids) | in_session:
             stat = table[pid]
             # Anything older than the command cannot be part of its tree.

@@ -89,7 +89,27 @@ class VanishingPid:
         monkeypatch.setattr(os, "pread", self.pread)
         monkeypatch.setattr(os, "listdir", self.listdir)
         monkeypatch.setattr(os.path, "isdir", self.isdir)
+        self._install_reader(monkeypatch)
         return self
+
+    def _install_reader(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The same for the files the reader process reads (`probe.memreader`: cmdline,
+        environ, maps, mem), which this process's os functions do not see."""
+        from oversub.probe import memreader
+
+        readers = memreader.service()
+        real_file, real_memory = readers.read_file, readers.read_memory
+
+        def read_file(proc_dir: str, leaf: str, *args: Any, **kwargs: Any) -> bytes:
+            self._check(f"{proc_dir}/{leaf}", self.phase)  # its open and read in one
+            return real_file(proc_dir, leaf, *args, **kwargs)
+
+        def read_memory(proc_dir: str, *args: Any, **kwargs: Any) -> list[bytes]:
+            self._check(f"{proc_dir}/mem", self.phase)
+            return real_memory(proc_dir, *args, **kwargs)
+
+        monkeypatch.setattr(readers, "read_file", read_file)
+        monkeypatch.setattr(readers, "read_memory", read_memory)
 
     def _error(self, path: str) -> OSError:
         code = errno.ENOENT if issubclass(self.exc, FileNotFoundError) else errno.ESRCH

@@ -18,6 +18,7 @@ import pytest
 
 from oversub.probe.memreader import Readers, Unreachable
 from oversub.probe.readerloop import allowed
+from oversub.probe.sampler import TreeSampler
 
 SELF = f"/proc/{os.getpid()}"
 
@@ -202,6 +203,18 @@ def test_the_reader_holds_nothing_but_its_socket_and_buffer_and_ends_with_oversu
     while _state(pid) not in (None, "Z") and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _state(pid) in (None, "Z")
+
+
+def test_the_reader_is_never_part_of_a_watched_tree() -> None:
+    # oversub watching its own tree (`watch $$` from a shell, check's adopted children):
+    # its reader is its child, and no part of it.
+    with TreeSampler(os.getpid()) as sampler:
+        sampler.sample()
+        time.sleep(0.05)
+        sample = sampler.sample()
+        own = sampler.own_pids()
+    assert own
+    assert not own & set(sample.processes)
 
 
 def test_a_reader_that_died_is_collected_and_replaced(readers: Readers) -> None:
