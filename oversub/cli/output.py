@@ -117,8 +117,8 @@ def emit(output: Any) -> None:
 def emit_text(text: str) -> None:
     """Text oversub lays out itself for a reader (`cpus`): through sys.stdout, so that a
     stream that cannot encode a character gets its ASCII stand-in (`oversub.launch`), as
-    rich's output does; `emit` passes strings to click, which writes UTF-8 to such a stream
-    (right for JSON, whose strings must stay as they are)."""
+    rich's output does. JSON must never get a stand-in (`\\U0001f600` or a plain `"` in
+    a string is invalid JSON): `serialize.to_json` writes ASCII JSON for such a stream."""
     with reader_may_leave():
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -8,6 +8,7 @@ CLI's JSON paths import it alone to stay fast.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import shlex
@@ -562,11 +563,35 @@ def identity_dict(identity: NodeIdentity) -> dict[str, Any]:
 
 
 def to_json(obj: Mapping[str, Any], *, indent: int | None) -> str:
-    """Serialise one of the dicts above, keys in schema order, UTF-8 kept as is.
+    """Serialise one of the dicts above, keys in schema order.
 
     `indent=None` gives a single line (ndjson). No trailing newline. NaN/inf are refused
-    (the dicts above never hold them) so invalid JSON can never be emitted.
+    (the dicts above never hold them) so invalid JSON can never be emitted. Characters
+    beyond ASCII are kept as they are, unless stdout cannot encode every character (a
+    Latin-1 or ASCII locale): then they are `\\u` escapes, since the stand-ins such a
+    stream gets for text (`oversub.launch`: `\\U0001f600`, a `"` for a curly quote) would
+    make the JSON invalid. The escaped text is valid JSON in any encoding, and in a file.
     """
     import json  # only the JSON formats pay for it; `--format env` does not
 
-    return json.dumps(obj, indent=indent, ensure_ascii=False, sort_keys=False, allow_nan=False)
+    return json.dumps(
+        obj, indent=indent, ensure_ascii=_stdout_is_narrow(), sort_keys=False, allow_nan=False
+    )
+
+
+def _stdout_is_narrow() -> bool:
+    """Whether stdout's encoding cannot encode every character (not a UTF codec)."""
+    import sys
+
+    encoding = getattr(sys.stdout, "encoding", None)
+    return isinstance(encoding, str) and not _is_utf(encoding)
+
+
+@functools.lru_cache(maxsize=8)
+def _is_utf(encoding: str) -> bool:
+    import codecs
+
+    try:
+        return codecs.lookup(encoding).name.startswith("utf")
+    except LookupError:
+        return False

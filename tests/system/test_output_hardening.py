@@ -540,6 +540,43 @@ def test_full_stdout_is_one_error_line_and_exit_3(target: int) -> None:
         assert run.stderr == "oversub: error: cannot write to stdout: No space left on device\n"
 
 
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_json_on_a_narrow_stdout_is_valid_json(encoding: str, tmp_path: Path) -> None:
+    # JSON to a Latin-1 stdout got the stream's stand-ins inside its strings (`\U0001f600`,
+    # a plain `"` for a curly quote): invalid JSON. Every JSON format goes through one writer
+    # (serialize.to_json), which escapes what such a stream cannot encode.
+    hostile = "😀x “q” é"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", hostile], start_new_session=True
+    )
+    recording = tmp_path / f"{hostile}.ndjson"  # diff's JSON names its files
+    env = _env(PYTHONIOENCODING=encoding)
+    try:
+        watch = ["watch", str(proc.pid), "--duration", "1", "--interval", "0.5"]
+        outputs = {
+            "ndjson": [*watch, "--format", "ndjson", "--record", str(recording)],
+            "json": [*watch, "--format", "json"],
+        }
+        printed = {
+            name: subprocess.run([*OVERSUB, *args], capture_output=True, env=env, timeout=60)
+            for name, args in outputs.items()
+        }
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for args in (["report", str(recording)], ["diff", str(recording), str(recording)]):
+        printed[args[0]] = subprocess.run(
+            [*OVERSUB, *args, "--format", "json"], capture_output=True, env=env, timeout=60
+        )
+    for name, run in printed.items():
+        assert run.returncode == 0, (name, run.stderr)
+        assert run.stdout.isascii(), name
+        text = run.stdout.decode(encoding)
+        lines = text.splitlines() if name == "ndjson" else [text]
+        documents = [json.loads(line) for line in lines]
+        assert hostile in json.dumps(documents, ensure_ascii=False), name
+
+
 def test_ascii_only_streams_get_ascii_stand_ins(target: int) -> None:
     # PYTHONIOENCODING=ascii made `cpus` ("◀ binds", "µs") and the live view ("·", "…")
     # internal errors.

@@ -3,6 +3,7 @@ rule that `serialize` never imports rich."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import shutil
@@ -319,6 +320,27 @@ def test_to_json_keeps_unicode_and_order() -> None:
     assert text == '{"z": "µs", "a": 1}'
     with pytest.raises(ValueError):
         to_json({"x": math.inf}, indent=None)
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii", "cp1252"])
+def test_to_json_escapes_what_a_narrow_stdout_cannot_encode(
+    encoding: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a Latin-1 stdout the stream's stand-ins wrote `\U0001f600` and a plain `"` for a
+    # curly quote into JSON strings: invalid JSON. Escaped, it is ASCII, valid in any encoding.
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BytesIO(), encoding=encoding))
+    hostile = {"name": "😀x “q” é", "cmdline": "a\u2028b"}
+    text = to_json(hostile, indent=2)
+    assert text.isascii() and json.loads(text) == hostile
+    assert "\\ud83d\\ude00x" in text
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "UTF8", "utf-16"])
+def test_to_json_keeps_unicode_on_a_stdout_that_encodes_it(
+    encoding: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BytesIO(), encoding=encoding))
+    assert to_json({"name": "😀x é"}, indent=None) == '{"name": "😀x é"}'
 
 
 def test_quota_json_is_exact() -> None:
