@@ -233,6 +233,9 @@ def bar_chart(r: TuneResult, *, width: int = 80, color: bool = False) -> str:
     labels = [terminal(r.candidates[st.candidate].label) for st in measured]
     values, unit = chart_values([st.stats.mean for st in measured if st.stats is not None])
     plt.clf()
+    # The size given: by default plotext caps a chart to the terminal it finds itself
+    # (COLUMNS and LINES, else sys.__stdout__, else 80 x 24), wherever the text goes.
+    plt.limit_size(False, False)
     plt.theme("pro" if color else "clear")
     plt.plotsize(max(40, min(width, 120)), min(4 + 2 * len(measured), 30))
     plt.bar(labels, values, orientation="horizontal", width=0.4, color="cyan" if color else None)

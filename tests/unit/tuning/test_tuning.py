@@ -25,6 +25,7 @@ from oversub.tuning.candidates import (
 from oversub.tuning.exports import tune_dict
 from oversub.tuning.stats import describe, overlap, runs_to_separate, t975
 from oversub.tuning.trials import Candidate, Trial, TunePlan, TuneResult
+from oversub.tuning.view import bar_chart
 
 
 def _rec(n: int) -> object:
@@ -218,6 +219,14 @@ def test_text_report() -> None:
     assert "steps_per_s (last) per candidate" in text  # the chart's title
     coloured = render_tune(_result(), TuneFormat.TEXT, color=True)
     assert "\x1b[" in coloured.split("per candidate")[1]  # the bars, in colour on a terminal
+
+
+@pytest.mark.parametrize("width", [60, 100, 120])
+def test_the_chart_takes_the_width_given_without_a_terminal(width: int) -> None:
+    # plotext capped the chart to the terminal it found (none here: 80 x 24) whatever the
+    # width asked: a 120-column terminal got an 80-column chart.
+    chart = bar_chart(_result(), width=width)
+    assert max(len(line) for line in chart.splitlines()) == width
 
 
 def test_json_document() -> None:
