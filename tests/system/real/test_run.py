@@ -192,5 +192,9 @@ def test_a_setting_in_the_programs_code_is_kept_and_reported(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     kept = [line for line in done.stderr.splitlines() if line.startswith("oversub run: kept: ")]
-    assert kept and "ONNX Runtime" in kept[0], done.stderr
-    assert f"SessionOptions.intra_op_num_threads {T + 1}" in kept[0], done.stderr
+    assert kept and all("ONNX Runtime" in line for line in kept), done.stderr
+    # The hook's record of the setting; with T + 1 threads the tree may be oversubscribed,
+    # and the pool sampling saw above the plan is then a second kept line, the program's.
+    hooked = f": SessionOptions.intra_op_num_threads {T + 1} in pid"
+    assert any(hooked in line for line in kept), done.stderr
+    assert not [line for line in done.stderr.splitlines() if "escaped" in line], done.stderr
