@@ -228,6 +228,11 @@ class Readers:
                 answer, fds = self._receive(sock, self.deadline)
             except (OSError, EOFError, ValueError, TypeError):
                 answer, fds = None, []
+            except BaseException:
+                # Interrupted (^C) between a request and its answer: that answer would be
+                # taken for the next request's. This reader is done (no process to blame).
+                self._drop(kill=True)
+                raise
             if answer is None or not isinstance(answer, tuple) or not answer:
                 self._abandon(proc_dir, start)
                 raise Unreachable(proc_dir) from None
