@@ -2,7 +2,9 @@
 what they should (the wheel: the package alone; no tests, bench or build leftovers).
 
 The sdist and wheel are built as `python -m build` builds them (the wheel from the sdist),
-from a copy of this tree, without network (`--no-isolation`: the dev extra pins `build` and
+from a copy of what would ship (the files git tracks or would add: nothing gitignored, so
+`make test-container`'s rootfs under build/, whose links point into the host's /usr, is
+never walked), without network (`--no-isolation`: the dev extra pins `build` and
 setuptools). `make test-dist` goes further: it installs both with pip and pipx.
 """
 
@@ -23,14 +25,57 @@ import oversub
 from tests.support.harness import PROJECT, ROOT, VERSION
 from tests.support.harness import run_cli as run
 
-CACHES = ("__pycache__", "*.pyc", "*.pyo")
 NOT_COPIED = shutil.ignore_patterns(
-    ".git", ".venv*", "dist", ".mypy_cache", ".ruff_cache", ".hypothesis", ".pytest_cache"
+    ".git",
+    ".venv*",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    "*.py[co]",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    ".pytest_cache",
 )
+"""Left out of the copy where the tree is no git checkout (an unpacked sdist)."""
+
+
+def shipped(root: Path) -> list[str] | None:
+    """The regular files under `root` that would ship: tracked, or untracked and not ignored
+    (`git ls-files --cached --others --exclude-standard`), as relative paths; a tracked file
+    deleted from the working tree and a symbolic link are left out. None when `root` is no
+    git checkout."""
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=False,
+    )
+    if listed.returncode != 0:
+        return None
+    names = {n for n in listed.stdout.decode("utf-8", "surrogateescape").split("\0") if n}
+    return sorted(n for n in names if not (root / n).is_symlink() and (root / n).is_file())
+
+
+def copy_shipped(root: Path, dest: Path) -> None:
+    """Copy what would ship from `root` to `dest` (everything but caches and build output
+    when `root` is no git checkout)."""
+    names = shipped(root)
+    if names is None:
+        shutil.copytree(root, dest, ignore=NOT_COPIED)
+        return
+    for name in names:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, dest / name)
+
+
+_SHIPPED = shipped(ROOT)
 
 
 def _files(directory: str) -> set[str]:
-    """Files under ROOT/directory as relative paths, caches left out."""
+    """Files of ROOT/directory that would ship, as relative paths, caches left out."""
+    if _SHIPPED is not None:
+        return {n for n in _SHIPPED if n.startswith(f"{directory}/")}
     base = ROOT / directory
     return {
         p.relative_to(ROOT).as_posix()
@@ -85,16 +130,69 @@ def test_short_commands_do_not_read_the_metadata(argv: list[str]) -> None:
     assert done.stderr.strip() == "False"
 
 
+# -- what would ship -----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_the_copy_holds_what_would_ship_and_never_walks_ignored_build_output(
+    tmp_path: Path,
+) -> None:
+    """`make test-container` leaves build/container-rootfs, whose links point into the host's
+    /usr (dangling here): copying the tree followed them and failed."""
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "a.py").write_text("A = 1\n")
+    (root / "pkg" / "new.py").write_text("B = 2\n")  # not yet added: it ships once added
+    (root / ".gitignore").write_text("build/\n*.log\n")
+    (root / "run.log").write_text("ignored\n")
+    (root / "build" / "rootfs").mkdir(parents=True)
+    (root / "build" / "rootfs" / "lib").symlink_to("usr/lib")  # dangling, as in the rootfs
+    (root / "build" / "rootfs" / "file").write_text("ignored\n")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", ".gitignore", "pkg/a.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "init"], check=True)
+    assert shipped(root) == [".gitignore", "pkg/a.py", "pkg/new.py"]
+    copy_shipped(root, tmp_path / "copy")
+    copied = sorted(
+        p.relative_to(tmp_path / "copy").as_posix()
+        for p in (tmp_path / "copy").rglob("*")
+        if not p.is_dir()
+    )
+    assert copied == [".gitignore", "pkg/a.py", "pkg/new.py"]
+
+
+def test_a_tree_that_is_no_git_checkout_is_copied_without_build_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no checkout above it
+    root = tmp_path / "unpacked"
+    (root / "pkg" / "__pycache__").mkdir(parents=True)
+    (root / "pkg" / "a.py").write_text("A = 1\n")
+    (root / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"")
+    (root / "build" / "rootfs").mkdir(parents=True)
+    (root / "build" / "rootfs" / "lib").symlink_to("usr/lib")
+    assert shipped(root) is None
+    copy_shipped(root, tmp_path / "copy")
+    copied = sorted(
+        p.relative_to(tmp_path / "copy").as_posix()
+        for p in (tmp_path / "copy").rglob("*")
+        if not p.is_dir()
+    )
+    assert copied == ["pkg/a.py"]
+
+
 # -- sdist and wheel -----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """sdist and wheel built from a copy of this tree (the tree itself is left untouched)."""
+    """sdist and wheel built from a copy of what would ship (the tree itself is left
+    untouched)."""
     pytest.importorskip("build", reason="the build package is not installed (dev extra)")
     tmp = tmp_path_factory.mktemp("dist")
     src = tmp / "src"
-    shutil.copytree(ROOT, src, ignore=NOT_COPIED)
+    copy_shipped(ROOT, src)
     out = tmp / "dist"
     done = subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)],
