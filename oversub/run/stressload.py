@@ -223,8 +223,8 @@ def stress_worker(
     Runs `threads` busy threads (a team sized by `own_size`, or independent ones: `mode`)
     and `idle` idle threads until the monotonic clock reaches `deadline` (CLOCK_MONOTONIC is
     system-wide, so the root's deadline holds here) or the parent `parent` is gone (the
-    worker is then re-parented and getppid() changes). A team sends (rounds, seconds, its
-    size) on `report` when it ends.
+    worker is then re-parented and getppid() changes). A team sends ("size", its size) on
+    `report` once sized, and ("done", rounds, seconds, its size) when it ends.
     """
     import threading
 
@@ -235,6 +235,9 @@ def stress_worker(
     stop = threading.Event()
     if mode == "team":
         threads = own_size(threads, cap, os.environ)
+        if report is not None:
+            with contextlib.suppress(OSError):  # the root died since: nobody reads it
+                report.send(("size", threads))
     team = _Team(threads, stop) if mode == "team" and threads else None
     if team is not None:
         share = bytes(max(_SPIN_BYTES, ROUND_BYTES // threads))
@@ -267,7 +270,7 @@ def stress_worker(
             thread.join()
     if report is not None and os.getppid() == parent:
         with contextlib.suppress(OSError):  # the root died since: nobody reads it
-            report.send((team.rounds if team is not None else 0, elapsed, threads))
+            report.send(("done", team.rounds if team is not None else 0, elapsed, threads))
 
 
 def _validate(procs: int, threads: int, idle: int, seconds: float, mode: str) -> None:
@@ -301,15 +304,51 @@ def _stop_workers(workers: list[BaseProcess]) -> None:
 
 
 def banner(procs: int, size: TeamSize, idle: int, seconds: float, mode: Mode, pid: int) -> str:
-    """The first line on stderr: the root pid, the shape, and for a team what sized it."""
+    """The first line on stderr: the root pid, the shape, and for a team what sizes it.
+
+    A team's size is not the root's to state: each worker reads its own OMP_NUM_THREADS as
+    it starts (`own_size`), which a start-up hook such as `oversub run`'s sets per process.
+    The banner says so, with what the root knows (its own value, or the default when a
+    worker has none); `teams_line` then gives the sizes the workers took."""
     if mode == "hash":
         shape = f"{count(procs, 'process')} x {count(size.threads, 'busy thread')}"
         return f"oversub stress: root pid {pid} ({shape}, {idle} idle, {seconds:g} s)"
-    shape = f"{count(procs, 'process')} x a team of {count(size.threads, 'thread')}"
-    return (
-        f"oversub stress: root pid {pid} ({shape} ({size.source}), {idle} idle, "
-        f"{seconds:g} s); Ctrl-C stops it"
-    )
+    if size.threads == 0:
+        shape = f"{count(procs, 'process')}, no team ({FLAG} 0)"
+    else:
+        if size.source == FLAG:
+            known = f"set to {size.threads} by {FLAG}"
+        elif size.source.startswith(f"{TEAM_VARIABLE}="):
+            known = f"the root's is {size.threads}"
+        else:
+            known = f"else {size.source}"
+        shape = f"{count(procs, 'process')}, each a team sized by its own {TEAM_VARIABLE} ({known})"
+    return f"oversub stress: root pid {pid} ({shape}, {idle} idle, {seconds:g} s); Ctrl-C stops it"
+
+
+_LISTED_PIDS = 8
+"""Pids a line of `teams_line` lists for one size at most; more are counted."""
+
+
+def teams_line(sizes: Mapping[int, int], procs: int) -> str:
+    """The team sizes the workers took (worker pid -> size), grouped by size, the smallest
+    first: "oversub stress: teams started: 1 thread in pids 101, 102". A worker that has not
+    reported (it failed, or the run ended first) is counted as such."""
+    by_size: dict[int, list[int]] = {}
+    for pid, threads in sizes.items():
+        by_size.setdefault(threads, []).append(pid)
+    parts = []
+    for threads, pids in sorted(by_size.items()):
+        pids.sort()
+        if len(pids) <= _LISTED_PIDS:
+            where = f"{noun(len(pids), 'pid')} {', '.join(map(str, pids))}"
+        else:
+            where = count(len(pids), "worker")
+        parts.append(f"{count(threads, 'thread')} in {where}")
+    missing = procs - len(sizes)
+    if missing > 0:
+        parts.append(f"{count(missing, 'worker')} did not report")
+    return f"oversub stress: teams started: {'; '.join(parts)}"
 
 
 def throughput_line(results: list[tuple[int, float, int]], procs: int) -> str:
@@ -327,17 +366,60 @@ def throughput_line(results: list[tuple[int, float, int]], procs: int) -> str:
     )
 
 
+def _message(reader: Connection) -> tuple[object, ...] | None:
+    """The next message of a worker, None at its end or when it is not one of ours."""
+    try:
+        message = reader.recv()
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    return message if isinstance(message, tuple) and message else None
+
+
+def _whole(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _sizes(readers: dict[int, Connection], until: float) -> dict[int, int]:
+    """Each worker's team size (worker pid -> threads), as each reports it once sized; waits
+    for all of them, until the monotonic clock reaches `until` at most."""
+    from multiprocessing.connection import wait
+
+    sizes: dict[int, int] = {}
+    waiting = {id(reader): (pid, reader) for pid, reader in readers.items()}
+    while waiting:
+        left = until - time.monotonic()
+        if left <= 0:
+            break
+        for ready in wait([reader for _, reader in waiting.values()], left):
+            pid, reader = waiting.pop(id(ready))
+            message = _message(reader)
+            if message is not None and len(message) == 2 and message[0] == "size":
+                size = _whole(message[1])
+                if size is not None:
+                    sizes[pid] = size
+    return sizes
+
+
 def _collect(readers: list[Connection]) -> list[tuple[int, float, int]] | None:
-    """Each worker's (rounds, seconds, team size), or None when one sent nothing."""
+    """Each worker's (rounds, seconds, team size), or None when one sent nothing. A size
+    message the root did not read before (`_sizes`) is skipped."""
     results = []
     for reader in readers:
-        try:
-            if not reader.poll(0):
+        while True:
+            try:
+                if not reader.poll(0):
+                    return None
+            except (OSError, EOFError, ValueError):
                 return None
-            rounds, seconds, size = reader.recv()
-            results.append((int(rounds), float(seconds), int(size)))
-        except (OSError, EOFError, ValueError, TypeError):
-            return None
+            message = _message(reader)
+            if message is None:
+                return None
+            if message[0] == "done" and len(message) == 4:
+                rounds, size, seconds = _whole(message[1]), _whole(message[3]), message[2]
+                if rounds is None or size is None or not isinstance(seconds, float):
+                    return None
+                results.append((rounds, seconds, size))
+                break
     return results
 
 
@@ -400,6 +482,13 @@ def run_stress(
                 if reader is not None and writer is not None:
                     writer.close()
                     readers.append(reader)
+            if team:
+                # Each worker sized its team from its own environment: say what they took.
+                pids = {
+                    w.pid: r for w, r in zip(workers, readers, strict=True) if w.pid is not None
+                }
+                sizes = _sizes(pids, deadline)
+                print(teams_line(sizes, procs), file=out, flush=True)
             for worker in workers:
                 worker.join(max(0.0, deadline - time.monotonic()) + _LATE_S)
         except KeyboardInterrupt:

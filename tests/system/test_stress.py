@@ -31,9 +31,10 @@ BANNER = re.compile(
     r"(\S+) s\)"
 )
 TEAM_BANNER = re.compile(
-    r"oversub stress: root pid (\d+) \((\d+) process(?:es)? x a team of (\d+) threads? "
-    r"\(([^)]*)\), (\d+) idle, (\S+) s\); Ctrl-C stops it"
+    r"oversub stress: root pid (\d+) \((\d+) process(?:es)?, each a team sized by its own "
+    r"OMP_NUM_THREADS \(([^)]*)\), (\d+) idle, (\S+) s\); Ctrl-C stops it"
 )
+TEAMS = re.compile(r"oversub stress: teams started: (.*)")
 RATE = re.compile(r"(?:^|\s)rounds_per_s=(\d+(?:\.\d+)?)(?:\s|$)")
 N = read_budget().vcpus
 
@@ -215,7 +216,10 @@ def test_a_team_ends_with_its_rounds_per_second_on_stdout(stress: Start) -> None
     assert run.process.returncode == 0, err
     match = TEAM_BANNER.search(err)
     assert match is not None, err
-    assert match.groups() == (str(run.process.pid), "2", "2", "--threads", "1", "1.5")
+    assert match.groups() == (str(run.process.pid), "2", "set to 2 by --threads", "1", "1.5")
+    teams = TEAMS.search(err)
+    assert teams is not None, err
+    assert re.fullmatch(r"2 threads in pids \d+, \d+", teams.group(1)), err
     rate = RATE.search(out)
     assert rate is not None and float(rate.group(1)) > 0, out
     assert out.count("\n") == 1, out
@@ -286,6 +290,25 @@ def test_the_team_is_named_and_sized_as_an_openmp_team(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.communicate(timeout=30)
+
+
+@pytest.mark.integration
+def test_under_run_each_worker_says_the_team_it_took_not_the_roots(tmp_path: Path) -> None:
+    """`oversub run` sizes each spawned worker through its start-up hook: the root's
+    OMP_NUM_THREADS (N) is not what the workers' teams took (N/2 each for 2 workers), and
+    the root's lines said "a team of N threads (OMP_NUM_THREADS=N)"."""
+    result = oversub(
+        ["run", "--procs", "auto", "--", *OVERSUB, "stress", "--procs", "2", "--seconds", "2"],
+        env=_without_team_variable(),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    share = max(1, N // 2)
+    assert f"a team of {N} thread" not in result.stderr, result.stderr
+    teams = TEAMS.search(result.stderr)
+    assert teams is not None, result.stderr
+    assert re.fullmatch(rf"{share} threads? in pids \d+, \d+", teams.group(1)), result.stderr
+    assert f"x {share} team thread" in result.stdout, result.stdout
 
 
 def _check(tmp_path: Path, name: str, env: dict[str, str]) -> tuple[dict[str, Any], float]:

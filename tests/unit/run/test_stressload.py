@@ -23,6 +23,7 @@ from oversub.run.stressload import (
     banner,
     own_size,
     team_size,
+    teams_line,
     throughput_line,
 )
 from tests.support.builders import make_interval, make_process_rates, make_totals
@@ -57,16 +58,36 @@ def test_a_hostile_value_is_shown_escaped_and_short() -> None:
     assert "\x1b" not in size.note and len(size.note) < 200, size.note
 
 
-def test_the_banner_says_what_sized_the_team_and_how_to_stop() -> None:
-    line = banner(4, TeamSize(2, "all 2 usable vCPUs"), 0, 60.0, "team", 99)
-    assert line == (
-        "oversub stress: root pid 99 (4 processes x a team of 2 threads (all 2 usable vCPUs), "
-        "0 idle, 60 s); Ctrl-C stops it"
+def test_the_banner_says_what_sizes_the_teams_and_how_to_stop() -> None:
+    # Each worker reads its own OMP_NUM_THREADS as it starts: the root does not state a
+    # size it cannot know (under `oversub run` each worker's differs from the root's).
+    assert banner(4, TeamSize(2, "all 2 usable vCPUs"), 0, 60.0, "team", 99) == (
+        "oversub stress: root pid 99 (4 processes, each a team sized by its own "
+        "OMP_NUM_THREADS (else all 2 usable vCPUs), 0 idle, 60 s); Ctrl-C stops it"
     )
+    assert "(the root's is 3)" in banner(2, TeamSize(3, "OMP_NUM_THREADS=3"), 0, 1, "team", 1)
+    assert "(set to 2 by --threads)" in banner(2, TeamSize(2, "--threads"), 0, 1, "team", 1)
+    assert "no team (--threads 0)" in banner(2, TeamSize(0, "--threads"), 0, 1, "team", 1)
+    for size in (TeamSize(2, "--threads"), TeamSize(3, "OMP_NUM_THREADS=3")):
+        assert "a team of" not in banner(2, size, 0, 1.0, "team", 1)
     # hash keeps the banner tools and tests parse
     assert banner(1, TeamSize(1, "--threads"), 2, 0.5, "hash", 7) == (
         "oversub stress: root pid 7 (1 process x 1 busy thread, 2 idle, 0.5 s)"
     )
+
+
+def test_the_teams_line_gives_the_size_each_worker_took() -> None:
+    assert (
+        teams_line({102: 1, 101: 1}, 2)
+        == "oversub stress: teams started: 1 thread in pids 101, 102"
+    )
+    assert teams_line({101: 2, 102: 1, 103: 1}, 4) == (
+        "oversub stress: teams started: 1 thread in pids 102, 103; 2 threads in pid 101; "
+        "1 worker did not report"
+    )
+    many = teams_line({pid: 3 for pid in range(100, 300)}, 200)
+    assert many == "oversub stress: teams started: 3 threads in 200 workers"
+    assert teams_line({}, 2) == "oversub stress: teams started: 2 workers did not report"
 
 
 def test_the_throughput_is_one_token_for_metric() -> None:
