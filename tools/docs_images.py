@@ -2,13 +2,14 @@
 
     .venv/bin/python tools/docs_images.py [--out docs/watch.png]   (or: make docs-images)
 
-A real run, not a drawing: `oversub stress --procs 4 --threads 2` (more busy threads than
-this machine has CPUs, whatever N is) is watched by `oversub watch PID` inside a tmux pane
-of its own; once the view has shown a few intervals, the pane is read back with its colours
-(`capture-pane -e`), rich turns that screen into an SVG (`Console(record=True)`,
-`save_svg`), and headless Chromium renders the SVG to a PNG. Needs tmux and chromium (the
-make target installs them like `make test-html`); rich comes with oversub. Every process
-it starts is stopped before it returns, also on failure.
+A real run, not a drawing: `oversub stress --procs 2` (2 processes, each running
+stress's OpenMP-like team sized by default to all N usable vCPUs: 2N busy threads on N,
+whatever N is; the README's caption names this command) is watched by `oversub watch PID`
+inside a tmux pane of its own; once the view has shown a few intervals, the pane is read
+back with its colours (`capture-pane -e`), rich turns that screen into an SVG
+(`Console(record=True)`, `save_svg`), and headless Chromium renders the SVG to a PNG.
+Needs tmux and chromium (the make target installs them like `make test-html`); rich comes
+with oversub. Every process it starts is stopped before it returns, also on failure.
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ WAIT_S = 90.0
 SETTLE_INTERVALS = 6
 """Intervals the view shows before the picture is taken (the sparkline has some history)."""
 MAX_BYTES = 150_000
-OVERSUB = [sys.executable, "-m", "oversub"]
+_SCRIPT = Path(sys.executable).with_name("oversub")
+OVERSUB = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "oversub"]
+"""The venv's `oversub` console script, as a reader types it (the root's row then reads
+`oversub stress ...`, not `python -m oversub stress ...`)."""
+STRESS = ["--procs", "2"]
+"""The watched workload's options: `oversub stress --procs 2`, as the README's caption says."""
 HEADLESS = [
     "--headless",
     "--no-sandbox",
@@ -60,8 +66,14 @@ def _tmux(server: str, *args: str) -> str:
 
 def capture_watch() -> str:
     """The screen of a live `oversub watch` of an oversubscribed stress tree, with colours."""
+    from oversub.core.pools import is_thread_var
+
+    # The team's size is its default (every usable vCPU): a thread variable exported in the
+    # shell that runs this (`eval "$(oversub recommend ...)"`) would size it to the fix.
+    default_sized = {k: v for k, v in os.environ.items() if not is_thread_var(k)}
     stress = subprocess.Popen(
-        [*OVERSUB, "stress", "--procs", "4", "--threads", "2", "--seconds", "60"],
+        [*OVERSUB, "stress", *STRESS, "--seconds", "60"],
+        env=default_sized,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -233,7 +245,7 @@ def main() -> int:
     if shutil.which("tmux") is None:
         raise SystemExit("docs_images: tmux is not installed (make docs-images installs it)")
     screen = capture_watch()
-    svg = to_svg(screen, "oversub watch: 4 processes x 2 busy threads")
+    svg = to_svg(screen, f"oversub watch PID, on oversub stress {' '.join(STRESS)}")
     png: Path = args.out
     new = png.with_name(f".tmp.{png.name}")  # chromium picks the format by the suffix
     to_png(svg, new)

@@ -4,11 +4,16 @@ environment it builds, and what it shows of their output is what they print.
 - Every `$ ` line of the README's ```console blocks runs, in order, in one shell session
   like the reader's (`make demo`'s `.venv` activated, the repository as the working
   directory, variables an `eval` exported kept for the next lines), with a bound on each.
+  The tour sizes one command at a time (`env $(oversub recommend … --format prefix) CMD`):
+  it leaves the reader's shell without a thread variable, which a later command would
+  inherit (`oversub run` keeps a variable of the user's, `tune`'s trials inherit it).
   Its exit status is the one its output shows (`..., exit 1`; 0 when it shows none), and
   each output line the README shows is a line the command printed, up to the figures of
   this machine and this run: every number stands for any number, `…` in a line stands for
   the part of it the README leaves out, a line `...` for lines left out. A factor range
   such as `3-80x` is a fact of the rule catalogue, not of the run, and must be as printed.
+  A passing verdict shown as `ok` may be printed as any verdict that passes (`starved`
+  where other load took CPUs, with its own words: `, no costly finding`).
 - The commands of its ```sh blocks run too, or are in NOT_RUN with the reason.
 - `make demo` runs as written and ends with the next step, which the README's tour holds.
 - Every `oversub` command line of the ```sh blocks of docs/ parses: its command and flags
@@ -54,6 +59,10 @@ NOT_RUN = {
     "wheel and the sdist with pip into venvs of its own",
     "make demo": "run by test_make_demo_runs_as_written_and_ends_with_the_next_step",
     "source .venv/bin/activate": "every command here runs after it",
+    "env $(oversub recommend --procs 4 --format prefix) python job.py": "the reader's job; the "
+    "tour runs the same form on examples/numpy_matmul.py",
+    "oversub run --procs 4 -- python job.py": "the reader's job; the tour runs `oversub run` on "
+    "examples/numpy_matmul.py",
 }
 """The start of each README shell line that is not run by test_the_tour_runs_as_written ->
 why. Anything else in a ```sh or ```console block is run."""
@@ -127,7 +136,17 @@ def not_run_reason(command: str) -> str | None:
 
 FACTOR_RANGE = re.compile(r"\b\d+-\d+x\b")
 NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-PASSING_VERDICT = re.compile(r"\bverdict (ok|starved|at-risk)\b")
+PASSING_VERDICT = re.compile(
+    r"\bverdict (?:ok|starved|at-risk)(?: in # episodes? \([^)]*\))?(?:, no costly finding)?"
+    r"(?= \(--fail-on )|\bverdict (?:ok|starved|at-risk)\b"
+)
+"""A passing verdict of `check`'s last line, with what `check` says of it beside the
+verdict (numbers already `#`): the episodes that made it, "no costly finding" (a verdict
+other than ok that passes the default gate)."""
+RUN_PASSING = re.compile(r"^oversub run: (?:ok|starved|at-risk):")
+"""A passing verdict of `oversub run`'s closing line."""
+OURS = ("oversub ", 'eval "$(oversub ', "env $(oversub ")
+"""How a README command that runs oversub starts: itself, or the fix it prints applied."""
 
 
 def skeleton(line: str) -> str:
@@ -140,6 +159,7 @@ def skeleton(line: str) -> str:
     for kept in ranges:
         line = line.replace("\0", kept, 1)
     line = PASSING_VERDICT.sub("verdict <passing>", line)
+    line = RUN_PASSING.sub("oversub run: <passing>:", line.strip())
     return " ".join(line.split())
 
 
@@ -177,17 +197,29 @@ def test_the_comparison_keeps_what_is_not_a_figure() -> None:
     assert shows("  Logical CPUs    2 online    ◀ binds", "  Logical CPUs     64 online ◀ binds")
     assert shows("pass: verdict ok, exit 0", "pass: verdict starved, exit 0")
     assert not shows("pass: verdict ok, exit 0", "pass: verdict oversubscribed, exit 0")
+    ok = "oversub check: pass: verdict ok (--fail-on costly), exit 0"
+    starved = "oversub check: pass: verdict starved, no costly finding (--fail-on costly), exit 0"
+    episodes = starved.replace(
+        "starved,", "starved in 2 episodes (4.0 s, 40% of the time measured),"
+    )
+    assert shows(ok, starved) and shows(ok, episodes)
+    failed = "oversub check: FAIL: verdict oversubscribed, 1 costly finding: x (--fail-on costly)"
+    assert not shows(ok, failed + ", exit 1")
+    assert not shows(ok, ok.replace("(--fail-on costly)", "(--fail-on starved)"))
+    run = "oversub run: ok: demand 1.94 runnable threads on N = 2; exit 0 (the command's)"
+    assert shows(run, run.replace("ok:", "starved:"))
+    assert not shows(run, run.replace("ok:", "oversubscribed:"))
 
 
 def test_every_command_of_the_readme_is_run_or_says_why_not() -> None:
     text = README.read_text("utf-8")
     steps = console_steps(text)
-    others = [s.command for s in steps if s.command.split()[0] not in ("oversub", "eval")]
+    others = [s.command for s in steps if not s.command.startswith(OURS)]
     assert others == [], "a console block runs only oversub: the tour's sessions are of it"
     assert len(steps) >= 5, steps
     for _, command in shell_commands(text):
         reason = not_run_reason(command)
-        runs = command.startswith(("oversub ", 'eval "$(oversub '))
+        runs = command.startswith(OURS)
         assert runs or reason, f"README command neither run nor in NOT_RUN: {command}"
 
 
@@ -249,15 +281,19 @@ def test_the_tour_runs_as_written(tmp_path: Path) -> None:
                 continue
             assert any(shows(shown, line) for line in printed), f"not printed: {shown}\n{report}"
         done.append(step.command)
+    # The tour sized each command on its own: the reader's shell has no thread variable.
+    leaked = [v for v in RECOMMENDED_VARS if f"{v}=" in session.state.read_text()]
+    assert leaked == [], f"the tour left {leaked} in the reader's shell"
     for line, command in shell_commands(text):
         if not_run_reason(command) is None:
             result = session.run(command)
             assert result.returncode == 0, (line, command, result.stdout, result.stderr)
             done.append(command)
-    # The eval of the tour exported the fix for the session's later commands.
+    # The eval of "Applying the fix" exported the fix for the session's later commands.
     exported = session.state.read_text()
     assert all(f"{var}=" in exported for var in RECOMMENDED_VARS), exported
     assert any(c.startswith("oversub check") for c in done), done
+    assert any(c.startswith("oversub run") for c in done), done
 
 
 @pytest.mark.integration
