@@ -23,7 +23,7 @@ from tests.support.builders import oversubscribed_run, recording_lines
 from tests.support.harness import OVERSUB
 
 MEASURED = """
-import resource, sys
+import sys
 from oversub.cli.app import main
 try:
     main(sys.argv[1:])
@@ -31,7 +31,10 @@ except SystemExit as exc:
     code = int(exc.code or 0)  # an IntEnum: str() of it is its name on Python 3.10
 with open("/proc/self/io") as f:
     io = dict(line.split(": ") for line in f.read().splitlines())
-peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child that subprocess
+# started with vfork from a big pytest worker would report the worker's peak.
+with open("/proc/self/status") as f:
+    peak_kb = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
 print(code, int(io["rchar"]), peak_kb, file=sys.stderr)
 """
 """`oversub ARGV` in-process, then its exit code, the bytes it read and its peak RSS."""
