@@ -148,6 +148,13 @@ class Watch:
 
 _ABOUT_PROCESSES = ("not-reached", "variables-only")
 
+UNDECIDED = "its hook saw no library it sizes imported"
+"""Why a hooked process has no plan of its own: under `--procs auto` a process decides its
+share at its first library import, a fork or its multiprocessing target's start."""
+PROCS_FIX = "give --procs M, the processes that run at once: each then takes T as it starts"
+"""The fix for a pool in a process with no share of its own: with `--procs M` every hooked
+process decides its share when it starts, and the root exports T to the others."""
+
 
 def _short(seen: Seen) -> str:
     """A process's command line cut to its first three words (or its name)."""
@@ -174,12 +181,30 @@ def why_unreached(cmdline: str) -> str:
     return "the hook did not report (PYTHONPATH changed on the way, or a Python older than 3.7)"
 
 
-def _planned(record: HookRecord | None, seen: Seen, fallback: int) -> int:
+class _Bound(NamedTuple):
+    """What a process's pool is judged against: its share, or without one what it had."""
+
+    threads: int
+    words: str
+    """How the line says it: "the plan 2", or "judged against its OMP_NUM_THREADS=2"."""
+    own: bool
+    """The hook decided this process's share (its plan)."""
+
+
+def _bound(record: HookRecord | None, seen: Seen, owner: str, fallback: int) -> _Bound:
+    """A process's plan when the hook decided its share. Without one (the hook saw no
+    library it sizes imported there, or did not run there) the process has no plan of its
+    own: its pool is judged against the variable that sized it, the owner's own or
+    OMP_NUM_THREADS, as sampling read them (else `fallback`), and the line says so."""
     if record is not None and record.threads is not None:
-        return record.threads
+        return _Bound(record.threads, f"the plan {record.threads}", True)
+    runtime = RUNTIMES_BY_KEY.get(owner)
     env = seen.thread_env or {}
-    value = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    return int(value) if value.isdigit() and int(value) >= 1 else fallback
+    for name in dict.fromkeys((*(runtime.variables if runtime else ()), "OMP_NUM_THREADS")):
+        value = env.get(name, "").split(",")[0].strip()
+        if value.isascii() and value.isdigit() and 1 <= int(value) < 2**31:
+            return _Bound(int(value), f"judged against its {name}={int(value)}", False)
+    return _Bound(fallback, f"judged against {_threads(fallback)} (no thread variable)", False)
 
 
 def _kept_owner(record: HookRecord | None, owner: str, kept_vars: Mapping[str, str]) -> str | None:
@@ -218,8 +243,13 @@ def verdicts(
     *,
     fallback: int,
     kept_vars: Mapping[str, str],
+    tree: bool = True,
 ) -> list[Line]:
-    """The verification's lines, grouped: one per state, runtime and value, listing pids."""
+    """The verification's lines, grouped: one per state, runtime and value, listing pids.
+
+    `fallback`: the threads a pool is judged against in a process with neither a plan nor
+    a thread variable; `tree`: the shares are the tree's own count (`--procs auto`), where
+    a process the hook decided no share for gets one with `--procs M`."""
     by_pid: dict[int, HookRecord] = {}
     for r in records:
         by_pid[r.pid] = r
@@ -239,15 +269,20 @@ def verdicts(
             add("not-reached", "", seen.pid, why_unreached(seen.cmdline), name=_short(seen))
         else:
             add("variables-only", "", seen.pid, "not Python", name=_short(seen))
-        planned = _planned(record, seen, fallback)
-        # A pool that counts its caller (an OpenMP team, OpenBLAS, ORT's intra-op pool) runs
-        # T - 1 threads of its own; the caller's thread may be attributed to the pool or not,
-        # so the stricter bound applies only when the whole process ran more than T at once.
-        over = seen.active > planned
+        # Without a share decided by the hook, the process has no plan: its pools are
+        # judged against what sized them, and their lines say so (never "the plan").
+        unplanned = "" if record is None else f" ({UNDECIDED})"
         for owner, most in sorted(seen.peak.items()):
             runtime = RUNTIMES_BY_KEY.get(owner)
             if runtime is None or runtime.waits == "none" or most == 0:
                 continue
+            bound = _bound(record, seen, owner, fallback)
+            planned = bound.threads
+            # A pool that counts its caller (an OpenMP team, OpenBLAS, ORT's intra-op pool)
+            # runs T - 1 threads of its own; the caller's thread may be attributed to the
+            # pool or not, so the stricter bound applies only when the whole process ran
+            # more than T at once.
+            over = seen.active > planned
             busy = seen.busy.get(owner, 0)
             allowed = planned - 1 if over and runtime.caller else planned
             if busy > allowed:
@@ -255,25 +290,31 @@ def verdicts(
                 beside = " beside the calling thread" if allowed < planned else ""
                 threads = (
                     f"{_threads(busy)} busy{beside} while the tree was oversubscribed, "
-                    f"the plan {planned}"
+                    f"{bound.words}"
                 )
                 if kept is not None:
                     add("kept", label(owner), seen.pid, f"{threads}: the program's {kept}")
-                else:
+                elif bound.own:
                     add("escaped", label(owner), seen.pid, threads, _fix(owner, planned))
-            else:
+                else:
+                    fix = PROCS_FIX if tree else ""
+                    add("escaped", label(owner), seen.pid, threads + unplanned, fix)
+            elif bound.own:
                 add(
-                    "sized",
-                    label(owner),
-                    seen.pid,
-                    f"{_threads(most)} busy at most, the plan {planned}",
+                    "sized", label(owner), seen.pid, f"{_threads(most)} busy at most, {bound.words}"
                 )
+            else:
+                # Busy beside others while the tree was oversubscribed, on no share of its
+                # own: the share it would have had is the cure.
+                fix = PROCS_FIX if tree and busy > 1 else ""
+                detail = f"{_threads(most)} busy at most, {bound.words}{unplanned}"
+                add("unplanned", label(owner), seen.pid, detail, fix)
     for record in by_pid.values():
         for key, knob in sorted(record.knobs.items()):
             value = "" if knob.value is None else f" {knob.value}"
             sessions = f" ({knob.sessions} sessions)" if knob.sessions and knob.sessions > 1 else ""
             add(knob.state, knob_label(key), record.pid, f"{knob.knob}{value}{sessions}")
-    order = {s: i for i, s in enumerate(("escaped", "kept", "failed", "sized"))}
+    order = {s: i for i, s in enumerate(("escaped", "kept", "failed", "unplanned", "sized"))}
     lines: list[Line] = []
     for (state, name, detail, fix), members in groups.items():
         pids = tuple(sorted(members))

@@ -145,6 +145,7 @@ def _run(argv: list[str], cure: Cure, session: object, *, quiet: bool) -> int:
         cured.watch,
         fallback=cure.threads or cure.plan.budget.vcpus,
         kept_vars=cure.variables.kept,
+        tree=cure.tree,
     )
     for line in cure_text.verification(lines):
         say(line)

@@ -99,6 +99,7 @@ _STATE_WORDS = {
     "kept": "kept",
     "escaped": "escaped",
     "failed": "not applied",
+    "unplanned": "no share of its own",
 }
 
 

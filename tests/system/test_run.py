@@ -80,3 +80,38 @@ def test_stress_workers_that_import_no_library_get_their_share(tmp_path: Path) -
     closing = lines[-1]
     assert closing.startswith("oversub run: ") and "exit 0" in closing, done.stderr
     assert not closing.startswith("oversub run: oversubscribed"), done.stderr
+
+
+def test_a_child_that_decided_no_share_is_not_said_to_have_a_plan(tmp_path: Path) -> None:
+    # Children started with subprocess that import no library the hook sizes never decide
+    # their share: each team took the OMP_NUM_THREADS it inherited (the root's N). The
+    # verification said "sized: ... the plan N" for them; they had no plan of their own.
+    n = read_budget().vcpus
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    for name in LAUNCHER_VARS:
+        env.pop(name, None)
+    child = (
+        "import os, time; from oversub.run.stressload import stress_worker; "
+        "stress_worker(int(os.environ['OMP_NUM_THREADS']), 0, time.monotonic() + 3, "
+        "os.getppid(), 'team')"
+    )
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import subprocess, sys\n"
+        f"children = [subprocess.Popen([sys.executable, '-c', {child!r}]) for _ in range(2)]\n"
+        "sys.exit(max(c.wait() for c in children))\n"
+    )
+    done = subprocess.run(
+        [*OVERSUB, "run", "--procs", "auto", "--", sys.executable, str(job)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    [team] = [line for line in done.stderr.splitlines() if "oversub stress team" in line]
+    assert "the plan" not in team, team
+    assert f"judged against its OMP_NUM_THREADS={n}" in team, team
+    assert "its hook saw no library it sizes imported" in team, team
+    assert re.match(r"oversub run: (no share of its own|escaped): ", team), team

@@ -105,7 +105,9 @@ def _cured(
         argv, cure, budget, opts.session, progress, timeout=opts.timeout, grace=opts.grace
     )
     fallback = cure.threads or cure.plan.budget.vcpus
-    lines = verdicts(cured.records, cured.watch, fallback=fallback, kept_vars=cure.variables.kept)
+    lines = verdicts(
+        cured.records, cured.watch, fallback=fallback, kept_vars=cure.variables.kept, tree=cure.tree
+    )
     for line in cure_text.verification(lines):
         say(line)
     return cured.outcome

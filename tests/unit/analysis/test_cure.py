@@ -141,3 +141,47 @@ def test_why_a_python_was_not_reached() -> None:
     assert "-E" in why_unreached("python3 -E job.py")
     assert "-I" in why_unreached("/usr/bin/python3 -IS job.py")
     assert "did not report" in why_unreached("python3 job.py -I")
+
+
+def test_a_process_without_a_share_of_its_own_is_never_said_to_have_a_plan() -> None:
+    # `--procs auto`: a Python child that imports no library the hook sizes (and is no
+    # multiprocessing child) never decides its share; its team took the OMP_NUM_THREADS it
+    # inherited, the root's 2. A shell beside it got the variables only.
+    undecided = parse_record(b'{"pid": 31, "ppid": 1, "role": "rank", "threads": null}')
+    assert undecided is not None and undecided.threads is None
+    env = {"OMP_NUM_THREADS": "2"}
+    watch = Watch()
+    iv = make_interval(
+        processes=(
+            _busy(31, "stress", 2, cmdline="python -c x", thread_env=env, active_threads=2),
+            _busy(32, "libgomp", 3, name="sh", cmdline="sh -c y", thread_env=env),
+            _busy(33, "openblas", 1, name="blas", cmdline="./blas", thread_env={}),
+        )
+    )
+    watch.add(iv, Verdict.OVERSUBSCRIBED)
+    lines = verdicts([undecided], watch, fallback=2, kept_vars={})
+    for line in lines:
+        assert "the plan" not in line.detail, line
+    [team] = [x for x in lines if x.runtime == "oversub stress team"]
+    assert team.state == "unplanned" and team.pids == (31,), team
+    assert "judged against its OMP_NUM_THREADS=2" in team.detail, team
+    assert "its hook saw no library it sizes imported" in team.detail, team
+    assert team.fix.startswith("give --procs M"), team
+    [omp] = [x for x in lines if x.runtime == "GNU OpenMP (libgomp)"]
+    assert omp.state == "escaped" and "judged against its OMP_NUM_THREADS=2" in omp.detail
+    assert "hook" not in omp.detail and omp.fix.startswith("give --procs M"), omp
+    [blas] = [x for x in lines if x.runtime == "OpenBLAS"]
+    assert blas.state == "unplanned" and "against 2 threads (no thread variable)" in blas.detail
+    assert blas.fix == ""  # 1 busy thread: nothing to cure
+    # With --procs M every hooked process decides at its start: no such fix to give.
+    assert all(
+        not x.fix
+        for x in verdicts([undecided], watch, fallback=1, kept_vars={}, tree=False)
+        if x.state in ("unplanned", "escaped")
+    )
+    # Decided, the same process is judged against its plan, as before.
+    decided = parse_record(b'{"pid": 31, "ppid": 1, "role": "rank", "threads": 1}')
+    assert decided is not None
+    [team] = [x for x in verdicts([decided], watch, fallback=2, kept_vars={}) if x.pids == (31,)]
+    assert team.state == "escaped" and team.detail.endswith("the plan 1"), team
+    assert team.fix == "set OMP_NUM_THREADS=1 for it", team
