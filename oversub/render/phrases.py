@@ -296,10 +296,19 @@ _UNAVAILABLE_WHY: Mapping[str, str] = {
     Signal.POOLS: "pools",
     Signal.THREAD_ENV: "thread variables",
     Signal.PROCESSES: "processes of the tree (hidden by /proc's hidepid, or refused)",
-    Signal.LIVE_POOLS: "live pool sizes (reading a process's memory needs root or being its "
-    "ancestor, as `oversub check -- CMD` is, and a library file it maps that was replaced, is "
-    "not a regular file or not a well-formed ELF file is not read; thread variables stand in)",
+    # Three causes leave it unknown (`probe.sampler`), and the name does not say which: each
+    # is stated, since "needs root" is false of a process whose reads oversub abandoned.
+    Signal.LIVE_POOLS: "live pool sizes (thread variables stand in): a process's memory was "
+    "refused (reading it needs root or being its ancestor, as `oversub check -- CMD` is), or a "
+    "read of its memory or files did not return and oversub reads nothing of it any more (nor "
+    "of any process once several have not), or a library file it maps could not be read safely "
+    "(replaced, not a regular file, malformed, over a bound, or on FUSE or a network file "
+    "system)",
 }
+_DENIED_WHY = (
+    " (another user's process: run as that user or root; or one never read before oversub "
+    "abandoned a read of it)"
+)
 
 
 def unavailable_text(names: tuple[str, ...]) -> str:
@@ -311,7 +320,7 @@ def unavailable_text(names: tuple[str, ...]) -> str:
     parts = [_UNAVAILABLE_WHY.get(n, n) for n in names if not (refused and n in DENIED)]
     if refused:
         denied = " and ".join(_UNAVAILABLE_WHY[n] for n in DENIED)
-        parts.append(denied + " (another user's process: run as that user or root)")
+        parts.append(denied + _DENIED_WHY)
     return ", ".join(parts)
 
 

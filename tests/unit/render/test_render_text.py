@@ -337,13 +337,25 @@ def test_reports_fit_an_80_column_terminal_without_cutting_numbers() -> None:
 def test_unavailable_says_why_and_how_to_see_pools() -> None:
     text = unavailable_text(("schedstat", "pools", "thread_env"))
     assert text.startswith("run delay (no schedstat in this kernel), ")
-    assert "pools and thread variables (another user's process: run as that user or root)" in text
+    assert "pools and thread variables (another user's process: run as that user or root;" in text
     assert unavailable_text(("psi",)) == "CPU pressure (no PSI in this kernel)"
     assert unavailable_text(("something-new",)) == "something-new"  # unknown names pass through
     # Without /proc (psutil) pools are missing for another reason: no permission hint.
     assert unavailable_text(PSUTIL_UNAVAILABLE).endswith(
         "context switches, pools, CPU pressure (no PSI in this kernel)"
     )
+
+
+def test_unavailable_live_pools_names_every_cause_not_only_permission() -> None:
+    # A process whose reads oversub abandoned (`probe.memreader`'s quarantine, and every
+    # process once reads stopped) is unread for that reason, not for want of root (#38).
+    text = unavailable_text(("live_pools",))
+    assert "needs root or being its ancestor" in text
+    assert "did not return and oversub reads nothing of it any more" in text
+    assert "could not be read safely" in text and "FUSE" in text
+    # Pools and variables never read before a read of the process was abandoned.
+    both = unavailable_text(("pools", "thread_env"))
+    assert both.endswith("abandoned a read of it)") and "another user's process" in both
 
 
 @pytest.mark.parametrize("width", [36, 40])
