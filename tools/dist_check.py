@@ -12,7 +12,12 @@ and run the installed `oversub`.
 
 and after each install, from a directory outside the source tree: `oversub --version`
 (must be pyproject's version), `oversub cpus`, `oversub cpus --format json`,
-`oversub completion bash`, and `import oversub` from the installed files. Everything lives
+`oversub completion bash`, and `import oversub` from the installed files; then the cure
+ships and acts (`check_cure`): `oversub run --procs 2 -- python -c ...` starts a process
+whose `sitecustomize` and `_oversub_hook` are the installed ones, whose OMP_NUM_THREADS is
+the plan's T = max(1, N // 2), whose exit status comes back unchanged, with `run`'s
+"sized" line; `python -c "import oversub.auto"` sizes its own process to N and hands the
+hook to a child interpreter through PYTHONPATH. Everything lives
 in a temporary directory (PIPX_HOME and PIPX_BIN_DIR too), removed at the end unless --keep.
 Run it with the project's dev venv (it needs `build`); network to PyPI, or pip's cache.
 """
@@ -104,6 +109,77 @@ def check_installed(oversub: Path, python: Path | None, version: str, cwd: Path)
         if where[0] != version or not where[1].startswith(str(python.parent.parent)):
             raise SystemExit(f"dist-check: `import oversub` found {where}")
     step(f"  ok: {oversub} (N = {budget['vcpus']})")
+    if python is not None:
+        check_cure(oversub, python, budget["vcpus"], cwd)
+
+
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "POLARS_MAX_THREADS",
+    "KMP_NUM_THREADS",
+)
+"""docs/run.md's variables: a value inherited from this shell would be kept, not sized."""
+PROBE = (
+    "import json, os, sys\n"
+    "hook = sys.modules.get('_oversub_hook')\n"
+    "print(json.dumps({'omp': os.environ.get('OMP_NUM_THREADS'),\n"
+    "    'sitecustomize': getattr(sys.modules.get('sitecustomize'), '__file__', None),\n"
+    "    'hook': getattr(hook, '__file__', None)}))\n"
+)
+"""What a process of the tree reports: its OMP_NUM_THREADS and where its hook came from."""
+AUTO = (
+    "import oversub.auto, json, os, subprocess, sys\n"
+    "hook = oversub.auto.HOOK\n"
+    "child = subprocess.run([sys.executable, '-c', sys.argv[1]], capture_output=True,\n"
+    "    text=True, check=True).stdout\n"
+    "print(json.dumps({'omp': os.environ.get('OMP_NUM_THREADS'), 'role': hook.role,\n"
+    "    'hook': sys.modules['_oversub_hook'].__file__, 'child': json.loads(child)}))\n"
+)
+
+
+def check_cure(oversub: Path, python: Path, vcpus: int, cwd: Path) -> None:
+    """`oversub run` and `import oversub.auto` from the installed files size a process."""
+    prefix = str(python.parent.parent)
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    env.pop("PYTHONPATH", None)
+    env.pop("OVERSUB_RUN_PLAN", None)
+
+    def shipped(where: object, what: str) -> None:
+        if not isinstance(where, str) or not where.startswith(prefix):
+            raise SystemExit(f"dist-check: {what} came from {where!r}, not from {prefix}")
+
+    # Exit 7 from CMD: `run` must hand it back unchanged (docs/run.md).
+    argv = [oversub, "run", "--procs", "2", "--", python, "-c", PROBE + "sys.exit(7)"]
+    done = subprocess.run(
+        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 7 or "oversub run: sized: " not in done.stderr:
+        raise SystemExit(
+            f"dist-check: `oversub run --procs 2` exited {done.returncode} (CMD's was 7) "
+            f"or said nothing sized:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
+    seen = json.loads(done.stdout)
+    shipped(seen["sitecustomize"], "`oversub run`'s sitecustomize")
+    shipped(seen["hook"], "`oversub run`'s _oversub_hook")
+    if seen["omp"] != str(max(1, vcpus // 2)):
+        raise SystemExit(
+            f"dist-check: under `oversub run --procs 2` on N = {vcpus}, OMP_NUM_THREADS was "
+            f"{seen['omp']!r}, not {max(1, vcpus // 2)}"
+        )
+    auto = json.loads(sh([python, "-c", AUTO, PROBE], cwd=cwd, env=env).stdout)
+    shipped(auto["hook"], "`import oversub.auto`'s _oversub_hook")
+    shipped(auto["child"]["sitecustomize"], "the child's sitecustomize under oversub.auto")
+    if auto["omp"] != str(vcpus) or auto["role"] != "root" or auto["child"]["omp"] is None:
+        raise SystemExit(f"dist-check: `import oversub.auto` on N = {vcpus} gave {auto}")
+    step(
+        f"  ok: `oversub run --procs 2` sized OMP_NUM_THREADS={seen['omp']} and passed exit 7 "
+        f"back; `import oversub.auto` sized {auto['omp']}, its child got the hook"
+    )
 
 
 def pip_install(artifact: Path, venv: Path, version: str, cwd: Path) -> None:
