@@ -14,6 +14,7 @@ from oversub.analysis.ownership import RunOwners
 from oversub.analysis.poolsize import pool_threads
 from oversub.analysis.rates import Measures, measures, per_cpu_s
 from oversub.core.names import Signal
+from oversub.core.pcprofile import WaitShare
 from oversub.core.results import (
     HostRates,
     Interval,
@@ -98,6 +99,8 @@ class ProcessAccumulator:
     """The most threads its parent was seen to have had when it forked this process."""
     owners: RunOwners | None = None
     """Threads by owner over the run (`owners.RunOwners`); None while no owner was read."""
+    wait_share: WaitShare | None = None
+    """Every window measured over the run, summed (`summed_share`)."""
 
     def add(self, p: ProcessRates, seconds: float) -> None:
         if p is self.latest and self.work.seconds > 0 and not p.exited:
@@ -112,6 +115,7 @@ class ProcessAccumulator:
         if not p.exited and p.owners is not None:
             self.owners = self.owners or RunOwners()
             self.owners.add(p)
+        self.wait_share = summed_share(self.wait_share, p.wait_share)
         self.threads_peak = max(self.threads_peak, p.threads)
         if p.pools is not None:
             self.pools = p.pools
@@ -144,6 +148,7 @@ class ProcessAccumulator:
             live_threads=self.live_threads,
             parent_threads_at_start=self.parent_threads_at_start,
             owner_counts=None if self.owners is None else self.owners.counts(),
+            wait_share=self.wait_share,
             seconds=s,
             thread_runnable_s=(),
             thread_ids=(),
@@ -176,6 +181,27 @@ class ProcessAccumulator:
             live_pools=r.live_pools,
             owners=r.owner_counts,
         )
+
+
+def summed_share(total: WaitShare | None, new: WaitShare | None) -> WaitShare | None:
+    """A run's windows summed: `new` adds its samples when it is a window not seen yet (a
+    later `at`); a measured one replaces a run of unmeasured ones, never the reverse."""
+    if new is None or total is None:
+        return total if new is None else new
+    if new.at <= total.at:
+        return total
+    if new.unmeasured is not None:
+        return total if total.unmeasured is None else new
+    if total.unmeasured is not None:
+        return new
+    runtime = new.runtime if new.waiting >= total.waiting else total.runtime
+    return WaitShare(
+        total.samples + new.samples,
+        total.waiting + new.waiting,
+        runtime,
+        new.at,
+        total.windows + new.windows,
+    )
 
 
 def _add_count(total: int | None, value: int | None) -> int | None:

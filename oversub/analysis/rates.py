@@ -200,6 +200,7 @@ CARRIED = (
     "wait",
     "start_ticks",
     "owners",
+    "wait_share",
 )
 """What a process's rates carry over from its sample as read: what it is, not what it did."""
 
@@ -260,7 +261,10 @@ def _host_rates(prev: HostSample, curr: HostSample, tree_cpu_ns: int, dt_s: floa
     return HostRates(
         outside_cpus=outside,
         steal_cpus=None if steal is None else steal / _NS / dt_s,
-        psi_some=None if psi is None else psi / (dt_s * 1e6),
+        # A share of time, at most 1: the host is read after the tree's scan and the interval
+        # is stamped before it, so a scan slower than the last one (a saturated machine: PSI
+        # near 100 %) stretches the counter's delta past dt ("PSI some 101%").
+        psi_some=None if psi is None else min(1.0, psi / (dt_s * 1e6)),
         throttled_ratio=throttled_ratio,
         throttled_s=throttled_s,
     )

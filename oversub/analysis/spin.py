@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from oversub.core.pcprofile import ObjectWait, PcBucket, PcProfile, WaitSplit
+from oversub.core.pcprofile import (
+    MIN_SAMPLES,
+    ObjectWait,
+    PcBucket,
+    PcProfile,
+    WaitShare,
+    WaitSplit,
+)
 
 SPIN_HINT = "spin-hint"
 """`ObjectWait.runtime` of a spin loop that no entry of the table names."""
@@ -141,3 +148,31 @@ def split(profile: PcProfile) -> WaitSplit:
     return WaitSplit(
         profile.pid, total, sum(o.waiting for o in objects), tuple(objects), None, profile.why
     )
+
+
+UNMAPPED = "[unmapped]"
+NOT_READ = ("quarantined", "unmapped", "few-samples")
+"""`WaitShare.unmeasured` beside the `NotMeasured` values: the process's reads were abandoned
+(`probe.memreader`), its maps named no object, too few samples were taken."""
+
+
+def wait_share(profile: PcProfile, at: float) -> WaitShare:
+    """One window's profile as a process's `WaitShare` (ended at `at`): not measured when
+    perf refused, when too few samples were taken, or when most samples lie where no object
+    could be named (maps unreadable): those would count as work that nothing showed."""
+    found = split(profile)
+    if found.unmeasured is not None:
+        return WaitShare(0, 0, None, at, 1, found.unmeasured.value, found.why)
+    unknown = sum(o.samples for o in found.objects if o.path == UNMAPPED)
+    if found.samples and 2 * unknown > found.samples:
+        why = "its maps could not be read: the samples name no object"
+        return WaitShare(found.samples, found.waiting, None, at, 1, "unmapped", why)
+    if found.samples < MIN_SAMPLES:
+        why = f"{found.samples} user-space samples, fewer than {MIN_SAMPLES}"
+        return WaitShare(found.samples, found.waiting, None, at, 1, "few-samples", why)
+    by_runtime: dict[str, int] = {}
+    for o in found.objects:
+        if o.runtime is not None:
+            by_runtime[o.runtime] = by_runtime.get(o.runtime, 0) + o.waiting
+    runtime = max(by_runtime, key=by_runtime.__getitem__) if by_runtime else None
+    return WaitShare(found.samples, found.waiting, runtime, at)

@@ -134,3 +134,47 @@ class WaitSplit(NamedTuple):
     def share(self) -> float | None:
         """Share of the samples in wait or spin code; None when nothing was sampled."""
         return self.waiting / self.samples if self.samples else None
+
+
+SPIN_SHARE = 0.5
+"""A process's busy threads that spend at least this share of their sampled CPU in wait or
+spin code oversubscribe costly: their waiting takes the CPUs from the work (measured, 2
+processes on 2 CPUs: OpenMP teams 0.85-0.99 and 3-5x slower; pools that work 0.00-0.05 and
+1.02-1.18x; docs/rules.md, "What oversubscription costs")."""
+
+MIN_SAMPLES = 50
+"""Fewer samples than this (a tenth of a second of CPU at 499 Hz) measure nothing."""
+
+
+class WaitShare(NamedTuple):
+    """What one process's busy threads did with their CPU over the windows measured so far
+    (`probe.waitcost`): the share of their user-space samples in wait code. Carried by
+    samples, rates and recordings; a process never measured has none (None)."""
+
+    samples: int
+    waiting: int
+    runtime: str | None = None
+    """The runtime whose wait code holds most of the waiting (`analysis.spin.SPIN_CODE`
+    key, or "spin-hint"); None when nothing waited."""
+    at: float = 0.0
+    """When the last window ended (the sampler's clock): a new window, a new value."""
+    windows: int = 1
+    """Windows summed."""
+    unmeasured: str | None = None
+    """Why it could not be measured (a `NotMeasured` value, or "quarantined",
+    "unmapped", "few-samples"); None when it was."""
+    why: str = ""
+    """One line saying why, when not measured."""
+
+    @property
+    def share(self) -> float | None:
+        """Share of the samples in wait or spin code; None when not measured."""
+        if self.unmeasured is not None or self.samples < MIN_SAMPLES:
+            return None
+        return self.waiting / self.samples
+
+    @property
+    def spins(self) -> bool | None:
+        """Its busy threads mostly wait in spin code (costly); None when not measured."""
+        share = self.share
+        return None if share is None else share >= SPIN_SHARE

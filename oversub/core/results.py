@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from oversub.core.model import Budget
 from oversub.core.names import FailOn, Severity, Signal, Verdict, WaitKind
+from oversub.core.pcprofile import WaitShare
 from oversub.core.rules import Rule
 from oversub.core.thresholds import Thresholds
 
@@ -93,6 +94,9 @@ class ProcessRates(NamedTuple):
     owner_counts: tuple[OwnerCount, ...] | None = None
     """Threads by owner (`analysis.owners.owner_counts`), most runnable first; None when the
     owners were not read."""
+    wait_share: WaitShare | None = None
+    """Where its busy threads' CPU went, sampled (`samples.ProcessSample.wait_share`; over a
+    run, every window summed); None = never measured."""
 
 
 class HostRates(NamedTuple):

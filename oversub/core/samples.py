@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from oversub.core.names import Signal, WaitKind
+from oversub.core.pcprofile import WaitShare
 
 
 class ThreadSample(NamedTuple):
@@ -61,6 +62,9 @@ class ProcessSample(NamedTuple):
     owners: Mapping[int, str] | None = None
     """tid -> the runtime that owns the thread (`oversub.core.runtimes` key, or "unattributed"),
     read from outside by `oversub.probe.owners`; None = not read."""
+    wait_share: WaitShare | None = None
+    """Where its busy threads' CPU went in the windows measured so far (`probe.waitcost`:
+    sampled while its target is oversubscribed); None = never measured."""
 
 
 class ThrottleStat(NamedTuple):

@@ -130,3 +130,38 @@ def test_every_entry_is_documented_and_well_formed() -> None:
         assert entry.measured and entry.label
         assert entry.whole or entry.functions, entry.key
         assert all(parts and all(parts) for parts in entry.functions), entry.key
+
+
+def test_a_window_is_a_wait_share_that_says_why_when_it_measured_nothing() -> None:
+    from oversub.analysis.spin import wait_share
+
+    team = profile(
+        obj(GOMP, ("gomp_team_barrier_wait_end", True, 300)),
+        obj(f"{SITE}/xgboost/lib/libxgboost.so", ("_ZN7xgboost", False, 20)),
+    )
+    share = wait_share(team, 12.0)
+    assert (share.samples, share.waiting, share.runtime, share.at) == (320, 300, "libgomp", 12.0)
+    assert share.share == pytest.approx(300 / 320) and share.spins is True
+    refused = PcProfile(7, 0.0, 499, unmeasured=NotMeasured.PARANOID, why="paranoid 3")
+    assert wait_share(refused, 1.0).share is None
+    assert wait_share(refused, 1.0).unmeasured == "perf-paranoid"
+    assert wait_share(refused, 1.0).why == "paranoid 3"
+    # Samples no object names (maps unreadable) would count as work that nothing showed.
+    blind = wait_share(profile(obj("[unmapped]", (None, False, 400))), 1.0)
+    assert blind.unmeasured == "unmapped" and blind.share is None
+    few = wait_share(profile(obj(GOMP, (None, False, 9))), 1.0)
+    assert few.unmeasured == "few-samples" and few.spins is None
+
+
+def test_a_runs_windows_are_summed_once_each() -> None:
+    from oversub.analysis.accumulators import summed_share
+    from oversub.core.pcprofile import WaitShare
+
+    first, second = WaitShare(100, 90, "libgomp", 1.0), WaitShare(300, 30, None, 31.0)
+    total = summed_share(summed_share(None, first), first)  # the same window twice: once
+    assert total == first
+    total = summed_share(total, second)
+    assert total is not None and (total.samples, total.waiting, total.windows) == (400, 120, 2)
+    refused = WaitShare(0, 0, None, 61.0, 1, "denied", "seccomp")
+    assert summed_share(total, refused) == total  # a later refusal keeps what was measured
+    assert summed_share(refused, first._replace(at=70.0)) == first._replace(at=70.0)
