@@ -206,6 +206,12 @@ def test_host_rates() -> None:
     assert iv.host.throttled_s == pytest.approx(0.4)  # seconds, not a rate
 
 
+def test_psi_some_is_never_more_than_the_whole_interval() -> None:
+    # The host read after a scan slower than the last: PSI's delta spans more than dt.
+    iv = analyse(busy_workers(1, 2), vcpus=2, host=Host(psi=1.01))
+    assert iv.host.psi_some == 1.0
+
+
 def test_outside_cpus_never_negative() -> None:
     # Host busy time read a little before the tree's: it looks smaller than the tree's CPU.
     iv = analyse(busy_workers(1, 2), vcpus=2, host=Host(outside=-0.3))
