@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from oversub.core.model import Budget
+from oversub.core.names import Verdict
 from oversub.core.plural import count
 from oversub.core.results import Assessment, Finding, Interval, ProcessRates, Totals
 from oversub.core.thresholds import Thresholds
@@ -25,6 +26,7 @@ from oversub.render.phrases import (
     budget_limit_line,
     delay_text,
     rate,
+    starved_clause,
     target_name,
     unavailable_text,
 )
@@ -232,6 +234,16 @@ class LiveFrame:
                 yield Segment.line()
 
 
+def verdict_clause(assessment: Assessment) -> str:
+    """The banner's clause: a starved verdict names what its finding measured took the CPUs,
+    as the run's headline does (`phrases.starved_clause`: one wording, one place)."""
+    if assessment.verdict is Verdict.STARVED:
+        first = next((f for f in assessment.findings if f.verdict is Verdict.STARVED), None)
+        if first is not None:
+            return starved_clause(first)
+    return VERDICT_MEANING[assessment.verdict]
+
+
 def watch_renderable(
     interval: Interval,
     assessment: Assessment,
@@ -267,9 +279,7 @@ def watch_renderable(
     if interval.unavailable:
         unavailable = f"unavailable: {unavailable_text(interval.unavailable)}"
         parts.append(_Part(text(unavailable, "dim"), 1))
-    parts.append(
-        _Part(banner(assessment.verdict, VERDICT_MEANING[assessment.verdict]), LiveFrame.LEVELS)
-    )
+    parts.append(_Part(banner(assessment.verdict, verdict_clause(assessment)), LiveFrame.LEVELS))
     if history:
         from oversub.render.sparkline import sparkline
 

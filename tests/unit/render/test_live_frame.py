@@ -15,7 +15,9 @@ from rich.console import Console, RenderableType
 
 from oversub.core.names import Severity, Verdict
 from oversub.core.results import Finding
+from oversub.core.rules import Rule
 from oversub.render.live import footer, watch_renderable
+from oversub.render.phrases import starved_clause
 from oversub.render.richparts import LEGENDS
 from tests.support.builders import (
     make_assessment,
@@ -267,3 +269,25 @@ def test_a_fitted_frame_escapes_hostile_names() -> None:
         text = "\n".join(screen(frame, 80, height))
         assert "\x1b" not in text and "\x07" not in text, text
         assert "\\x1b[2J" in text and "[/]" in text, text
+
+
+def test_a_starved_banner_names_what_its_finding_measured() -> None:
+    # Outside load 0.04 CPUs against 0.27 CPU-seconds waited (#43): the banner must not
+    # blame CPUs "taken outside the tree"; it says what the headline says, in its words.
+    starved = make_finding(
+        rule=Rule.STARVED_OUTSIDE,
+        severity=Severity.WARNING,
+        verdict=Verdict.STARVED,
+        evidence={"outside_cpus": 0.04, "steal_cpus": 0.0, "waited_cpus": 0.27},
+    )
+    frame = watch_renderable(
+        make_interval(),
+        make_assessment(verdict=Verdict.STARVED, findings=(starved,)),
+        make_budget(vcpus=2),
+        elapsed=6.0,
+        samples=6,
+    )
+    words = joined(screen(frame, 160, 50))
+    assert starved_clause(starved) in words
+    assert "other processes used 0.04 CPUs, of the 0.27 CPU-seconds per second" in words
+    assert "taken outside the tree" not in words
