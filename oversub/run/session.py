@@ -82,6 +82,11 @@ class Source(Protocol):
         """Sleep `seconds`, or less: a tree's wait returns once its root has exited."""
         ...
 
+    def measure_cost(self, target: str, interval: Interval, assessment: Assessment) -> None:
+        """Measure, during the next wait, what the target's oversubscription costs (where
+        its busy threads' CPU goes: `run.waitcost`); the next reading carries it."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -197,6 +202,7 @@ def follow(
                     memo = kept[target] = KeptRates()
                 iv = counted(interval_between(before[0], sample, budget.vcpus, memo), th, memo)
                 a = assess(iv, th)
+                source.measure_cost(target, iv, a)
                 if keep_summaries:  # only then: a long `serve` must not keep every target seen
                     run, _ = runs[target]
                     run.add(iv, a)

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 
 from oversub.core.model import Budget
 from oversub.core.names import TargetKind
+from oversub.core.results import Assessment, Interval
 from oversub.core.targets import Target
 from oversub.probe.cgroup_sampler import CgroupSampler, NodeSampler
 from oversub.probe.cgroup_target import CgroupRef, cgroup_budget, node_budget, ref_of
 from oversub.probe.sampler import TreeSampler
 from oversub.run.session import Reading, Source
+from oversub.run.waitcost import WaitCosts
 
 if TYPE_CHECKING:
     from oversub.run.runner import ExitWatch
@@ -41,12 +43,16 @@ def attach(target: Target, budget: Budget | None = None) -> Source:
 
         sampler = TreeSampler(target.pid, adopter=target.adopter)
         budget = budget or read_budget(target.pid)
-        return OneSource(target, sampler, budget, _own_cgroup(target.pid), ExitWatch(target.pid))
+        watch = ExitWatch(target.pid)
+        costs = WaitCosts()
+        return OneSource(target, sampler, budget, _own_cgroup(target.pid), watch, costs=costs)
     if target.kind is TargetKind.CGROUP:
         ref = resolve_cgroup(target.cgroup)
-        return OneSource(Target.of_cgroup(ref.path), CgroupSampler(ref), budget, ref.path, ref=ref)
+        group = Target.of_cgroup(ref.path)
+        return OneSource(group, CgroupSampler(ref), budget, ref.path, ref=ref, costs=WaitCosts())
     hierarchy = find_hierarchy()
-    return NodeSource(ref_of(hierarchy.mount.root, hierarchy), jobs=job_root(hierarchy))
+    top = ref_of(hierarchy.mount.root, hierarchy)
+    return NodeSource(top, jobs=job_root(hierarchy), costs=WaitCosts())
 
 
 class OneSource:
@@ -64,9 +70,12 @@ class OneSource:
         exit_watch: ExitWatch | None = None,
         *,
         ref: CgroupRef | None = None,
+        costs: WaitCosts | None = None,
     ) -> None:
         self.target, self.kind, self.sampler = target, target.kind, sampler
         self._cgroup, self._exit, self._ref = cgroup, exit_watch, ref
+        self._costs = costs
+        """What the target's oversubscription costs (`run.waitcost`); None: not measured."""
         self._budgets = _Budgets(time.monotonic) if budget is None else None
         self.budget = self._budget(None) if budget is None else budget
         sampler.throttle_stat_path = self.budget.quota.stat_path if self.budget.quota else None
@@ -76,7 +85,11 @@ class OneSource:
         return self._budgets.get(self._ref, member)
 
     def read(self) -> Reading:
+        if self._costs is not None:
+            self._costs.collect()  # the windows end as the reading starts
         sample = self.sampler.sample()
+        if self._costs is not None:
+            sample = self._costs.attach(sample)
         if self._budgets is not None:  # a cgroup's own budget, refreshed (`serve`)
             self.budget = self._budget(min(sample.processes, default=None))
             quota = self.budget.quota
@@ -86,6 +99,10 @@ class OneSource:
 
     def cgroup_of(self, target: str) -> str:
         return self._cgroup
+
+    def measure_cost(self, target: str, interval: Interval, assessment: Assessment) -> None:
+        if self._costs is not None:
+            self._costs.request(interval, assessment)
 
     def exiting(self) -> bool:
         # A tree's pidfd turns readable when its whole thread group has exited: the run
@@ -101,6 +118,8 @@ class OneSource:
     def close(self) -> None:
         if self._exit is not None:
             self._exit.close()
+        if self._costs is not None:
+            self._costs.close()
         self.sampler.close()
 
 
@@ -115,8 +134,10 @@ class NodeSource:
         clock: Callable[[], float] = time.monotonic,
         *,
         jobs: CgroupRef | None = None,
+        costs: WaitCosts | None = None,
     ) -> None:
         self.top = top
+        self._costs = costs
         self.jobs = jobs
         """The v1 cpuset hierarchy's root where SLURM jobs may be found only there."""
         self.sampler = NodeSampler(top, jobs=jobs, clock=clock)
@@ -124,7 +145,11 @@ class NodeSource:
         self._budgets = _Budgets(clock)
 
     def read(self) -> Reading:
+        if self._costs is not None:
+            self._costs.collect()
         sample = self.sampler.sample()
+        if self._costs is not None:
+            sample = self._costs.attach(sample)
         first: dict[str, int] = {}
         for pid, key in self.sampler.group.items():
             if pid in sample.processes and (key not in first or pid < first[key]):
@@ -144,6 +169,10 @@ class NodeSource:
     def cgroup_of(self, target: str) -> str:
         return target
 
+    def measure_cost(self, target: str, interval: Interval, assessment: Assessment) -> None:
+        if self._costs is not None:
+            self._costs.request(interval, assessment)
+
     def exiting(self) -> bool:
         return False  # the node is always there
 
@@ -151,6 +180,8 @@ class NodeSource:
         time.sleep(seconds)
 
     def close(self) -> None:
+        if self._costs is not None:
+            self._costs.close()
         self.sampler.close()
 
 
