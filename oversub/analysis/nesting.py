@@ -19,53 +19,24 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from oversub.analysis.wording import join_and
+from oversub.core.names import WorkerRole, worker_role
 from oversub.core.plural import count, noun
 from oversub.core.results import Nesting
 
-XDIST = "pytest-xdist worker"
-EXECNET = "execnet worker"
-LOKY = "loky worker"
-SPAWN = "spawn worker"
-FORKSERVER = "forkserver worker"
-FORKED = "forked worker"
-DATALOADER = "DataLoader worker"
+XDIST = WorkerRole.XDIST
+EXECNET = WorkerRole.EXECNET
+LOKY = WorkerRole.LOKY
+SPAWN = WorkerRole.SPAWN
+FORKSERVER = WorkerRole.FORKSERVER
+FORKED = WorkerRole.FORKED
+DATALOADER = WorkerRole.DATALOADER
 
 NESTED = "Nested parallelism:"
 """How the sentence of `Nesting.message` starts."""
 
-_EXECNET_BOOT = "import sys;exec(eval(sys.stdin.readline()))"
-"""What execnet's popen gateway runs (`python -u -c ...`): pytest-xdist's workers without
-setproctitle."""
-_XDIST_TITLE = ("[pytest-xdist", "pytest-xdist [")
-"""The process titles pytest-xdist sets when setproctitle is installed."""
-_HELPERS = ("resource_tracker", "multiprocessing.forkserver", "semaphore_tracker")
-"""multiprocessing's and loky's helpers: processes of a pool, but no workers."""
-
-
-def role(name: str, cmdline: str, parent_cmdline: str | None) -> str | None:
-    """What kind of worker a process is, from its name (comm), its command line and its
-    parent's: "pytest-xdist worker", "loky worker", "spawn worker", "forkserver worker",
-    "DataLoader worker", "forked worker" (a plain fork: the parent's command line), or None
-    (not a worker oversub knows, or a pool's helper such as a resource tracker)."""
-    forked = bool(cmdline) and cmdline == parent_cmdline
-    if forked and "multiprocessing.forkserver" in cmdline:
-        return FORKSERVER  # forked by the forkserver, whose command line it keeps
-    if name == "pt_data_worker":  # torch names a DataLoader worker's main thread so
-        return DATALOADER
-    if forked:  # a plain fork keeps its parent's command line, whatever that says
-        return FORKED
-    if cmdline.startswith(_XDIST_TITLE):
-        return XDIST
-    if any(helper in cmdline for helper in _HELPERS):
-        return None
-    if _EXECNET_BOOT in cmdline:
-        pytest = parent_cmdline is not None and ("pytest" in parent_cmdline)
-        return XDIST if pytest else EXECNET
-    if "popen_loky" in cmdline:
-        return LOKY
-    if "multiprocessing.spawn" in cmdline or "--multiprocessing-fork" in cmdline:
-        return SPAWN
-    return None
+role = worker_role
+"""What kind of worker a process is (`core.names.worker_role`, which the tables' labels
+share)."""
 
 
 class Seen(NamedTuple):

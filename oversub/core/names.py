@@ -148,6 +148,57 @@ class Shell(Name):
     FISH = "fish"
 
 
+class WorkerRole:
+    """What kind of worker a process is (`worker_role`): an episode's `role` in JSON
+    (`analysis.nesting`) and a process's label in every table (`render.phrases`). Plain
+    strings, not a `Name`: they are read back from recordings and compared as such."""
+
+    XDIST = "pytest-xdist worker"
+    EXECNET = "execnet worker"
+    LOKY = "loky worker"
+    SPAWN = "spawn worker"
+    FORKSERVER = "forkserver worker"
+    FORKED = "forked worker"
+    DATALOADER = "DataLoader worker"
+
+
+_EXECNET_BOOT = "import sys;exec(eval(sys.stdin.readline()))"
+"""What execnet's popen gateway runs (`python -u -c ...`): pytest-xdist's workers without
+setproctitle."""
+_XDIST_TITLE = ("[pytest-xdist", "pytest-xdist [")
+"""The process titles pytest-xdist sets when setproctitle is installed."""
+_HELPERS = ("resource_tracker", "multiprocessing.forkserver", "semaphore_tracker")
+"""multiprocessing's and loky's helpers: processes of a pool, but no workers."""
+
+
+def worker_role(name: str, cmdline: str, parent_cmdline: str | None) -> str | None:
+    """What kind of worker a process is, from its name (comm), its command line and its
+    parent's: one of `WorkerRole` ("pytest-xdist worker", "loky worker", "spawn worker",
+    "forkserver worker", "DataLoader worker", "forked worker": a plain fork, the parent's
+    command line), or None (not a worker oversub knows, or a pool's helper such as a
+    resource tracker). It only chooses among fixed words: what a process shows is never
+    returned."""
+    forked = bool(cmdline) and cmdline == parent_cmdline
+    if forked and "multiprocessing.forkserver" in cmdline:
+        return WorkerRole.FORKSERVER  # forked by the forkserver, whose command line it keeps
+    if name == "pt_data_worker":  # torch names a DataLoader worker's main thread so
+        return WorkerRole.DATALOADER
+    if forked:  # a plain fork keeps its parent's command line, whatever that says
+        return WorkerRole.FORKED
+    if cmdline.startswith(_XDIST_TITLE):
+        return WorkerRole.XDIST
+    if any(helper in cmdline for helper in _HELPERS):
+        return None
+    if _EXECNET_BOOT in cmdline:
+        pytest = parent_cmdline is not None and ("pytest" in parent_cmdline)
+        return WorkerRole.XDIST if pytest else WorkerRole.EXECNET
+    if "popen_loky" in cmdline:
+        return WorkerRole.LOKY
+    if "multiprocessing.spawn" in cmdline or "--multiprocessing-fork" in cmdline:
+        return WorkerRole.SPAWN
+    return None
+
+
 def values(enum_type: type[Name]) -> list[str]:
     """The public strings of an enum, in definition order (click choices, messages)."""
     return [member.value for member in enum_type]

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from oversub.core.cpulist import format_cpulist
 from oversub.core.model import Budget
-from oversub.core.names import DENIED, Signal, Verdict
+from oversub.core.names import DENIED, Signal, Verdict, WorkerRole, worker_role
 from oversub.core.plural import count, noun
 from oversub.core.pools import (
     POOL_KINDS,
@@ -217,7 +217,7 @@ SIZING_VARS: tuple[str, ...] = tuple(
 _LABELS = (
     ("multiprocessing.resource_tracker", "resource tracker"),
     ("multiprocessing.forkserver", "forkserver"),
-    ("multiprocessing.spawn", "spawn worker"),
+    ("multiprocessing.spawn", WorkerRole.SPAWN),
 )
 """Command lines multiprocessing gives its helpers (`python -c "from multiprocessing..."`),
 and what to call them: all of them are "python", and their code is not what tells them apart."""
@@ -237,6 +237,7 @@ def process_label(
     name: str, cmdline: str, parent_cmdline: str | None, ppid: int, width: int = LABEL_WIDTH
 ) -> str:
     """What a process is, in at most `width` characters: "resource tracker", "spawn worker",
+    "pytest-xdist worker", "execnet worker", "loky worker" (`core.names.worker_role`),
     "fork of 1234" (a plain fork keeps its parent's command line), else the command line
     with the directories of its program and script dropped ("python train.py --epochs 1");
     a console script, which the kernel runs as its interpreter and its path
@@ -246,6 +247,10 @@ def process_label(
     for marker, label in _LABELS:
         if marker in cmdline:
             return label
+    # pytest-xdist's and execnet's workers run a bootstrap line, loky's a module's main.
+    kind = worker_role(name, cmdline, parent_cmdline)
+    if kind in (WorkerRole.XDIST, WorkerRole.EXECNET, WorkerRole.LOKY):
+        return kind
     if cmdline and cmdline == parent_cmdline:
         return f"fork of {ppid}"
     if not cmdline.strip():

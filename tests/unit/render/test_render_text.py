@@ -466,6 +466,34 @@ def test_names_tell_the_root_workers_and_helpers_apart() -> None:
     assert "fork of 10" in row_starting(frame, "13")
 
 
+EXECNET_BOOT = "/venv/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))"
+"""A pytest-xdist worker without setproctitle, as `ps` shows it (pytest-xdist 3.8)."""
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "parent", "label"),
+    [
+        (EXECNET_BOOT, "/venv/bin/python -m pytest -n 2 tests", "pytest-xdist worker"),
+        (EXECNET_BOOT, "/venv/bin/python /venv/bin/pytest -n 2", "pytest-xdist worker"),
+        (EXECNET_BOOT, "/venv/bin/python app.py", "execnet worker"),
+        ("[pytest-xdist running] tests/test_a.py::test_b", None, "pytest-xdist worker"),
+        (
+            "/venv/bin/python -c from joblib.externals.loky.backend.popen_loky_posix import "
+            "main; main() --process-name LokyProcess-1 --pipe 8",
+            "/venv/bin/python job.py",
+            "loky worker",
+        ),
+        # A fork of an xdist worker keeps its command line: still named as a fork.
+        (EXECNET_BOOT, EXECNET_BOOT, "fork of 1"),
+    ],
+)
+def test_pool_workers_are_named_by_their_role(cmdline: str, parent: str | None, label: str) -> None:
+    # As spawn workers are: "python -u -c import sys;exec(eval(sys.stdin.re…" said nothing.
+    from oversub.render.phrases import process_label
+
+    assert process_label("python", cmdline, parent, 1) == label
+
+
 @pytest.mark.parametrize(
     ("cmdline", "label"),
     [
