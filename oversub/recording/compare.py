@@ -59,10 +59,16 @@ def _ungated_drops(
 ) -> tuple[str, ...]:
     b, a = dict(before.metrics), dict(after.metrics)
     return tuple(
-        f"{name} {b[name]:g} -> {a[name]:g}, {(b[name] - a[name]) / b[name]:.0%} lower"
+        f"{name} {b[name]:g} -> {a[name]:g}, {_lower(b[name], a[name])}"
         for name in names
         if b[name] > 0 and a[name] < b[name] * (1 - tolerance)
     )
+
+
+def _lower(b: float, a: float) -> str:
+    """How much lower AFTER's `a` is than BEFORE's positive `b`, never inf: the share of `b`
+    (1 - a/b, at most 100 % while `a` is not negative; `b - a` itself may overflow)."""
+    return f"{1 - a / b:.0%} lower" if a >= 0 else "below zero, more than 100% lower"
 
 
 def compare(

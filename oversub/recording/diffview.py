@@ -7,6 +7,8 @@ commands) are escaped for each sink.
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal, localcontext
 from typing import Any
 
 from oversub.recording.types import Comparison, Figures
@@ -32,6 +34,42 @@ def _change(b: float | None, a: float | None, *, points: bool = False) -> str:
     if b == 0:
         return f"{a - b:+.2f}"
     return f"{a - b:+.2f} ({(a - b) / abs(b):+.0%})"
+
+
+RATIO_LIMIT = 1000.0
+"""A throughput's ratio beyond this either way is written "more than 1000x" / "less than
+0.001x", as `tune` writes it (`tuning.trials.RATIO_LIMIT`, the same figure: a recording
+module may not import a tuning one): no setting changes a job's throughput a thousandfold,
+and a percentage of it would be a 300-digit figure or inf."""
+
+
+def _difference(b: float, a: float) -> str:
+    """AFTER - BEFORE, signed: two decimals while that is short, else four significant
+    digits; exact (as a decimal) when it is beyond the largest double, where the float
+    subtraction gives inf (-1.7e308 -> 1.7e308)."""
+    d = a - b
+    if not math.isfinite(d):
+        with localcontext() as exact:
+            exact.prec = 4
+            return f"{(Decimal(a) - Decimal(b)).normalize():+g}"
+    return f"{d:+.2f}" if abs(d) < 1e9 else f"{d:+.4g}"
+
+
+def _metric_change(b: float | None, a: float | None) -> str:
+    """A throughput's change: the difference, and the relative change when both have the
+    same sign (a percentage, or the ratio stated as beyond `RATIO_LIMIT`); any finite
+    figures, huge ones included, give a true line, never inf."""
+    if a is None or b is None:
+        return ""
+    diff = _difference(b, a)
+    if b == 0 or a == 0 or (a > 0) != (b > 0):
+        return diff  # from or to zero, or across it: no share of BEFORE means anything
+    ratio = a / b  # positive; inf or 0 when beyond the doubles, which the limit covers
+    if ratio > RATIO_LIMIT:
+        return f"{diff} (more than {RATIO_LIMIT:g}x)"
+    if ratio < 1 / RATIO_LIMIT:
+        return f"{diff} (less than {1 / RATIO_LIMIT:g}x)"
+    return f"{diff} ({(a - b) / abs(b):+.0%})"
 
 
 def _count(b: int, a: int) -> str:
@@ -92,7 +130,7 @@ def rows(c: Comparison) -> list[Row]:
                 name,
                 "not recorded" if was is None else f"{was:g}",
                 "not recorded" if now is None else f"{now:g}",
-                _change(was, now),
+                _metric_change(was, now),
             )
         )
     return out

@@ -125,6 +125,43 @@ def test_a_recorded_throughput_name_is_escaped(
     assert "\x1b" not in out and "x\\x1b[2Jy" in out, out
 
 
+@pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
+def test_huge_finite_throughputs_give_true_lines_never_inf(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A CMD may print any finite figure: the change of 1 -> 1.7e308 was a 309-digit number
+    # and "+inf%", that of -1.7e308 -> 1.7e308 "+inf (+inf%)".
+    huge = write(tmp_path / "huge.ndjson", lines_with(**OVER, steps=1.7e308))
+    one = write(tmp_path / "one.ndjson", lines_with(**OVER, steps=1.0))
+    low = write(tmp_path / "low.ndjson", lines_with(**OVER, steps=-1.7e308))
+    said = {
+        (one, huge): "+1.7e+308 (more than 1000x)",
+        (huge, one): "-1.7e+308 (less than 0.001x)",
+        (low, huge): "+3.4e+308",
+        (huge, low): "-3.4e+308",
+    }
+    for (before, after), change in said.items():
+        code, out, err = run_cli(["diff", before, after, "--format", fmt], capsys)
+        assert code == ExitStatus.OK, err
+        assert "inf" not in out.lower() and "nan" not in out.lower(), out
+        if fmt == "json":
+            assert json.loads(out)["noted"] in (
+                [],
+                ["steps 1.7e+308 -> 1, 100% lower"],
+                ["steps 1.7e+308 -> -1.7e+308, below zero, more than 100% lower"],
+            )
+            continue
+        row = next(line for line in out.splitlines() if "steps" in line and "e+308" in line)
+        assert row.rstrip(" |").endswith(change), out
+
+
+def test_the_ratio_limit_is_tunes() -> None:
+    from oversub.recording.diffview import RATIO_LIMIT
+    from oversub.tuning.trials import RATIO_LIMIT as TUNE
+
+    assert RATIO_LIMIT == TUNE
+
+
 def write(path: Path, lines: list[str]) -> str:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return str(path)
