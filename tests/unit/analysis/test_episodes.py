@@ -185,6 +185,16 @@ def test_a_steady_run_with_one_short_spike_keeps_its_verdict_and_lists_the_spike
     )
     assert not s.episode_totals[0].counts
     assert all("episodes" not in f.evidence for f in s.findings)
+    # Through `check`'s gate: no --fail-on fails it, the default included (#43).
+    outcome = CheckOutcome(s, command=("pytest",), command_status=0)
+    for fail_on in FailOn:
+        assert exit_status(outcome, fail_on) is ExitStatus.OK, fail_on
+        assert gate(s, fail_on).failing == (), fail_on
+    # The same spike under a rule it meets (1 s is 4 % of the run) fails the run.
+    loose = Thresholds(episode_seconds=1.0, episode_share=0.04)
+    s = summarise(timeline(pattern("0" * 12 + "1" + "0" * 12), th=loose), loose)
+    outcome = CheckOutcome(s, command=("pytest",), command_status=0)
+    assert exit_status(outcome, FailOn.OVERSUBSCRIBED) is ExitStatus.FOUND
 
 
 def test_a_short_run_needs_the_seconds_as_well_as_the_share() -> None:
