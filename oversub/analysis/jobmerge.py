@@ -5,7 +5,7 @@ line, why it is not one); `merge` combines them into a `JobReport`; `merge_statu
 exit status, with `check`'s policy (`analysis.policy.fails`). Reading files is the CLI's.
 
 A report is untrusted input (it may come from any node, or from anyone): every field used
-is checked for its type and range (numbers as a recording's are, `recording.fields.number`:
+is checked for its type and range (numbers as a recording's are, `analysis.fields.number`:
 finite and bounded, so every format can write them), text is cut to `MAX_TEXT` characters,
 the number of findings to `MAX_FINDINGS`, and the launcher ids go through the same
 allow-list as when they were written (`analysis.launcher.launcher_identity`). Renderers
@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
+from oversub.analysis.fields import MAX_NUMBER, BadRecord, number
 from oversub.analysis.launcher import launcher_identity
 from oversub.analysis.policy import fails, finding_fails
 from oversub.core.errors import ExitStatus, UsageError
@@ -32,7 +33,6 @@ from oversub.core.nodes import (
     NodeRow,
     RuleNodes,
 )
-from oversub.recording.fields import MAX_NUMBER, BadRecord, number
 
 MAX_TEXT = 300
 """Characters kept of a message or a reason; a longer one ends in "…"."""
@@ -237,7 +237,7 @@ def parse_report(doc: object, source: str) -> NodeReport:
 def natural_key(name: str) -> tuple[tuple[int, int, str], ...]:
     """Sorts "node2" before "node10": runs of ASCII digits compare by value, everything else
     as text ("²" and "٣" are digits to str.isdigit, not to int(): they stay text, as in
-    `recording.fields.decimal_key`). Any string has a key."""
+    `analysis.fields.decimal_key`). Any string has a key."""
     parts = re.split(r"([0-9]+)", name)
     # The split's odd parts are the runs of ASCII digits (a node name has at most 253).
     return tuple((0, int(p), "") if i % 2 else (1, 0, p) for i, p in enumerate(parts) if p)

@@ -32,7 +32,7 @@ COMMANDS: dict[str, str] = {
         "doctor",
         "completion",
     )
-} | {"check": "oversub.cli.check.command"}
+} | {"check": "oversub.cli.check.command", "tune": "oversub.cli.tune.command"}
 """Command name -> the module that defines it as `command` (one module per command)."""
 
 

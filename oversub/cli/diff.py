@@ -8,7 +8,7 @@ import click
 
 from oversub.cli.options import CONTEXT, Number, format_option
 from oversub.core.errors import ExitStatus
-from oversub.render import DiffFormat
+from oversub.recording import DiffFormat
 
 
 @click.command("diff", context_settings=CONTEXT)
@@ -47,10 +47,10 @@ def command(
     """
     from oversub.cli.check.metric import check_names
     from oversub.cli.output import emit
+    from oversub.cli.record.reader import read_recording
+    from oversub.recording import render_diff
     from oversub.recording.compare import compare
-    from oversub.recording.reader import read_recording
     from oversub.recording.replay import reassess
-    from oversub.render import render_diff
 
     if metric is not None:
         check_names([metric])

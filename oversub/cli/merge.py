@@ -41,7 +41,7 @@ def _decode(source: str, data: bytes) -> object:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadReport(f"{source}: not UTF-8 (byte {exc.start})") from None
-    from oversub.recording.fields import LONE_SURROGATE, has_lone_surrogate
+    from oversub.analysis.fields import LONE_SURROGATE, has_lone_surrogate
 
     try:
         value = json.loads(text, parse_constant=_not_a_constant)

@@ -10,7 +10,7 @@ import click
 from oversub.cli.options import CONTEXT, format_option, threshold_options
 from oversub.cli.options import ReportPath as OutPath
 from oversub.core.errors import ExitStatus
-from oversub.render import ReportFormat
+from oversub.recording import ReportFormat
 
 
 @click.command("report", context_settings=CONTEXT)
@@ -37,9 +37,9 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
 
     from oversub.cli.options import pop_thresholds
     from oversub.cli.output import colour_for, emit
-    from oversub.recording.reader import read_recording
+    from oversub.cli.record.reader import read_recording
+    from oversub.recording import render_report
     from oversub.recording.replay import reassess
-    from oversub.render import render_report
 
     if out is not None:
         from oversub.cli.reportfiles import check_report_path

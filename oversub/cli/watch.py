@@ -27,11 +27,11 @@ from oversub.core.plural import count
 from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
 
 if TYPE_CHECKING:
+    from oversub.cli.record.writer import Recorder
     from oversub.core.model import Budget
     from oversub.core.origin import NodeIdentity
     from oversub.core.results import Assessment, Interval, Summary
     from oversub.core.thresholds import Thresholds
-    from oversub.recording.writer import Recorder
     from oversub.render.serialize import ProcessTexts
     from oversub.render.sparkline import History
 
@@ -135,7 +135,7 @@ def command(
         target = Target.tree(pid)
     recorder = None
     if record_path is not None:
-        from oversub.recording.writer import open_recorder
+        from oversub.cli.record.writer import open_recorder
 
         recorder = open_recorder(
             record_path,
@@ -161,7 +161,7 @@ def command(
     ):
         result = follow(source, options, on_round=each_interval(view.interval))
     if recorder is not None:
-        from oversub.recording.writer import finish_quietly, summary_record
+        from oversub.cli.record.writer import finish_quietly, summary_record
 
         with stopsignals.deferred():
             failure = finish_quietly(recorder, summary_record(result.summary))

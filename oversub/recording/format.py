@@ -27,14 +27,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from oversub.analysis.rates import Measures, measures, tree_totals
-from oversub.core.errors import NotARecording
-from oversub.core.model import MAX_VCPUS, Budget
-from oversub.core.names import Signal, WaitKind
-from oversub.core.pools import POOLS_BY_KEY
-from oversub.core.results import HostRates, Interval, ProcessRates
-from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED
-from oversub.recording.fields import (
+from oversub.analysis.fields import (
     BadRecord,
     array,
     budget_of,
@@ -51,6 +44,13 @@ from oversub.recording.fields import (
     whole,
     whole_map,
 )
+from oversub.analysis.rates import Measures, measures, tree_totals
+from oversub.core.errors import NotARecording
+from oversub.core.model import MAX_VCPUS, Budget
+from oversub.core.names import Signal, WaitKind
+from oversub.core.pools import POOLS_BY_KEY
+from oversub.core.results import HostRates, Interval, ProcessRates
+from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED
 from oversub.recording.types import Ending, Header
 
 FORMAT = "oversub-recording"

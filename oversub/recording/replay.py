@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from oversub.analysis.accumulators import most
+from oversub.analysis.fields import BadRecord, loads
 from oversub.analysis.ownership import add_switches
 from oversub.analysis.policy import judge
 from oversub.analysis.rates import Measures, counted, measures, tree_totals
@@ -24,7 +25,6 @@ from oversub.analysis.verdict import assess
 from oversub.core.errors import NotARecording
 from oversub.core.results import CheckOutcome, HostRates, Interval, ProcessRates, Totals
 from oversub.core.thresholds import Thresholds
-from oversub.recording.fields import BadRecord, loads
 from oversub.recording.format import Decoder, bad, ending_of, header_of
 from oversub.recording.types import Ending, Recording, Replay
 

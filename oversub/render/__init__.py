@@ -6,7 +6,7 @@ diagnostics to stderr) and builds its own `Console` per invocation. This module 
 (`budget_text`, `plan_text`, `live`) are imported only when a text format is chosen.
 
 The format enums below are what `--format` accepts. Each `render_*` dispatcher maps every
-member explicitly and ends in `_unreachable`, so adding a member without a renderer fails
+member explicitly and ends in `unreachable`, so adding a member without a renderer fails
 mypy (the value narrows to `NoReturn` only when every member is handled) and the test that
 loops over every member.
 """
@@ -29,9 +29,7 @@ if TYPE_CHECKING:
     from oversub.core.origin import NodeIdentity
     from oversub.core.results import Assessment, Interval, Summary
     from oversub.core.thresholds import Thresholds
-    from oversub.recording.types import Comparison, Replay
     from oversub.render.serialize import ProcessTexts
-    from oversub.tuning.trials import TuneResult
 
 
 class CpusFormat(Name):
@@ -40,7 +38,7 @@ class CpusFormat(Name):
     TEXT = "text"
     """A rich table of every limit and the one that binds."""
     JSON = "json"
-    """`serialize.budget_dict`, indented."""
+    """`plan_formats.budget_dict`, indented."""
 
 
 class RecommendFormat(Name):
@@ -49,7 +47,7 @@ class RecommendFormat(Name):
     TEXT = "text"
     """A rich plan: numbers, export lines, code lines, warnings, binding."""
     JSON = "json"
-    """`serialize.plan_dict`, indented."""
+    """`plan_formats.plan_dict`, indented."""
     ENV = "env"
     """Only `export NAME=VALUE` lines, for `eval "$(oversub recommend --format env)"`."""
     PREFIX = "prefix"
@@ -82,41 +80,6 @@ class MergeFormat(Name):
     """JUnit XML, one test case per node."""
 
 
-class ReportFormat(Name):
-    """`oversub report --format`."""
-
-    TEXT = "text"
-    """About the recording, terminal charts (demand against N, delay ratio), the summary."""
-    JSON = "json"
-    """`timeline.report_dict`, indented."""
-    MARKDOWN = "markdown"
-    """The Markdown summary of `check --markdown` with a mermaid chart GitHub draws."""
-    HTML = "html"
-    """One self-contained page: charts as inline SVG, findings, fixes, processes."""
-
-
-class DiffFormat(Name):
-    """`oversub diff --format`."""
-
-    TEXT = "text"
-    """A table of BEFORE, AFTER and the change, then the closing line."""
-    JSON = "json"
-    """`diffview.diff_dict`, indented."""
-    MARKDOWN = "markdown"
-    """The table as Markdown (a job summary or a PR comment)."""
-
-
-class TuneFormat(Name):
-    """`oversub tune --format`."""
-
-    TEXT = "text"
-    """What ran, the table, a bar chart, the conclusion and the setting to paste."""
-    JSON = "json"
-    """`render.tune.tune_dict`, indented (the keys are documented there)."""
-    MARKDOWN = "markdown"
-    """The table and the setting as Markdown (a job summary or a PR comment)."""
-
-
 class DoctorFormat(Name):
     """`oversub doctor --format`."""
 
@@ -126,7 +89,7 @@ class DoctorFormat(Name):
     """`doctorview.doctor_dict`, indented (every key in docs/cli.md)."""
 
 
-def _unreachable(value: NoReturn) -> NoReturn:
+def unreachable(value: NoReturn) -> NoReturn:
     """Close an exhaustive if/elif chain (typing_extensions.assert_never is not a dependency)."""
     raise AssertionError(f"unhandled format: {value!r}")
 
@@ -141,11 +104,12 @@ def render_cpus(
 
         return budget_text(budget, colour=colour, width=width)
     elif fmt is CpusFormat.JSON:
-        from oversub.render.serialize import budget_dict, to_json
+        from oversub.render.plan_formats import budget_dict
+        from oversub.render.serialize import to_json
 
         return to_json(budget_dict(budget), indent=2) + "\n"
     else:
-        _unreachable(fmt)
+        unreachable(fmt)
 
 
 def render_recommend(
@@ -159,19 +123,20 @@ def render_recommend(
 
         return plan_renderable(plan, command=command)
     elif fmt is RecommendFormat.JSON:
-        from oversub.render.serialize import plan_dict, to_json
+        from oversub.render.plan_formats import plan_dict
+        from oversub.render.serialize import to_json
 
         return to_json(plan_dict(plan), indent=2) + "\n"
     elif fmt is RecommendFormat.ENV:
-        from oversub.render.serialize import plan_env
+        from oversub.render.plan_formats import plan_env
 
         return plan_env(plan)
     elif fmt is RecommendFormat.PREFIX:
-        from oversub.render.serialize import plan_prefix
+        from oversub.render.plan_formats import plan_prefix
 
         return plan_prefix(plan)
     else:
-        _unreachable(fmt)
+        unreachable(fmt)
 
 
 def render_watch_interval(
@@ -214,7 +179,7 @@ def render_watch_interval(
     elif fmt is WatchFormat.JSON:
         return None
     else:
-        _unreachable(fmt)
+        unreachable(fmt)
 
 
 def render_watch_summary(
@@ -246,7 +211,7 @@ def render_watch_summary(
             doc.update(identity_dict(identity))
         return to_json(doc, indent=2) + "\n"
     else:
-        _unreachable(fmt)
+        unreachable(fmt)
 
 
 def render_merge(job: JobReport, status: ExitStatus, fmt: MergeFormat) -> str:
@@ -264,70 +229,7 @@ def render_merge(job: JobReport, status: ExitStatus, fmt: MergeFormat) -> str:
     elif fmt is MergeFormat.JUNIT:
         return mergereport.merge_junit(job, status)
     else:
-        _unreachable(fmt)
-
-
-def render_report(
-    replay: Replay, fmt: ReportFormat, *, width: int = 80, color: bool = False
-) -> str:
-    """A replayed recording in `fmt`, as one string ending in a newline (text: its charts
-    in ANSI colour when `color`)."""
-    if fmt is ReportFormat.TEXT:
-        from oversub.recording.charts import report_text
-
-        return report_text(replay, width, color=color)
-    elif fmt is ReportFormat.JSON:
-        from oversub.recording.charts import report_dict
-        from oversub.render.serialize import to_json
-
-        return to_json(report_dict(replay), indent=2) + "\n"
-    elif fmt is ReportFormat.MARKDOWN:
-        from oversub.recording.mermaid import report_markdown
-
-        return report_markdown(replay)
-    elif fmt is ReportFormat.HTML:
-        from oversub.recording.html import report_html
-
-        return report_html(replay)
-    else:
-        _unreachable(fmt)
-
-
-def render_diff(c: Comparison, fmt: DiffFormat, *, before: str, after: str) -> str:
-    """Two runs compared, in `fmt`, as one string ending in a newline."""
-    if fmt is DiffFormat.TEXT:
-        from oversub.recording.diffview import diff_text
-
-        return diff_text(c, before, after)
-    elif fmt is DiffFormat.JSON:
-        from oversub.recording.diffview import diff_dict
-        from oversub.render.serialize import to_json
-
-        return to_json(diff_dict(c, before, after), indent=2) + "\n"
-    elif fmt is DiffFormat.MARKDOWN:
-        from oversub.recording.diffview import diff_markdown
-
-        return diff_markdown(c, before, after)
-    else:
-        _unreachable(fmt)
-
-
-def render_tune(r: TuneResult, fmt: TuneFormat, *, width: int = 80, color: bool = False) -> str:
-    """A tuning run in `fmt`, as one string ending in a newline."""
-    if fmt is TuneFormat.TEXT:
-        from oversub.tuning.view import tune_text
-
-        return tune_text(r, width=width, color=color)
-    elif fmt is TuneFormat.JSON:
-        from oversub.tuning.exports import tune_json
-
-        return tune_json(r)
-    elif fmt is TuneFormat.MARKDOWN:
-        from oversub.tuning.exports import tune_markdown
-
-        return tune_markdown(r)
-    else:
-        _unreachable(fmt)
+        unreachable(fmt)
 
 
 def render_doctor(report: DoctorReport, fmt: DoctorFormat) -> str:
@@ -342,4 +244,4 @@ def render_doctor(report: DoctorReport, fmt: DoctorFormat) -> str:
 
         return to_json(doctor_dict(report), indent=2) + "\n"
     else:
-        _unreachable(fmt)
+        unreachable(fmt)

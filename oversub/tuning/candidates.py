@@ -1,7 +1,7 @@
 """`oversub tune`'s pure half: the candidates, the plan that fits the budget, the interleaved
 schedule and the ranking.
 
-No I/O, no clock: `tuning.loop` runs the trials and passes what they gave. The statistics of
+No I/O, no clock: `cli.tune.loop` runs the trials and passes what they gave. The statistics of
 each candidate are `tuning.stats`'s; two candidates are indistinguishable when their 95 %
 intervals overlap, and then the cheaper setting is picked.
 """

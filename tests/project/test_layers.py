@@ -20,31 +20,19 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "oversub"
 
 FEATURE_LAYERS: dict[str, str] = {
-    "oversub.recording": "foundation",
+    "oversub.recording": "render",
     "oversub.recording.types": "foundation",
     "oversub.recording.format": "analysis",
-    "oversub.recording.fields": "analysis",
     "oversub.recording.replay": "analysis",
     "oversub.recording.compare": "analysis",
-    "oversub.recording.charts": "render",
-    "oversub.recording.mermaid": "render",
-    "oversub.recording.html": "render",
-    "oversub.recording.svg": "render",
-    "oversub.recording.diffview": "render",
-    "oversub.recording.reader": "cli",
-    "oversub.recording.writer": "cli",
-    "oversub.tuning": "foundation",
+    "oversub.tuning": "render",
     "oversub.tuning.trials": "foundation",
     "oversub.tuning.advice": "analysis",
     "oversub.tuning.candidates": "analysis",
     "oversub.tuning.stats": "analysis",
-    "oversub.tuning.loop": "run",
-    "oversub.tuning.view": "render",
-    "oversub.tuning.exports": "render",
-    "oversub.tuning.driver": "cli",
-    "oversub.tuning.trialrun": "cli",
 }
-"""A feature folder holds one feature across layers; each of its modules keeps its layer."""
+"""A feature folder holds the pure halves of one feature (its command-line half is in cli/);
+each of its modules keeps its layer, the rest are render (the folder's default)."""
 
 ALLOWED: dict[str, frozenset[str]] = {
     "foundation": frozenset({"foundation"}),
@@ -60,6 +48,20 @@ ALLOWED: dict[str, frozenset[str]] = {
 }
 """Layer -> the layers its modules may import."""
 
+FOLDER_LEVELS: tuple[frozenset[str], ...] = (
+    frozenset({"core", "hook"}),
+    frozenset({"probe", "analysis", "render"}),
+    frozenset({"recording", "tuning"}),
+    frozenset({"run"}),
+    frozenset({"api"}),
+    frozenset({"package"}),
+    frozenset({"cli"}),
+    frozenset({"launch"}),
+    frozenset({"main"}),
+)
+"""The top-level folders (and the modules at the top) from the bottom up: an import between two
+of them goes down, never up nor sideways. Each feature folder sits on the layers it uses."""
+
 HOOK_PACKAGE = "_oversub_hook"
 """The hook's package (oversub/hook/_oversub_hook/), imported by this bare name."""
 
@@ -73,6 +75,8 @@ def layer(module: str) -> str:
         return "foundation"
     if module in FEATURE_LAYERS:
         return FEATURE_LAYERS[module]
+    if len(parts) >= 2 and parts[1] in ("recording", "tuning"):
+        return "render"
     if len(parts) >= 2 and parts[1] in ("probe", "analysis", "render", "run", "cli"):
         return parts[1]
     named = {
@@ -131,6 +135,31 @@ def test_module_imports_only_what_its_layer_may(module: str, path: Path) -> None
     assert wrong == [], f"{module} ({own}) imports {wrong}"
 
 
+def folder(module: str) -> str:
+    """The top-level folder of `module` (its name in FOLDER_LEVELS for a top module)."""
+    top = {"oversub": "package", "oversub.auto": "api", "oversub.__main__": "main"}
+    if module in top or module in TOP_LEVEL:
+        return top.get(module, module.rsplit(".", 1)[-1])
+    return module.split(".")[1]
+
+
+def imports_up() -> list[str]:
+    """Every import from one top-level folder into another that is not below it."""
+    level = {name: i for i, names in enumerate(FOLDER_LEVELS) for name in names}
+    return sorted(
+        f"{module} -> {name}"
+        for module, path in MODULES.items()
+        for name in imports(module, path)
+        if folder(name) != folder(module) and level[folder(name)] >= level[folder(module)]
+    )
+
+
+def test_folders_import_only_the_folders_below_them() -> None:
+    """The folder plan holds as the module plan does: `recording/` and `tuning/` import
+    neither `cli/` nor `run/`, and `render/` none of them (packages count here too)."""
+    assert imports_up() == []
+
+
 def test_the_foundation_is_one_package_of_standard_library_modules() -> None:
     # Start-up and the Python API import them: stdlib only (click, rich, psutil stay out).
     import sys
@@ -160,10 +189,14 @@ def test_the_foundation_is_one_package_of_standard_library_modules() -> None:
     assert top == TOP_LEVEL, sorted(top - TOP_LEVEL)
 
 
+DISPATCHERS = {"oversub.render", "oversub.recording", "oversub.tuning"}
+"""Packages whose __init__ holds code (format enums and their dispatchers), not re-exports."""
+
+
 def test_no_import_cycle() -> None:
     """Between modules (a package's __init__ that only re-exports is not a module of it)."""
     graph = {
-        m: {n for n in imports(m, p) if n != m and n not in PACKAGES - {"oversub.render"}}
+        m: {n for n in imports(m, p) if n != m and n not in PACKAGES - DISPATCHERS}
         for m, p in MODULES.items()
     }
     index: dict[str, int] = {}

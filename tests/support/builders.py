@@ -319,9 +319,9 @@ def recording_lines(
 ) -> list[str]:
     """A recording (`--record`) of `intervals`, as the recorder writes it, line by line."""
     from oversub.analysis.summary import RunSummary
+    from oversub.cli.record.writer import summary_record
     from oversub.recording.format import Encoder, dumps, header_record
     from oversub.recording.types import Header
-    from oversub.recording.writer import summary_record
 
     th = thresholds or Thresholds()
     b = budget(vcpus)

@@ -14,11 +14,11 @@ from oversub.cli.check.request import CheckOptions
 from oversub.core.errors import ExitStatus
 
 if TYPE_CHECKING:
+    from oversub.cli.record.writer import Recorder
     from oversub.core.cures import Cure
     from oversub.core.model import Budget
     from oversub.core.results import CheckOutcome
     from oversub.probe.cgroup_target import CgroupRef
-    from oversub.recording.writer import Recorder
     from oversub.run.checking import Progress
 
 
@@ -32,7 +32,7 @@ def _progress(
     shown = CheckProgress(err if err is not None else sys.stderr, budget, every=opts.progress_every)
     if recorder is None:
         return shown
-    from oversub.recording.writer import RecordingProgress
+    from oversub.cli.record.writer import RecordingProgress
 
     return RecordingProgress(shown, recorder)
 
@@ -149,7 +149,7 @@ def _recorder(
 ) -> Recorder | None:
     if opts.record_path is None:
         return None
-    from oversub.recording.writer import open_recorder
+    from oversub.cli.record.writer import open_recorder
 
     return open_recorder(
         opts.record_path,
@@ -181,7 +181,7 @@ def _recorded(
     if recorder is None:
         return report(outcome, opts, err=err, environ=environ)
     from oversub.analysis.policy import judge
-    from oversub.recording.writer import finish_quietly, summary_record
+    from oversub.cli.record.writer import finish_quietly, summary_record
     from oversub.run import stopsignals
 
     with stopsignals.deferred() as during:

@@ -299,8 +299,8 @@ def test_spinning_threads_that_never_block_fall_back_without_the_idle_pool() -> 
 
 
 def test_owners_survive_a_recording_and_are_recounted_under_other_thresholds() -> None:
+    from oversub.analysis.fields import loads
     from oversub.analysis.rates import counted
-    from oversub.recording.fields import loads
     from oversub.recording.format import Decoder, Encoder, dumps
 
     p = worker(
@@ -325,7 +325,7 @@ def test_owners_survive_a_recording_and_are_recounted_under_other_thresholds() -
 
 @pytest.mark.parametrize("owners", [[[1, "evil\x1b[31m"]], [[1]], [["x", "python"]], "no"])
 def test_a_recorded_owner_outside_the_catalogue_is_refused(owners: object) -> None:
-    from oversub.recording.fields import BadRecord, loads
+    from oversub.analysis.fields import BadRecord, loads
     from oversub.recording.format import Decoder, Encoder, dumps
 
     record = Encoder().interval(tree(worker(11, (), owners={11: "python"})), "T")

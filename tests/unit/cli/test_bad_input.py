@@ -39,7 +39,7 @@ from oversub.analysis.plans import binding_plan, synthetic_budget
 from oversub.cli.app import COMMANDS as COMMAND_MODULES
 from oversub.cli.app import command
 from oversub.cli.options import PID, Seconds, parse_procs
-from oversub.cli.tune import parse_duration
+from oversub.cli.tune.command import parse_duration
 from oversub.core.errors import ExitStatus
 from oversub.core.model import MAX_VCPUS
 from tests.support.harness import LAUNCHER_VARS, OVERSUB, can_be_an_argument

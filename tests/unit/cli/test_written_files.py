@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from oversub.cli import serve
+from oversub.cli.record.writer import Recorder, open_recorder, summary_record
 from oversub.cli.reportfiles import check_report_path, write_atomic
 from oversub.core.errors import UsageError
 from oversub.core.thresholds import Thresholds
-from oversub.recording.writer import Recorder, open_recorder, summary_record
 from tests.support.builders import budget, oversubscribed_run, recording_lines
 from tests.support.harness import OVERSUB, Spawner, wait_until
 

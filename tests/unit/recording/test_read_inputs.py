@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oversub.core.errors import NotARecording
+from oversub.recording import ReportFormat, render_report
 from oversub.recording.replay import parse, reassess
-from oversub.render import ReportFormat, render_report
 from tests.support.builders import oversubscribed_run, recording_lines
 from tests.support.harness import OVERSUB
 

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from oversub.analysis.fields import BadRecord, loads
 from oversub.analysis.rates import counted
 from oversub.analysis.summary import RunSummary
 from oversub.analysis.verdict import assess
+from oversub.cli.record.writer import Recorder, summary_record
 from oversub.core.names import Verdict
 from oversub.core.results import Interval
 from oversub.core.thresholds import Thresholds
-from oversub.recording.fields import BadRecord, loads
 from oversub.recording.format import Decoder, Encoder, dumps
 from oversub.recording.replay import CUT_NOTE, merge, parse, reassess
-from oversub.recording.writer import Recorder, summary_record
 from tests.support.builders import budget, oversubscribed_run, recording_lines
 
 TH = Thresholds()

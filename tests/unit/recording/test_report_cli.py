@@ -220,8 +220,8 @@ def test_the_n_line_is_drawn_on_the_row_that_its_label_names(vcpus: int, demand:
 def test_the_legend_tells_the_series_apart_and_colour_is_only_for_a_terminal(
     recording: Path,
 ) -> None:
+    from oversub.cli.record.reader import read_recording
     from oversub.recording.charts import charts_text
-    from oversub.recording.reader import read_recording
     from oversub.recording.replay import reassess
 
     rec = read_recording(recording)

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from oversub.core.results import Interval
+from oversub.recording import ReportFormat, render_report
 from oversub.recording.replay import parse, reassess
-from oversub.render import ReportFormat, render_report
 from tests.support.builders import oversubscribed_run, recording_lines
 from tests.support.harness import oversub as run_oversub
 from tests.support.harness import stress

@@ -13,8 +13,8 @@ from oversub.analysis.summary import RunSummary
 from oversub.core.names import FailOn
 from oversub.core.results import Interval, Summary
 from oversub.core.thresholds import Thresholds
+from oversub.recording import ReportFormat, render_report
 from oversub.recording.replay import parse, reassess
-from oversub.render import ReportFormat, render_report
 from oversub.render.junit import summary_junit
 from oversub.render.markdown import summary_markdown
 from oversub.render.runreport import summary_text

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from oversub.analysis.plans import thread_env
-from oversub.render import TuneFormat, render_tune
+from oversub.tuning import TuneFormat, render_tune
 from oversub.tuning.advice import (
     environment_notes,
     inferred_procs,

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from oversub.tuning import loop
+from oversub.cli.tune import loop
 
 SOFT, HARD = resource.getrlimit(resource.RLIMIT_NOFILE)
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from oversub.render import TuneFormat, render_tune
+from oversub.tuning import TuneFormat, render_tune
 from oversub.tuning.candidates import fails_gate, rank
 from oversub.tuning.exports import tune_dict
 from oversub.tuning.stats import (

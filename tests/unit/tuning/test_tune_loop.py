@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from oversub.analysis.plans import thread_env
-from oversub.tuning.loop import TrialOutcome, environment, run_tuning
+from oversub.cli.tune.loop import TrialOutcome, environment, run_tuning
 from oversub.tuning.trials import Candidate, Trial, TunePlan
 
 CANDS = (

@@ -10,7 +10,7 @@ import pytest
 from oversub.analysis.plans import thread_env, threads_for
 from oversub.core.errors import UsageError
 from oversub.core.names import Verdict
-from oversub.render import TuneFormat, render_tune
+from oversub.tuning import TuneFormat, render_tune
 from oversub.tuning.candidates import (
     fails_gate,
     fit,

@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from oversub.analysis.fields import loads
 from oversub.core.errors import ReportError
 from oversub.core.model import Budget
 from oversub.core.results import Assessment, Interval, Summary
 from oversub.core.thresholds import Thresholds
-from oversub.recording.fields import loads
 from oversub.recording.format import Decoder, Encoder, dumps, header_record
 from oversub.recording.replay import merge
 from oversub.recording.types import Header

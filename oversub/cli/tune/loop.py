@@ -181,7 +181,7 @@ class TrialRunner(Protocol):
 
 
 class Events(Protocol):
-    """What the loop says while it goes (`cli.tune` writes it to stderr)."""
+    """What the loop says while it goes (`cli.tune.driver` writes it to stderr)."""
 
     def planned(self, plan: TunePlan) -> None: ...
 

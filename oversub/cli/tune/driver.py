@@ -1,10 +1,10 @@
 """`oversub tune`'s work: candidates, one trial as `check -- CMD` runs it, the report.
 
-Kept apart from `cli.tune` (the click command) so that only `oversub tune` pays for these
-imports. A trial (`tuning.trialrun`): the candidate's variables set (`tuning.loop.environment`),
+Kept apart from `cli.tune.command` (the click command) so that only `oversub tune` pays for these
+imports. A trial (`cli.tune.trialrun`): the candidate's variables set (`cli.tune.loop.environment`),
 CMD's `{procs}` and `{threads}` replaced, its stdout discarded (or passed to stderr with
 --show-output) and, with --metric, read through `cli.check.metric.StdoutMetrics` (check
---metric's parser); then `tuning.loop.run_trial`, which is `run.checking.run_command`:
+--metric's parser); then `cli.tune.loop.run_trial`, which is `run.checking.run_command`:
 check's sampler, verdict and stop. What the run can say beyond its table (the M its trials
 ran, a time-bound command, inherited variables) is `tuning.advice`'s.
 """
@@ -75,6 +75,8 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
     from oversub.cli.check.metric import check_names
     from oversub.cli.config import load_config, resolve_float, thresholds_from
     from oversub.cli.target import budget_of
+    from oversub.cli.tune.loop import run_tuning
+    from oversub.cli.tune.trialrun import TrialRunner, inherited_threads
     from oversub.run.session import SessionOptions
     from oversub.tuning import advice
     from oversub.tuning.candidates import (
@@ -83,8 +85,6 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
         parse_procs_values,
         rank,
     )
-    from oversub.tuning.loop import run_tuning
-    from oversub.tuning.trialrun import TrialRunner, inherited_threads
     from oversub.tuning.trials import TuneResult
 
     err = opts.err if opts.err is not None else sys.stderr
@@ -247,8 +247,8 @@ def _width(stream: TextIO) -> int:
 def _report(r: TuneResult, opts: TuneOptions, record_failures: list[str]) -> ExitStatus:
     """Write the outputs (also for a partial run), then the exit status."""
     from oversub.cli.output import emit
-    from oversub.render import TuneFormat, render_tune
     from oversub.run import stopsignals
+    from oversub.tuning import TuneFormat, render_tune
     from oversub.tuning.candidates import fails_gate
 
     with stopsignals.deferred() as during:

@@ -1,7 +1,7 @@
 """One trial of `oversub tune`: the candidate's arguments and variables, CMD's stdout
 discarded (or passed to stderr) and read for the metric, the recording, the figure.
 
-The run itself is `tuning.loop.run_trial`, that is `run.checking.run_command`: check's
+The run itself is `cli.tune.loop.run_trial`, that is `run.checking.run_command`: check's
 sampler, verdict, containment and stop. The metric is read by check --metric's parser
 (`cli.check.metric.StdoutMetrics`); in fixed work, the first trial's stdout is read too, for
 the names of the figures CMD prints (a hint for --metric).
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from oversub.cli.check.metric import StdoutMetrics
+    from oversub.cli.record.writer import Recorder
+    from oversub.cli.tune.loop import TrialOutcome
     from oversub.core.model import Budget
     from oversub.core.results import CheckOutcome, Summary
-    from oversub.recording.writer import Recorder
     from oversub.run.checking import Progress
     from oversub.run.session import SessionOptions
-    from oversub.tuning.loop import TrialOutcome
     from oversub.tuning.trials import Candidate, TuneOptions
 
 
@@ -122,8 +122,8 @@ class TrialRunner:
         self, index: int, candidate: int, round: int, warmup: bool, limit: float | None
     ) -> TrialOutcome:
         from oversub.analysis.policy import judge
+        from oversub.cli.tune.loop import TrialOutcome, run_trial
         from oversub.tuning.candidates import substitute
-        from oversub.tuning.loop import TrialOutcome, run_trial
         from oversub.tuning.trials import Trial
 
         c = self.candidates[candidate]
@@ -221,7 +221,7 @@ class TrialRunner:
         quiet = _Quiet()
         if self.opts.record_dir is None:
             return None, quiet
-        from oversub.recording.writer import RecordingProgress, open_recorder
+        from oversub.cli.record.writer import RecordingProgress, open_recorder
         from oversub.run.checking import report_command
 
         recorder = open_recorder(
@@ -244,7 +244,7 @@ class TrialRunner:
         judged: Summary,
         captured: StdoutMetrics | None,
     ) -> None:
-        from oversub.recording.writer import finish_quietly, summary_record
+        from oversub.cli.record.writer import finish_quietly, summary_record
         from oversub.run import stopsignals
 
         with stopsignals.deferred():

@@ -1,7 +1,7 @@
 """`oversub tune -- CMD`: run CMD under several thread settings and measure which is fastest.
 
-The command validates its flags; `tuning.driver` builds the candidates, runs the trials
-(`tuning.loop`) and reports (`tuning.view`, `tuning.exports`). Only click is imported here
+The command validates its flags; `cli.tune.driver` builds the candidates, runs the trials
+(`cli.tune.loop`) and reports (`tuning.view`, `tuning.exports`). Only click is imported here
 (start-up).
 """
 
@@ -23,7 +23,7 @@ from oversub.cli.options import (
     setting_option,
 )
 from oversub.core.errors import ExitStatus, UsageError
-from oversub.render import TuneFormat
+from oversub.tuning import TuneFormat
 
 DEFAULT_BUDGET = "5m"
 DEFAULT_TRIAL_SECONDS = 10.0
@@ -176,7 +176,7 @@ def command(
       oversub tune --procs-values 1,2,4 -- python job.py --workers {procs}
       oversub tune --env POLARS_MAX_THREADS=1,2 --format json -- python etl.py
     """
-    from oversub.tuning.driver import tune
+    from oversub.cli.tune.driver import tune
     from oversub.tuning.trials import TuneOptions
 
     if not command:

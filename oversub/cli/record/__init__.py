@@ -1,0 +1,1 @@
+"""Recordings as files: `--record FILE` written as the run goes, read back for `report`."""

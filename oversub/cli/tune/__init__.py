@@ -1,0 +1,1 @@
+"""`oversub tune`: the command, the run of its trials, each trial as `check` runs it, the report."""
