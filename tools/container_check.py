@@ -218,6 +218,14 @@ def doctor_totals(data: dict[str, Any], kind: str) -> dict[str, int]:
     return out
 
 
+def started(data: dict[str, Any], kind: str, runtime: str) -> object:
+    """The new threads by owner that doctor read for `runtime` under the run `kind`."""
+    for row in data["runtimes"]:
+        if row["runtime"] == runtime:
+            return next((m.get("started") for m in row["measurements"] if m["kind"] == kind), None)
+    return None
+
+
 def doctor(argv: list[str]) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(run(argv).stdout)
     return data
@@ -247,28 +255,27 @@ def check_budget(budget: tuple[str, str], base: Path) -> list[str]:
         podman(budget, base, str(REAL), "-m", "oversub", "doctor", *only, "--format", "json")
     )
     said = doctor_totals(inside, "host")
-    predicted = doctor_totals(
-        doctor(
-            [
-                str(REAL),
-                "-m",
-                "oversub",
-                "doctor",
-                *only,
-                DOCTOR_FLAG[flag],
-                value,
-                "--format",
-                "json",
-            ]
-        ),
-        "budget",
+    predicted_data = doctor(
+        [
+            str(REAL),
+            "-m",
+            "oversub",
+            "doctor",
+            *only,
+            DOCTOR_FLAG[flag],
+            value,
+            "--format",
+            "json",
+        ]
     )
+    predicted = doctor_totals(predicted_data, "budget")
     for key in RUNTIMES:
         if not (truth[key] == said[key] == predicted[key]):
             raise AssertionError(
                 f"{flag} {value}: {key} started {truth[key]} threads in the container; doctor "
                 f"there said {said[key]}, doctor {DOCTOR_FLAG[flag]} {value} on the host "
-                f"{predicted[key]}"
+                f"{predicted[key]} (threads by owner: {started(inside, 'host', key)} there, "
+                f"{started(predicted_data, 'budget', key)} on the host)"
             )
     counts = ", ".join(f"{k} {truth[k]}" for k in RUNTIMES)
     lines.append(

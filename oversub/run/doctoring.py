@@ -43,9 +43,11 @@ from oversub.run import stopsignals
 from oversub.run.confine import Cell, open_cell
 from oversub.run.poolchild import PoolChild
 
-OWNER_TRIES = 6
-"""Readings of a child's new threads while some have no owner yet (a thread just created
-has no stack to read; a running one no PC)."""
+OWNER_WAIT_S = 5.0
+"""How long a child's new threads are read again while some have no owner yet: a thread just
+created has no stack to read, and one still spinning after its work no blocked PC. On a
+loaded machine ONNX Runtime's pool threads spin for more than the 0.3 s this once was, and a
+thread left unowned was not counted as its pool's."""
 OWNER_PAUSE_S = 0.05
 INVENTORY_TIMEOUT_S = 30.0
 BUSY_S = 0.5
@@ -83,11 +85,12 @@ def _seen(pid: int) -> SeenBudget | None:
 
 
 def _owners(pid: int, start: int | None, new: frozenset[int]) -> dict[str, int]:
-    """Owner -> how many of the `new` threads it owns, read until each has one or the
-    tries run out."""
+    """Owner -> how many of the `new` threads it owns, read until each has one or
+    `OWNER_WAIT_S` has passed."""
     reader = OwnerReader()
     owners: dict[int, str] = {}
-    for attempt in range(OWNER_TRIES):
+    give_up = time.monotonic() + OWNER_WAIT_S
+    while True:
         threads = read_threads(pid)
         if start is None:
             break
@@ -95,8 +98,9 @@ def _owners(pid: int, start: int | None, new: frozenset[int]) -> dict[str, int]:
         reader.end_sample()
         if all(owners.get(t.tid, UNATTRIBUTED) != UNATTRIBUTED for t in threads if t.tid in new):
             break
-        if attempt + 1 < OWNER_TRIES:
-            time.sleep(OWNER_PAUSE_S)
+        if time.monotonic() >= give_up:
+            break
+        time.sleep(OWNER_PAUSE_S)
     counts: dict[str, int] = {}
     for tid in new:
         if tid in owners or start is None:
