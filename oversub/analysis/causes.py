@@ -23,14 +23,14 @@ from oversub.analysis.poolsize import app_threads, blamed
 from oversub.core.results import OwnerCount, ProcessRates
 from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED, describe, waits
 
-Kind = Literal["spin", "sleep", "fitted", "gil", "comm", "app"]
+Kind = Literal["spin", "sleep", "library", "fitted", "gil", "comm", "app"]
 
 GIL_CPU_PERCENT = 130.0
 """A process whose busy threads are all the interpreter's and that uses at most this much
 CPU (100 = one CPU) may run them one at a time: the GIL, not the CPUs, is what they wait
 for, when most of them also yield (`gil_bound`)."""
 
-_NOT_POOLS = frozenset({"python", "jemalloc", UNATTRIBUTED})
+_NOT_POOLS = frozenset({"python", "program", "jemalloc", UNATTRIBUTED})
 
 GroupKind = Literal["pools", "mapped", "threads", "fitted", "app", "comm", "gil", "single"]
 """What a group of a target's busy processes does. From their own threads' owners: pools
@@ -52,7 +52,9 @@ class Blame(NamedTuple):
 class Cause(NamedTuple):
     kind: Kind
     """spin: a blamed pool's waiting threads spin (costs multiples); sleep: every blamed
-    pool's threads sleep (costs a few percent); gil: the interpreter's threads take turns;
+    pool's threads sleep (costs a few percent); library: no blamed pool spins and one is a
+    library oversub has no row for (`runtimes.owner_of_code`: no knob known); gil: the
+    interpreter's threads take turns;
     fitted: the busy pools already run at most T (their knob is applied) and the rest is
     their callers; comm: communication threads; app: the application's own Python threads
     (executors)."""
@@ -111,7 +113,8 @@ def cause(procs: Sequence[ProcessRates], threads: int) -> Cause | None:
         order = sorted(blames, key=lambda k: (RUNTIMES_BY_KEY[k].waits != "spin", k))
         blamed = tuple(Blame(k, tuple(sorted(blames[k][0])), blames[k][1]) for k in order)
         spin = any(RUNTIMES_BY_KEY[b.owner].waits == "spin" for b in blamed)
-        return Cause("spin" if spin else "sleep", blamed, owners)
+        rowless = any(RUNTIMES_BY_KEY[b.owner].waits == "unknown" for b in blamed)
+        return Cause("spin" if spin else "library" if rowless else "sleep", blamed, owners)
     busy = {k for p in procs for k in busy_owners(p)}
     if UNATTRIBUTED in busy or not busy:
         return None  # what runs them is unknown: the mapped pools are all there is
@@ -159,6 +162,7 @@ def mapped_sleeps(p: ProcessRates, n: int, threads: int) -> bool:
 _GROUP_OF: dict[Kind, GroupKind] = {
     "spin": "pools",
     "sleep": "pools",
+    "library": "pools",
     "fitted": "fitted",
     "app": "app",
     "comm": "comm",

@@ -63,6 +63,27 @@ def app_thread_fix(n: int, workers: int, busy: int) -> str:
     )
 
 
+def library_levers(label: str, pids: Sequence[int], threads: int, n: int, busy: int) -> str:
+    """The levers for a library oversub has no row for (no knob of its own known), in the
+    processes `pids`, at `threads` per process among `busy` busy processes on `n` CPUs:
+    fewer processes, or a CPU affinity mask per process set before it starts its pool
+    (most runtimes size their pools from their affinity: docs/pools.md)."""
+    fewer = f"run at most {n} busy {verb(n, 'process', 'processes')} at a time"
+    each = f"{threads} {verb(threads, 'CPU', 'CPUs')}"
+    mask = (
+        f"start each with an affinity mask of its own {each} of the job's, before it starts "
+        f"its pool (most runtimes size their pools from it): `taskset -c CPUS CMD` with "
+        f"another CPUS for each process, os.sched_setaffinity(0, CPUS) first thing in each "
+        f"worker (before it imports {label}), or the launcher's binding (srun "
+        "--cpu-bind=cores, mpirun --bind-to core)"
+    )
+    levers = f"{fewer}, then {mask}" if busy > n else f"{fewer}, or {mask}"
+    return (
+        f"{label} in {who(pids)} has no row in oversub's catalogue, so no knob of its own "
+        f"is known; levers that work for any runtime: {levers}"
+    )
+
+
 def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:
     """Name each pool of `procs` that runs more than `threads`, its variable and the value
     to set, then the in-code alternative for exactly those pools.

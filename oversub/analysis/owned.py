@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from oversub.analysis.causes import Blame, Cause
-from oversub.analysis.fixes import app_thread_fix
+from oversub.analysis.fixes import app_thread_fix, library_levers
 from oversub.analysis.wording import join_and, pids_of, sentence, share, verb, who
 from oversub.core.names import Severity, Verdict
 from oversub.core.plural import count, noun
@@ -89,10 +89,14 @@ def _code(b: Blame, procs: Sequence[ProcessRates]) -> str | None:
     return runtime.code
 
 
-def knob_fix(b: Blame, threads: int, procs: Sequence[ProcessRates]) -> str:
+def knob_fix(b: Blame, threads: int, procs: Sequence[ProcessRates], n: int = 0, m: int = 0) -> str:
     """ "ONNX Runtime intra-op pool in 2 processes (pids 11, 12): set
-    SessionOptions.intra_op_num_threads = 1 (environment variables do not reach it)"."""
+    SessionOptions.intra_op_num_threads = 1 (environment variables do not reach it)"; for a
+    library oversub has no row for, the levers of any runtime (`fixes.library_levers`, `m`
+    busy processes on `n` CPUs)."""
     runtime = RUNTIMES_BY_KEY[b.owner]
+    if runtime.waits == "unknown":
+        return library_levers(runtime.label, b.pids, threads, n, m)
     code = _code(b, procs)
     call = None if code is None else code.format(t=threads)
     where = f"{runtime.label} in {who(b.pids)}"
@@ -152,14 +156,16 @@ def owned_part(
     evidence: Evidence = {"owners": cause.owners, "cause": cause.kind}
     many = f"each of the {m} busy processes" if m > 1 else "the busy process"
     tail = f"; and run at most {count(n, 'busy process')} at a time" if m > n else ""
-    if cause.kind in ("spin", "sleep"):
+    if cause.kind in ("spin", "sleep", "library"):
         labels = join_and(RUNTIMES_BY_KEY[b.owner].label for b in cause.blamed)
         evidence |= {
             "threads_per_process": threads,
             "pools": ",".join(b.owner for b in cause.blamed),
         }
         each = f"{count(threads, 'thread')} ({share(n, m)})"
-        knobs = "; ".join(knob_fix(b, threads, procs) for b in cause.blamed)
+        knobs = "; ".join(knob_fix(b, threads, procs, n, m) for b in cause.blamed)
+        if any(RUNTIMES_BY_KEY[b.owner].waits == "unknown" for b in cause.blamed):
+            tail = ""  # its levers lead with fewer processes
         fix = f"Give {many} {each}: {knobs}{tail}."
         scoped_fix = f"{sentence(knobs)}."
         sizes = join_and(f"{RUNTIMES_BY_KEY[b.owner].label}: {b.size}" for b in cause.blamed)
@@ -184,6 +190,15 @@ def owned_part(
                 + "."
             )
             rule, severity = Rule.OVERSUBSCRIBED_POOLS, Severity.CRITICAL
+        elif cause.kind == "library":
+            rowless = [b for b in cause.blamed if RUNTIMES_BY_KEY[b.owner].waits == "unknown"]
+            named = join_and(RUNTIMES_BY_KEY[b.owner].label for b in rowless)
+            said += (
+                f"oversub has no row for {named} (named by the object "
+                f"{verb(len(rowless), 'its', 'their')} threads run in): no knob of "
+                f"{verb(len(rowless), 'its', 'their')} own is known."
+            )
+            rule, severity = Rule.OVERSUBSCRIBED_THREADS, Severity.WARNING
         else:
             costs = [
                 f"{RUNTIMES_BY_KEY[b.owner].label}: {RUNTIMES_BY_KEY[b.owner].measured}"

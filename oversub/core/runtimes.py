@@ -8,8 +8,18 @@ sizes it: only that knob is ever offered as its fix. Pure data, standard library
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, NamedTuple
+
+from oversub.core.libraries import (
+    library_key,
+    library_of,
+    object_of,
+    split_vendored,
+    vendor_of,
+    vendored_key,
+)
 
 if TYPE_CHECKING:
     from oversub.core.results import OwnerCount
@@ -17,10 +27,11 @@ if TYPE_CHECKING:
 UNATTRIBUTED = "unattributed"
 """The owner of a thread no evidence names (never guessed from the mapped libraries)."""
 
-Waits = Literal["spin", "sleep", "none"]
+Waits = Literal["spin", "sleep", "none", "unknown"]
 """What an owner's threads do when oversubscribed: "spin" (waiting threads burn CPU: OpenMP
 teams, ORT's pool; costs multiples), "sleep" (they block: costs a few percent), "none" (not
-a compute pool: the interpreter, communication and allocator threads; no thread cap)."""
+a compute pool: the interpreter, communication and allocator threads; no thread cap),
+"unknown" (a library without a row: `libraries`)."""
 
 
 class Runtime(NamedTuple):
@@ -46,11 +57,16 @@ class Runtime(NamedTuple):
     """The `pools.POOL_KINDS` key of the same runtime (live sizes, mapped-library
     fallback); None when oversub had no row for it before threads were attributed."""
     measured: str = ""
-    """What oversubscribing it cost, measured (2 processes on 2 vCPUs), for the wording."""
+    """What oversubscribing it cost, measured (2 processes on 2 vCPUs), for the wording; quoted
+    only where it was measured (`measured_with`), never for another program's pool."""
     caller: bool = True
     """Its size counts the calling thread (an OpenMP team, OpenBLAS, ORT's intra-op pool:
     size n runs n - 1 threads of its own); False when it runs n threads of its own (polars,
     Arrow, numexpr) while the caller waits."""
+    measured_with: str = ""
+    """The pool (`pools` key) every process must map for `measured` to be quoted: the
+    situation it was measured in ("torch": torch's own team); "" when the runtime alone is
+    the situation."""
 
 
 _TPC = "threadpoolctl.threadpool_limits({t})"
@@ -65,6 +81,7 @@ RUNTIMES: tuple[Runtime, ...] = (
         objects=("libgomp.", "libgomp-"),
         pool="libgomp",
         measured="10.6x slower for torch's team",
+        measured_with="torch",
     ),
     Runtime(
         "libomp",
@@ -92,7 +109,6 @@ RUNTIMES: tuple[Runtime, ...] = (
         _TPC,
         objects=("libopenblas", "libscipy_openblas"),
         pool="openblas",
-        measured="3-80x slower scikit-learn fits",
     ),
     Runtime(
         "mkl",
@@ -204,11 +220,59 @@ RUNTIMES: tuple[Runtime, ...] = (
         "none",
         objects=("libpython", "python"),
     ),
+    Runtime("program", "the program's own threads", "none"),
 )
 """Every owner, most specific first: a thread name is matched against `names` in this order
 (gloo's `pt_gloo_*` before torch's `pt_*`)."""
 
-RUNTIMES_BY_KEY: Mapping[str, Runtime] = {r.key: r for r in RUNTIMES}
+OPENMP: frozenset[str] = frozenset({"libgomp", "libomp", "libiomp5"})
+"""The OpenMP runtimes: a copy vendored by a package is that package's OpenMP team."""
+
+
+@lru_cache(maxsize=512)
+def _dynamic(key: str) -> Runtime | None:
+    """The row of an owner no static row names: a library without a row (`lib:PATH`: its
+    name, no knob known) or an OpenMP runtime vendored by a package without a row
+    (`libgomp@foo`: the runtime's knobs, labelled as the package's team)."""
+    vendored = split_vendored(key)
+    if vendored is not None:
+        base = _STATIC.get(vendored[0])
+        if base is None or base.key not in OPENMP:
+            return None
+        short = base.label.rsplit("(", 1)[-1].rstrip(")")
+        label = f"{vendored[1]}'s OpenMP team ({short})"
+        # Its cost is not the one measured for another program's team.
+        return base._replace(key=key, label=label, pool=None, measured="")
+    path = object_of(key)
+    if path is None:
+        return None
+    return Runtime(key, library_of(path).name, "unknown", caller=False)
+
+
+class _Catalogue(Mapping[str, Runtime]):
+    """Owner key -> row: the static rows, and the rows `_dynamic` makes for the keys of
+    libraries without a row (iterating gives the static rows only)."""
+
+    def __init__(self, rows: Mapping[str, Runtime]) -> None:
+        self._rows = rows
+
+    def __getitem__(self, key: str) -> Runtime:
+        row = self._rows.get(key)
+        if row is None:
+            row = _dynamic(key)
+        if row is None:
+            raise KeyError(key)
+        return row
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+_STATIC: Mapping[str, Runtime] = {r.key: r for r in RUNTIMES}
+RUNTIMES_BY_KEY: Mapping[str, Runtime] = _Catalogue(_STATIC)
 
 _NAME_ORDER: tuple[Runtime, ...] = tuple(
     sorted((r for r in RUNTIMES if r.names), key=lambda r: -max(len(n) for n in r.names))
@@ -268,6 +332,42 @@ def owner_of_object(path: str) -> str | None:
         if runtime.objects and base.startswith(runtime.objects):
             return runtime.key
     return None
+
+
+def owner_of_row(path: str) -> str | None:
+    """`owner_of_object`, with an OpenMP runtime vendored by a package without a row of its
+    own (`<package>.libs/libgomp-*.so`) as that package's team (`libgomp@package`)."""
+    owner = owner_of_object(path)
+    if owner in OPENMP:
+        vendor = vendor_of(path)
+        if vendor is not None:
+            return vendored_key(owner, vendor)
+    return owner
+
+
+PROGRAM = "program"
+"""The owner of threads started by the program's own executable (not an interpreter's)."""
+
+
+def owner_of_code(path: str, exe: str | None = None) -> str | None:
+    """The owner of a thread whose code (its start routine, or where it waits) is the
+    object at `path`: a row's key (an OpenMP runtime vendored by a package without a row
+    as that package's team, `libgomp@foo`); `PROGRAM` for the program's executable `exe`
+    when it is no interpreter; else the library the path names (`libraries.library_key`).
+    None for the C library and its kin (`is_system_object`) and for anonymous code."""
+    if not path.startswith("/") or is_system_object(path):
+        return None
+    owner = owner_of_row(path)
+    if owner is not None:
+        return owner
+    if exe is not None and path == exe:
+        return PROGRAM
+    return library_key(path)
+
+
+def is_owner_key(key: str) -> bool:
+    """True for a key an owner may have: a row's, a library's or a vendored team's."""
+    return key == UNATTRIBUTED or key in RUNTIMES_BY_KEY
 
 
 def label(key: str) -> str:

@@ -286,12 +286,12 @@ class OwnerReader:
             wants = wanted.get(tid)
             if wants is None or path is None:
                 continue  # not wanted; or not its first frames yet (just created): next pass
-            owner = runtimes.owner_of_object(path)
+            owner = runtimes.owner_of_code(path, _exe_path(proc))
             if owner is not None:
                 wants.owner = _team_driver(proc) if owner == "libgomp" else owner
                 wants.proven = True
             else:
-                wants.top_tries = TOP_TRIES  # started by no runtime's code: other evidence
+                wants.top_tries = TOP_TRIES  # started by no object's code: other evidence
 
     def _main_name(self, pid: int, proc: _Process, names: Mapping[int, str] | None) -> str | None:
         """The process's main thread's name, read once (or taken from `names`, the thread
@@ -359,20 +359,25 @@ class OwnerReader:
         path = proc.mem.object_at(pc)
         if path is None:
             return None  # in anonymous code (a JIT), or maps unreadable
-        owner = self._owner_of(path)[0]
+        owner, system = self._owner_of(path)
         if owner is not None:
             return _team_driver(proc) if owner == "libgomp" else owner
+        if not system:
+            # Blocked in its own code, in an object no row names (a library that makes its
+            # own system calls): that library's, unless it is the interpreter's or one of
+            # the program's; a row's vendored copy is its package's team.
+            return runtimes.owner_of_code(path, _exe_path(proc))
         if self._memory(proc) is None:
             return None
         return proc.mem.stack_owner(sp, self._machine, self._owner_of)
 
     def _owner_of(self, path: str) -> tuple[str | None, bool]:
-        """(`runtimes.owner_of_object`, `runtimes.is_system_object`) of a mapped object."""
+        """(`runtimes.owner_of_row`, `runtimes.is_system_object`) of a mapped object."""
         known = self._objects.get(path)
         if known is None:
             if len(self._objects) >= _OBJECTS_MAX:
                 self._objects.clear()
-            known = (runtimes.owner_of_object(path), runtimes.is_system_object(path))
+            known = (runtimes.owner_of_row(path), runtimes.is_system_object(path))
             self._objects[path] = known
         return known
 
@@ -382,6 +387,16 @@ class OwnerReader:
         if proc.mem.refused:
             proc.refused = True
         return None if proc.refused else proc.mem.open()
+
+
+def _exe_path(proc: _Process) -> str | None:
+    """The program's executable as maps names it (`/proc/PID/exe`), or None."""
+    if proc.exe is None:
+        return None
+    path = proc.exe[:4096]
+    if path.endswith(b" (deleted)"):
+        path = path[: -len(b" (deleted)")]
+    return path.decode("utf-8", "replace")
 
 
 def _team_driver(proc: _Process) -> str:

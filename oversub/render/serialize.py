@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from oversub.core.libraries import object_of
 from oversub.core.pools import RECOMMENDED_VARS
 
 if TYPE_CHECKING:  # annotations only: `recommend --format env` must not build these classes
@@ -277,11 +278,24 @@ def _process_rates_dict(r: ProcessRates) -> dict[str, Any]:
 
 
 def _owners(counts: tuple[OwnerCount, ...] | None) -> list[dict[str, Any]] | None:
-    """Threads by owner: `owner` (a runtime key of docs/pools.md, or "unattributed"),
-    `threads`, `busy` (active), `ran` (ran or waited at all), `runnable_s`; null = not read."""
+    """Threads by owner: `owner` (a runtime key of docs/pools.md; `libgomp@PACKAGE` for an
+    OpenMP runtime vendored by a package without a row; `lib:` and the percent-encoded
+    object path for a library without a row; or "unattributed"), `threads`, `busy`
+    (active), `ran` (ran or waited at all), `runnable_s`; for a library without a row also
+    `library` (its name, from the path) and `object` (the path its threads' code is in);
+    null = not read."""
     if counts is None:
         return None
-    return [c._asdict() | {"runnable_s": json_number(c.runnable_s)} for c in counts]
+    from oversub.core.runtimes import label
+
+    out = []
+    for c in counts:
+        entry = c._asdict() | {"runnable_s": json_number(c.runnable_s)}
+        path = object_of(c.owner)
+        if path is not None:
+            entry |= {"library": label(c.owner), "object": path}
+        out.append(entry)
+    return out
 
 
 def interval_dict(i: Interval, a: Assessment) -> dict[str, Any]:

@@ -106,18 +106,20 @@ def test_what_is_not_the_layout_is_no_evidence(tmp_path: Path) -> None:
     proc = process(tmp_path, NUMEXPR, USER)
     for ret in (NUMEXPR[0] + 0x40, USER[0] + 0x40):
         proc.call_site(ret)
-    threads = [proc.thread(tid) for tid in (101, 102, 103, 104)]
+    # Started apart: no start-time group lends one thread's owner to another.
+    threads = [proc.thread(tid, start=tid * 10) for tid in (101, 102, 103, 104)]
     proc.stack_top(101, (NUMEXPR[0] + 0x40, CLONE3))  # no C library frame first
     proc.stack_top(102, (CLONE3, START_THREAD, NUMEXPR[0] + 0x40), descriptor=False)
-    proc.stack_top(103, (CLONE3, START_THREAD, USER[0] + 0x40))  # started by no runtime
     # Two stacks claiming one thread (a forged descriptor): neither counts.
     proc.stack_top(104, (CLONE3, START_THREAD, NUMEXPR[0] + 0x40))
     proc.stack_top(104, (CLONE3, START_THREAD, USER[0] + 0x40))
+    # Started by a library no row names: that library's (`runtimes.owner_of_code`).
+    proc.stack_top(103, (CLONE3, START_THREAD, USER[0] + 0x40))
     proc.flush()
     assert owners(tmp_path, threads) == {
         101: "unattributed",
         102: "unattributed",
-        103: "unattributed",
+        103: "lib:/opt/app/libmine.so",
         104: "unattributed",
     }
 
