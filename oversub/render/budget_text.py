@@ -14,7 +14,7 @@ from oversub.core.cpulist import format_cpulist
 from oversub.core.model import Budget
 from oversub.render.escape import terminal
 from oversub.render.phrases import budget_limit_line, cpus_phrase
-from oversub.render.serialize import ROUNDING_RULE
+from oversub.render.plan_formats import ROUNDING_RULE
 
 BOLD, DIM, GREEN, RESET = "\x1b[1m", "\x1b[2m", "\x1b[32m", "\x1b[0m"
 HEADERS = ("Limit", "Value", "Binds")

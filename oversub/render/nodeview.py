@@ -15,8 +15,8 @@ from oversub.core.targets import Round, TargetResult
 from oversub.core.thresholds import Thresholds
 from oversub.core.workload import bounded, describe
 from oversub.render.phrases import UNKNOWN, delay_text
+from oversub.render.plan_formats import budget_dict
 from oversub.render.serialize import (
-    budget_dict,
     finding_dict,
     host_dict,
     json_number,

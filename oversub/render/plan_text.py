@@ -17,7 +17,7 @@ from oversub.core.model import Plan
 from oversub.core.plural import count, noun
 from oversub.render.escape import terminal
 from oversub.render.phrases import budget_limit_line
-from oversub.render.serialize import export_lines, plan_env, plan_prefix
+from oversub.render.plan_formats import export_lines, plan_env, plan_prefix
 
 
 class Snippet(NamedTuple):

@@ -10,8 +10,8 @@ import math
 from typing import Any
 
 from oversub.render.escape import markdown
+from oversub.render.plan_formats import export_lines
 from oversub.render.plan_text import code_lines_for
-from oversub.render.serialize import export_lines
 from oversub.tuning.trials import RATIO_LIMIT, Ranking, Stats, TuneResult, beyond
 from oversub.tuning.view import (
     ENDED,

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from oversub.render.escape import terminal
+from oversub.render.plan_formats import export_lines
 from oversub.render.plan_text import code_lines_for
-from oversub.render.serialize import export_lines
 from oversub.tuning.trials import RATIO_LIMIT, Candidate, Standing, Stats, TuneResult, beyond
 
 TUNE_VARS = ("OVERSUB_TUNE_PROCS", "OVERSUB_TUNE_THREADS")

@@ -380,8 +380,8 @@ def test_narrow_cpus(vcpus: int) -> None:
 
 def test_narrow_recommend(vcpus: int) -> None:
     from oversub.analysis.plans import thread_env
+    from oversub.render.plan_formats import prefix_line
     from oversub.render.plan_text import code_lines_for
-    from oversub.render.serialize import prefix_line
 
     run = _narrow(["recommend", "--procs", "4"])
     assert run.code == ExitStatus.OK, run.raw

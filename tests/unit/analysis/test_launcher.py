@@ -158,8 +158,8 @@ def test_slurm_labels_agree_with_the_numbers() -> None:
     from rich.console import Console
 
     from oversub.render.phrases import budget_limit_line
+    from oversub.render.plan_formats import plan_dict
     from oversub.render.plan_text import plan_renderable
-    from oversub.render.serialize import plan_dict
 
     info = procs_from_env({"SLURM_NTASKS_PER_NODE": "2", "SLURM_CPUS_PER_TASK": "1"})
     plan = plan_for_launcher(measured(2), info)

@@ -15,8 +15,8 @@ import pytest
 from rich.console import Console, RenderableType
 
 from oversub.render import RecommendFormat, render_recommend
+from oversub.render.plan_formats import prefix_line
 from oversub.render.plan_text import code_lines_for, plan_renderable, snippets
-from oversub.render.serialize import prefix_line
 from tests.support.builders import make_budget, make_plan
 
 

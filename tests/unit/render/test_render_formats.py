@@ -18,7 +18,8 @@ from oversub.render import (
     render_watch_interval,
     render_watch_summary,
 )
-from oversub.render.serialize import budget_dict, interval_dict, plan_dict, summary_dict
+from oversub.render.plan_formats import budget_dict, plan_dict
+from oversub.render.serialize import interval_dict, summary_dict
 from tests.support.builders import (
     make_assessment,
     make_budget,

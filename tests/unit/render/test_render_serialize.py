@@ -13,16 +13,18 @@ import sys
 import pytest
 
 from oversub.core.pools import RECOMMENDED_VARS
-from oversub.render.serialize import (
+from oversub.render.plan_formats import (
     ROUNDING_RULE,
-    ProcessTexts,
     budget_dict,
     export_lines,
+    plan_dict,
+    plan_env,
+)
+from oversub.render.serialize import (
+    ProcessTexts,
     finding_dict,
     interval_dict,
     interval_line,
-    plan_dict,
-    plan_env,
     summary_dict,
     to_json,
 )
