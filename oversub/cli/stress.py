@@ -67,7 +67,8 @@ def command(procs: int, threads: int | None, idle: int, seconds: float, mode: st
     import os
 
     from oversub.probe.budget import read_budget
-    from oversub.run.stressload import Mode, run_stress, team_size
+    from oversub.run.stressload import Mode, team_size
+    from oversub.run.stressroot import run_stress
 
     chosen: Mode = "team" if mode == "team" else "hash"
     size = team_size(threads, os.environ, read_budget().vcpus if threads is None else 0, chosen)

@@ -20,7 +20,8 @@ import pytest
 
 from oversub.core.errors import ExitStatus
 from oversub.probe.budget import read_budget
-from oversub.run.stressload import TEAM_NAME, TEAM_VARIABLE, run_stress
+from oversub.run.stressload import TEAM_NAME, TEAM_VARIABLE
+from oversub.run.stressroot import run_stress
 from tests.support.harness import OVERSUB, oversub
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -99,7 +100,7 @@ class StressRun:
 
     def __init__(self, procs: int, threads: int, idle: int, seconds: float, mode: str) -> None:
         code = (
-            "import sys; from oversub.run.stressload import run_stress; "
+            "import sys; from oversub.run.stressroot import run_stress; "
             f"sys.exit(run_stress({procs}, {threads}, {idle}, {seconds}, mode={mode!r}))"
         )
         self.process = subprocess.Popen(

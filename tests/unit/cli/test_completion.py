@@ -162,7 +162,7 @@ def test_completion_runs_no_command(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Completing `oversub stress ... ` must not start the workload (nor any probe)."""
-    monkeypatch.setattr("oversub.run.stressload.run_stress", lambda *a: pytest.fail("stress ran"))
+    monkeypatch.setattr("oversub.run.stressroot.run_stress", lambda *a: pytest.fail("stress ran"))
     assert _answers("oversub stress --procs 1 --threads 1 --s", monkeypatch, capsys) == [
         ("plain", "--seconds")
     ]

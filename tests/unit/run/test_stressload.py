@@ -20,12 +20,10 @@ from oversub.run.stressload import (
     TEAM_NAME,
     TEAM_VARIABLE,
     TeamSize,
-    banner,
     own_size,
     team_size,
-    teams_line,
-    throughput_line,
 )
+from oversub.run.stressroot import banner, teams_line, throughput_line
 from tests.support.builders import make_interval, make_process_rates, make_totals
 from tests.support.harness import run_cli
 
