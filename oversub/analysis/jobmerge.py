@@ -33,11 +33,10 @@ from oversub.core.nodes import (
     NodeRow,
     RuleNodes,
 )
+from oversub.core.origin import MAX_NODE
 
 MAX_TEXT = 300
 """Characters kept of a message or a reason; a longer one ends in "…"."""
-MAX_NODE = 253
-"""The longest node name a report may carry (`probe.identity.MAX_NODE`)."""
 MAX_RULE = 64
 MAX_FINDINGS = 1000
 """Findings a report may list (oversub writes one per rule, a few dozen at most)."""

@@ -11,6 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+MAX_NODE = 253
+"""Characters of a node name: the longest DNS name (Linux host names stop at 64).
+`probe.nodename` keeps no more; `analysis.jobmerge` refuses a report that carries more."""
+
 
 class NodeIdentity(NamedTuple):
     """Where a report was written: the node and, when set, the launcher's ids."""

@@ -13,10 +13,9 @@ import re
 from collections.abc import Mapping
 
 from oversub.core.errors import UsageError
+from oversub.core.origin import MAX_NODE
 
 NODE_VAR = "OVERSUB_NODE"
-MAX_NODE = 253
-"""Characters of a node name kept: the longest DNS name (Linux host names stop at 64)."""
 
 _NODE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]{0,252}\Z")
 
