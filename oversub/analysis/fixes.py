@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from oversub.analysis.poolsize import blamed, pool_sizes
+from oversub.analysis.poolsize import all_idle, blamed, pool_sizes
 from oversub.analysis.wording import join_and, pool_order, verb, who
 from oversub.core.pools import POOLS_BY_KEY, first_level
 from oversub.core.results import ProcessRates
@@ -24,9 +24,10 @@ def _labels(keys: Sequence[str]) -> str:
     return join_and(POOLS_BY_KEY[k].label for k in pool_order(keys))
 
 
-def limits_text(procs: Sequence[ProcessRates], n: int) -> str:
-    """What already limits the pools of `procs`: "OMP_NUM_THREADS=1, OpenBLAS set to 1
-    thread (read live)"; "no native pool" when none maps one."""
+def limits_text(procs: Sequence[ProcessRates], n: int, threads: int | None = None) -> str:
+    """What already limits the pools of `procs`: "OMP_NUM_THREADS=1, OpenBLAS at 1 thread,
+    read live"; a pool above `threads` that sits idle while its process works says so
+    ("OpenBLAS at 2 threads, read live, idle"); "no native pool" when none maps one."""
     parts: dict[str, None] = {}
     for p in procs:
         for s in pool_sizes(p, n) or ():
@@ -34,8 +35,21 @@ def limits_text(procs: Sequence[ProcessRates], n: int) -> str:
                 parts[f"{s.variable}={s.value}"] = None
             if s.source == "live":
                 noun = verb(s.threads, "thread", "threads")
-                parts[f"{POOLS_BY_KEY[s.key].label} at {s.threads} {noun}, read live"] = None
+                idle = threads is not None and s.threads > threads and all_idle(p, s.key)
+                label = f"{POOLS_BY_KEY[s.key].label} at {s.threads} {noun}, read live"
+                parts[label + (", idle" if idle else "")] = None
     return ", ".join(parts) if parts else "no native pool"
+
+
+def limited(procs: Sequence[ProcessRates], n: int, threads: int) -> str:
+    """ "already run at most 1 thread", or "run at most 1 thread or sit idle" when a pool of
+    `procs` above `threads` is idle (`poolsize.all_idle`): never "at most 1" of a pool that
+    the same words say runs 2."""
+    at_most = f"at most {threads} {verb(threads, 'thread', 'threads')}"
+    idle = any(
+        s.threads > threads and all_idle(p, s.key) for p in procs for s in pool_sizes(p, n) or ()
+    )
+    return f"run {at_most} or sit idle" if idle else f"already run {at_most}"
 
 
 def app_thread_fix(n: int, workers: int, busy: int) -> str:
@@ -155,8 +169,8 @@ def thread_fix(procs: Sequence[ProcessRates], threads: int, n: int) -> str:
             )
         multi = sum(1 for p in procs if p.active_threads >= 2)
         return (
-            f"their native pools already run at most {threads} "
-            f"{verb(threads, 'thread', 'threads')} ({limits_text(procs, n)}), so the busy "
+            f"their native pools {limited(procs, n, threads)} "
+            f"({limits_text(procs, n, threads)}), so the busy "
             f"threads are the application's own: " + app_thread_fix(n, multi, len(procs))
         )
     return "; ".join(clauses) + _code_alternative(to_fix - set(code_only), threads)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from oversub.analysis.causes import Blame, Cause
+from oversub.analysis.cost import cost_evidence, cost_for, cost_of, cost_said
 from oversub.analysis.fixes import app_thread_fix, library_levers
 from oversub.analysis.wording import join_and, pids_of, sentence, share, verb, who
 from oversub.core.names import Severity, Verdict
@@ -29,13 +30,25 @@ from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED, describe
 Evidence = dict[str, float | int | str | None]
 
 
-def spin_cost(pools: Sequence[str]) -> str:
-    """ "; threads of native pools spin while they wait, which is costly (OpenBLAS: 3-80x
-    slower scikit-learn fits, measured)." with the measured cost of each pool that has one."""
+def figure(b: Blame, procs: Sequence[ProcessRates]) -> str:
+    """The cost measured for `b`'s runtime, where its processes are the situation it was
+    measured in (`Runtime.measured_with`: torch's figure for torch's team only); ""."""
+    runtime = RUNTIMES_BY_KEY[b.owner]
+    need = runtime.measured_with
+    mine = [p for p in procs if p.pid in b.pids] or list(procs)
+    if need and not all(p.pools is not None and need in p.pools for p in mine):
+        return ""
+    return runtime.measured
+
+
+def spin_cost(pools: Sequence[str], procs: Sequence[ProcessRates] = ()) -> str:
+    """ "; threads of native pools spin while they wait, which is costly (PyTorch's team:
+    10.6x slower, measured)." with the measured cost of each pool measured in the situation
+    of `procs` (`figure`)."""
     costs = [
-        f"{RUNTIMES_BY_KEY[k].label}: {RUNTIMES_BY_KEY[k].measured}"
+        f"{RUNTIMES_BY_KEY[k].label}: {c}"
         for k in pools
-        if k in RUNTIMES_BY_KEY and RUNTIMES_BY_KEY[k].measured
+        if k in RUNTIMES_BY_KEY and (c := figure(Blame(k, (), 0), procs))
     ]
     return "; threads of native pools spin while they wait, which is costly" + (
         f" ({'; '.join(costs)}, measured)." if costs else "."
@@ -176,20 +189,28 @@ def owned_part(
             f"{verb(len(cause.blamed), 'runs', 'run')} more than {threads} at once per process "
             f"({sizes}): {cause.owners}. "
         )
-        if cause.kind == "spin":
+        cost = cost_for(procs, [b.owner for b in cause.blamed])
+        evidence |= cost_evidence(cost)
+        if cause.kind == "spin" and cost.kind == "unmeasured":
+            # Not measured here: the catalogue's word (a spinning runtime seen running them).
             spin = [b for b in cause.blamed if RUNTIMES_BY_KEY[b.owner].waits == "spin"]
             costs = [
-                f"{RUNTIMES_BY_KEY[b.owner].label}: {RUNTIMES_BY_KEY[b.owner].measured}"
-                for b in spin
-                if RUNTIMES_BY_KEY[b.owner].measured
+                f"{RUNTIMES_BY_KEY[b.owner].label}: {c}" for b in spin if (c := figure(b, procs))
             ]
             said += (
                 f"The waiting threads of {join_and(RUNTIMES_BY_KEY[b.owner].label for b in spin)} "
                 "spin instead of sleeping, so sharing the CPUs is costly"
                 + (f" ({'; '.join(costs)}, measured)" if costs else "")
-                + "."
+                + f". {cost_said(cost)}"
             )
             rule, severity = Rule.OVERSUBSCRIBED_POOLS, Severity.CRITICAL
+        elif cause.kind in ("spin", "sleep") and cost.kind != "unmeasured":
+            # Measured here: the severity follows where their CPU went, whatever the kind.
+            said += cost_said(cost)
+            if cost.kind == "spin":
+                rule, severity = Rule.OVERSUBSCRIBED_POOLS, Severity.CRITICAL
+            else:
+                rule, severity = Rule.OVERSUBSCRIBED_THREADS, Severity.WARNING
         elif cause.kind == "library":
             rowless = [b for b in cause.blamed if RUNTIMES_BY_KEY[b.owner].waits == "unknown"]
             named = join_and(RUNTIMES_BY_KEY[b.owner].label for b in rowless)
@@ -200,13 +221,11 @@ def owned_part(
             )
             rule, severity = Rule.OVERSUBSCRIBED_THREADS, Severity.WARNING
         else:
-            costs = [
-                f"{RUNTIMES_BY_KEY[b.owner].label}: {RUNTIMES_BY_KEY[b.owner].measured}"
-                for b in cause.blamed
-            ]
+            costs = [f"{RUNTIMES_BY_KEY[b.owner].label}: {figure(b, procs)}" for b in cause.blamed]
             said += (
                 f"{verb(len(cause.blamed), 'Its', 'Their')} waiting threads sleep, so this costs "
-                f"little ({'; '.join(costs)}, measured with 2 processes sharing 2 CPUs)."
+                f"little ({'; '.join(costs)}, measured with 2 processes sharing 2 CPUs). "
+                f"{cost_said(cost)}"
             )
             fix = "The gain is small; to take it: " + fix[0].lower() + fix[1:]
             scoped_fix = f"The gain is small; to take it: {knobs}."
@@ -269,6 +288,31 @@ def owned_part(
         in_who(pids, said),
         scoped_fix,
         evidence,
+    )
+
+
+COSTED = frozenset({"library", "app"})
+"""Causes whose part does not weigh its cost itself (`owned_part` does for spin and sleep;
+the GIL, gloo and fitted pools are no thread cap's): `costed` adds it."""
+
+
+def costed(part: Part, procs: Sequence[ProcessRates]) -> Part:
+    """`part` with what its busy threads were measured to cost (`analysis.cost`): critical
+    when they spin, never when they work, as it was when not measured (a warning: no
+    runtime that spins was seen running them); the cost said either way."""
+    cost = cost_of(procs)
+    said = cost_said(cost)
+    rule, severity = part.rule, part.severity
+    if cost.kind == "spin":
+        rule, severity = Rule.OVERSUBSCRIBED_POOLS, Severity.CRITICAL
+    elif cost.kind == "work" and severity is Severity.CRITICAL:
+        rule, severity = Rule.OVERSUBSCRIBED_THREADS, Severity.WARNING
+    return part._replace(
+        rule=rule,
+        severity=severity,
+        said=f"{part.said} {said}",
+        scoped=f"{part.scoped} {said}",
+        evidence=dict(part.evidence) | cost_evidence(cost),
     )
 
 

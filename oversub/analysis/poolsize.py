@@ -81,14 +81,14 @@ def blamed(p: ProcessRates, n: int, limit: int) -> list[PoolSize]:
     if not p.pools:
         return []  # maps no pool, or unknown: nothing to blame (most processes, every interval)
     sizes = pool_sizes(p, n) or ()
-    over = [s for s in sizes if s.threads > limit and not _all_idle(p, s.key)]
+    over = [s for s in sizes if s.threads > limit and not all_idle(p, s.key)]
     live = [s for s in over if s.source == "live"]
     if live and p.live_threads is not None and 1 + sum(p.live_threads.values()) >= p.threads:
         return live
     return over
 
 
-def _all_idle(p: ProcessRates, key: str) -> bool:
+def all_idle(p: ProcessRates, key: str) -> bool:
     """A working process (half a thread runnable) whose pool's threads are all accounted for
     and none ran: the live thread count read from memory equals the threads attributed to it
     (`probe.owners`), all idle. Busy threads that could not be attributed are then not this
@@ -102,10 +102,11 @@ def _all_idle(p: ProcessRates, key: str) -> bool:
 
 
 def app_threads(p: ProcessRates, n: int, limit: int) -> bool:
-    """True when every sizable pool of `p` is known to run at most `limit` threads (or it
-    maps none): threads beyond that are the application's own (task threads, executors)."""
+    """True when every sizable pool of `p` is known to run at most `limit` threads, or to
+    sit idle while `p` works (`all_idle`: NumPy's OpenBLAS beside another library's pool),
+    or it maps none: the busy threads beyond that are not those pools'."""
     sizes = pool_sizes(p, n)
-    return sizes is not None and all(s.threads <= limit for s in sizes)
+    return sizes is not None and all(s.threads <= limit or all_idle(p, s.key) for s in sizes)
 
 
 def _started(p: ProcessRates, size: PoolSize) -> bool:

@@ -17,11 +17,14 @@ Every number comes from `Thresholds`. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from oversub.analysis.causes import Group, gil_bound, groups
-from oversub.analysis.fixes import app_thread_fix, limits_text, thread_fix
+from oversub.analysis.cost import cost_evidence, cost_of, cost_said
+from oversub.analysis.fixes import app_thread_fix, limited, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
 from oversub.analysis.owned import (
+    COSTED,
     Part,
     cheap_said,
+    costed,
     owned_part,
     spin_cost,
     target_finding,
@@ -114,11 +117,12 @@ def _oversubscribed(interval: Interval, th: Thresholds) -> Finding:
 def _part(g: Group, m: int, n: int, threads: int) -> Part:
     """The part of the group `g` of busy processes in the target's finding."""
     if g.cause is not None:
-        return owned_part(g.cause, g.procs, m, n, threads)
+        part = owned_part(g.cause, g.procs, m, n, threads)
+        return costed(part, g.procs) if g.cause.kind in COSTED else part
     if g.kind == "mapped":
         return _mapped_part(g.procs, m, n, threads)
     if g.kind == "threads":
-        return _threads_part(g.procs, m, n, threads)
+        return costed(_threads_part(g.procs, m, n, threads), g.procs)
     return _single_part(g.procs, m, n)
 
 
@@ -139,14 +143,17 @@ def _mapped_part(procs: tuple[ProcessRates, ...], m: int, n: int, threads: int) 
     scoped_fix = f"{sentence(knobs)}." if named else f"In {who(pids)}: {knobs}."
     sized = named or any(pool_sizes(p, n) is None for p in procs)  # else: app threads' advice
     subject, runs = who(pids), verb(len(procs), "runs", "run")
-    if pools and all(waits(k) == "sleep" for k in pools):
+    cost = cost_of(procs)
+    evidence |= cost_evidence(cost)
+    costs = cost_said(cost)
+    if cost.kind == "unmeasured" and pools and all(waits(k) == "sleep" for k in pools):
         small = "The gain is small; to take it: "
         return Part(
             Rule.OVERSUBSCRIBED_THREADS,
             Severity.WARNING,
-            cheap_said(pools, procs, "the busy processes", "run"),
+            f"{cheap_said(pools, procs, 'the busy processes', 'run')} {costs}",
             small + fix[0].lower() + fix[1:],
-            cheap_said(pools, procs, subject, runs),
+            f"{cheap_said(pools, procs, subject, runs)} {costs}",
             small + scoped_fix[0].lower() + scoped_fix[1:],
             evidence,
             sized=sized,
@@ -157,10 +164,18 @@ def _mapped_part(procs: tuple[ProcessRates, ...], m: int, n: int, threads: int) 
         if pools
         else "several busy threads each"
     )
-    said = spin_cost(pools) + unattributed_note(procs)
+    # Measured here, where their CPU went decides; else a pool that spins, sized above the
+    # target and not seen idle; else (none known to run them) no cost is claimed.
+    spin = cost.kind == "spin" or (cost.kind == "unmeasured" and bool(pools))
+    if cost.kind != "unmeasured":
+        said = f"; {costs[0].lower()}{costs[1:]}"
+    else:
+        said = (spin_cost(pools, procs)[:-1] if pools else "") + f". {costs}"
+    said += unattributed_note(procs)
+    rule = Rule.OVERSUBSCRIBED_POOLS if spin else Rule.OVERSUBSCRIBED_THREADS
     return Part(
-        Rule.OVERSUBSCRIBED_POOLS,
-        Severity.CRITICAL,
+        rule,
+        Severity.CRITICAL if spin else Severity.WARNING,
         f"{count_processes(len(procs))} {runs} {what}{said}",
         fix,
         f"{subject} {runs} {what}{said}",
@@ -223,15 +238,13 @@ def _single_part(procs: tuple[ProcessRates, ...], m: int, n: int) -> Part:
 
 
 def _pools_state(procs: list[ProcessRates], n: int, threads: int) -> str:
-    """ "map no native pool" or "their native pools are already limited to at most 1 thread
-    (OMP_NUM_THREADS=1, OpenBLAS set to 1 (read live))"."""
-    limits = limits_text(procs, n)
+    """ "map no native pool" or "their native pools already run at most 1 thread
+    (OMP_NUM_THREADS=1, OpenBLAS at 1 thread, read live)" (`fixes.limited`)."""
+    limits = limits_text(procs, n, threads)
     if limits == "no native pool":
         return f"{verb(len(procs), 'maps', 'map')} no native pool"
-    return (
-        f"{verb(len(procs), 'its', 'their')} native pools are already limited to at most "
-        f"{threads} {verb(threads, 'thread', 'threads')} ({limits})"
-    )
+    whose = verb(len(procs), "its", "their")
+    return f"{whose} native pools {limited(procs, n, threads)} ({limits})"
 
 
 def _starved(interval: Interval, th: Thresholds, waiting: bool) -> list[Finding]:

@@ -128,7 +128,7 @@ def test_single_thread_processes_beyond_the_cpus_are_oversubscribed_processes() 
     assert f.pids == (201, 202, 203, 204)
 
 
-@pytest.mark.parametrize(("second_thread_delay", "rule"), [(0.07, "processes"), (0.09, "pools")])
+@pytest.mark.parametrize(("second_thread_delay", "rule"), [(0.07, "processes"), (0.09, "threads")])
 def test_active_cpu_boundary_separates_pools_from_processes(
     second_thread_delay: float, rule: str
 ) -> None:
@@ -423,7 +423,7 @@ def test_all_none_host_and_switches_do_not_crash() -> None:
     procs = [Proc(ROOT, (Load(cpu=0.5, delay=0.5),) * 5, ppid=1, ctx=False, pools=None)]
     a = judge(procs, vcpus=2, host=Host(outside=None, steal=None, psi=None))
     assert a.verdict is Verdict.OVERSUBSCRIBED
-    assert finding(a, "oversubscribed-pools").evidence["involuntary_ctx_per_cpu_s"] is None
+    assert finding(a, "oversubscribed-threads").evidence["involuntary_ctx_per_cpu_s"] is None
 
 
 # ------------------------------------------------------------------ ordering and catalogue
@@ -652,8 +652,11 @@ def test_unknown_pools_get_the_generic_advice() -> None:
     # Another user's processes: maps and environ refused, nothing to say which pool it is.
     procs = busy_workers(2, 2, delay=0.5, pools=None, env=None)
     procs = [replace(p, env=None) for p in procs]
-    f = finding(judge(procs, vcpus=2), "oversubscribed-pools")
+    f = finding(judge(procs, vcpus=2), "oversubscribed-threads")
     assert "set OMP_NUM_THREADS=1" in f.fix and "threadpoolctl" in f.fix
+    # No pool known to spin, no cost measured: nothing makes it critical (docs/rules.md).
+    assert f.severity is Severity.WARNING and "Cost not measured here" in f.message
+    assert f.evidence["cost"] == "unmeasured" and f.evidence["wait_share"] is None
 
 
 @pytest.mark.parametrize(
