@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from oversub.analysis.fields import (
+    MAX_NUMBER,
     BadRecord,
     array,
     budget_of,
@@ -45,9 +46,11 @@ from oversub.analysis.fields import (
     whole_map,
 )
 from oversub.analysis.rates import Measures, measures, tree_totals
+from oversub.analysis.spin import NOT_READ, SPIN_CODE, SPIN_HINT
 from oversub.core.errors import NotARecording
 from oversub.core.model import MAX_VCPUS, Budget
 from oversub.core.names import Signal, WaitKind
+from oversub.core.pcprofile import NotMeasured, WaitShare
 from oversub.core.pools import POOLS_BY_KEY
 from oversub.core.results import HostRates, Interval, ProcessRates
 from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED
@@ -163,6 +166,8 @@ class Encoder:
             out["wait"] = p.wait.value
         if p.parent_threads_at_start is not None:
             out["pf"] = p.parent_threads_at_start
+        if p.wait_share is not None:
+            out["ws"] = _share_json(p.wait_share)
         described = _describe(p)
         key = (p.pid, p.start_ticks)
         if self._described.get(key) != described:
@@ -290,6 +295,7 @@ class Decoder:
             owners=_owners_of(desc.get("owners")),
             thread_ids=tuple(whole(r[0], "tid") for r in runs),
             parent_threads_at_start=opt_whole(d.get("pf"), "pf"),
+            wait_share=_share_of(d.get("ws")),
             thread_runnable_s=tuple(
                 per_second(whole(r[1], "runnable") / _NS, "runnable", seconds) for r in runs
             ),
@@ -330,6 +336,47 @@ def _owners_of(v: Any) -> dict[int, str] | None:
             raise BadRecord(f"unknown owner {owner[:40]!r}")
         out[whole(entry[0], "tid")] = owner
     return out
+
+
+_UNMEASURED = frozenset({k.value for k in NotMeasured} | set(NOT_READ))
+_SPIN_KEYS = frozenset({e.key for e in SPIN_CODE} | {SPIN_HINT})
+
+
+def _share_json(w: WaitShare) -> dict[str, Any]:
+    """A process's `WaitShare`, as the interval that carries it records it."""
+    return {
+        "n": w.samples,
+        "w": w.waiting,
+        "rt": w.runtime,
+        "at": w.at,
+        "k": w.windows,
+        "no": w.unmeasured,
+        "why": w.why,
+    }
+
+
+def _share_of(v: Any) -> WaitShare | None:
+    """A recorded `ws`: counts that agree, a runtime and a reason oversub knows."""
+    if v is None:
+        return None
+    d = obj(v, "ws")
+    samples, waiting = whole(field(d, "n"), "ws.n"), whole(field(d, "w"), "ws.w")
+    if waiting > samples:
+        raise BadRecord("ws.w is more than ws.n")
+    runtime, unmeasured = d.get("rt"), d.get("no")
+    if runtime is not None and text(runtime, "ws.rt") not in _SPIN_KEYS:
+        raise BadRecord(f"unknown wait runtime {str(runtime)[:40]!r}")
+    if unmeasured is not None and text(unmeasured, "ws.no") not in _UNMEASURED:
+        raise BadRecord(f"unknown reason not measured {str(unmeasured)[:40]!r}")
+    return WaitShare(
+        samples,
+        waiting,
+        runtime,
+        number(field(d, "at"), "ws.at", -MAX_NUMBER),
+        whole(field(d, "k"), "ws.k", 1),
+        unmeasured,
+        text(d.get("why", ""), "ws.why"),
+    )
 
 
 def _raw_measures(d: Mapping[str, Any], seconds: float) -> Measures:
