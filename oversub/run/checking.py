@@ -1,7 +1,7 @@
 """`oversub check`'s three ways to run: start a command, attach to a pid, or plan statically.
 
 Each returns a `CheckOutcome` (what ran, how it ended, the run's summary); judging it and
-writing reports is the CLI's (`analysis.policy`, `cli.reports`). A command started here is
+writing reports is the CLI's (`analysis.policy`, `cli.check.reports`). A command started here is
 stopped with its whole tree before `run_command` returns, whatever happens; its own
 stdout and stderr pass through. What `check` says while it runs goes to a `Progress`.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from oversub.core.results import Assessment, CheckOutcome, Interval
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class Progress(Protocol):
-    """What a run says while it goes (`cli.progress.CheckProgress` writes it to stderr)."""
+    """What a run says while it goes (`cli.check.progress.CheckProgress` writes it to stderr)."""
 
     def started(
         self, pid: int, command: tuple[str, ...], session: SessionOptions, timeout: float | None
@@ -40,6 +41,34 @@ class Progress(Protocol):
     ) -> None: ...
 
     def close(self) -> None: ...
+
+
+class Tapped:
+    """A `Progress` that passes everything on to `inner`, each interval to `tap` first (the
+    recording of `check --record`, the verification of `check --apply`)."""
+
+    def __init__(
+        self, inner: Progress, tap: Callable[[Interval, Assessment, int, float], None]
+    ) -> None:
+        self.inner = inner
+        self.tap = tap
+
+    def started(
+        self, pid: int, command: tuple[str, ...], session: SessionOptions, timeout: float | None
+    ) -> None:
+        self.inner.started(pid, command, session, timeout)
+
+    def attached(self, pid: int, session: SessionOptions) -> None:
+        self.inner.attached(pid, session)
+
+    def interval(
+        self, iv: Interval, assessment: Assessment, intervals: int, elapsed: float
+    ) -> None:
+        self.tap(iv, assessment, intervals, elapsed)
+        self.inner.interval(iv, assessment, intervals, elapsed)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def report_command(argv: list[str]) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ from oversub.core.cures import Cure, HookRecord
 
 if TYPE_CHECKING:
     from oversub.core.model import Budget
-    from oversub.core.results import Assessment, CheckOutcome, Interval
+    from oversub.core.results import CheckOutcome
     from oversub.run.checking import Progress
     from oversub.run.session import SessionOptions
 
@@ -46,31 +46,6 @@ class Cured(NamedTuple):
     outcome: CheckOutcome
     records: tuple[HookRecord, ...]
     watch: Watch
-
-
-class _Watching:
-    """A Progress that feeds each measured interval to the verification, then passes it on."""
-
-    def __init__(self, inner: Progress, watch: Watch) -> None:
-        self.inner = inner
-        self.watch = watch
-
-    def started(
-        self, pid: int, command: tuple[str, ...], session: SessionOptions, timeout: float | None
-    ) -> None:
-        self.inner.started(pid, command, session, timeout)
-
-    def attached(self, pid: int, session: SessionOptions) -> None:
-        self.inner.attached(pid, session)
-
-    def interval(
-        self, iv: Interval, assessment: Assessment, intervals: int, elapsed: float
-    ) -> None:
-        self.watch.add(iv, assessment.verdict)
-        self.inner.interval(iv, assessment, intervals, elapsed)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @contextlib.contextmanager
@@ -98,7 +73,7 @@ def run_cured(
     grace: float = 3.0,
 ) -> Cured:
     """Run `argv` with the cure, sampled and stopped as `check -- CMD` is."""
-    from oversub.run.checking import run_command
+    from oversub.run.checking import Tapped, run_command
 
     watch = Watch()
     directory = tempfile.mkdtemp(prefix="oversub-run-")
@@ -107,9 +82,8 @@ def run_cured(
             cure, os.environ, hook_dir=hook_directory(), top=os.getpid(), directory=directory
         )
         with _environment(env):
-            outcome = run_command(
-                argv, budget, session, _Watching(progress, watch), timeout=timeout, grace=grace
-            )
+            watched = Tapped(progress, lambda iv, a, _n, _s: watch.add(iv, a.verdict))
+            outcome = run_command(argv, budget, session, watched, timeout=timeout, grace=grace)
         records = read_records(directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -31,10 +31,10 @@ from oversub.core.thresholds import Thresholds
 from oversub.recording.format import Decoder, Encoder, dumps, header_record
 from oversub.recording.replay import merge
 from oversub.recording.types import Header
+from oversub.run.checking import Tapped
 
 if TYPE_CHECKING:
     from oversub.run.checking import Progress
-    from oversub.run.session import SessionOptions
 
 MB = 1_000_000
 
@@ -247,29 +247,11 @@ def stamped(recorder: Recorder | None) -> Callable[[Interval, Assessment, int, f
     return record
 
 
-class RecordingProgress:
-    """`check`'s progress, which also records each interval (a `run.check.Progress`)."""
+class RecordingProgress(Tapped):
+    """`check`'s progress, which also records each interval (a `run.checking.Progress`)."""
 
     def __init__(self, inner: Progress, recorder: Recorder) -> None:
-        self.inner = inner
-        self._record = stamped(recorder)
-
-    def started(
-        self, pid: int, command: tuple[str, ...], session: SessionOptions, timeout: float | None
-    ) -> None:
-        self.inner.started(pid, command, session, timeout)
-
-    def attached(self, pid: int, session: SessionOptions) -> None:
-        self.inner.attached(pid, session)
-
-    def interval(
-        self, iv: Interval, assessment: Assessment, intervals: int, elapsed: float
-    ) -> None:
-        self._record(iv, assessment, intervals, elapsed)
-        self.inner.interval(iv, assessment, intervals, elapsed)
-
-    def close(self) -> None:
-        self.inner.close()
+        super().__init__(inner, stamped(recorder))
 
 
 def open_recorder(
