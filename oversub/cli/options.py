@@ -49,6 +49,21 @@ def parse_procs(ctx: click.Context, param: click.Parameter, value: str | None) -
     return n
 
 
+def procs_option(help: str, **kwargs: Any) -> Callable[[F], F]:
+    """`--procs/-M M|auto`, defined once for every command that takes it (`check`, `tune`,
+    `run`, `recommend`): `help` and `kwargs` (default, required) are the command's."""
+    return click.option(
+        "--procs",
+        "-M",
+        "procs",
+        type=str,
+        metavar="M|auto",
+        callback=parse_procs,
+        help=help,
+        **kwargs,
+    )
+
+
 class Whole(click.IntRange):
     """A whole number in a range, written with the ASCII digits 0-9 only."""
 

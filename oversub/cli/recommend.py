@@ -6,21 +6,15 @@ import os
 
 import click
 
-from oversub.cli.options import CONTEXT, COUNT, CPUS, PID, format_option, parse_procs
+from oversub.cli.options import CONTEXT, COUNT, CPUS, PID, format_option, procs_option
 from oversub.core.errors import ExitStatus, UsageError
 from oversub.render import RecommendFormat
 
 
 @click.command("recommend", context_settings=CONTEXT)
-@click.option(
-    "--procs",
-    "-M",
-    "procs",
-    type=str,
-    metavar="M|auto",
-    callback=parse_procs,
+@procs_option(
+    "Processes sharing the CPUs, or 'auto' (torchrun, SLURM, MPI variables).",
     required=True,
-    help="Processes sharing the CPUs, or 'auto' (torchrun, SLURM, MPI variables).",
 )
 @click.option(
     "--workers",

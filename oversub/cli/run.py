@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from oversub.cli.options import CONTEXT, COUNT, CPUS, POSITIVE, parse_procs, setting_option
+from oversub.cli.options import CONTEXT, COUNT, CPUS, POSITIVE, procs_option, setting_option
 from oversub.core.errors import CommandError, ExitStatus, UsageError
 
 if TYPE_CHECKING:
@@ -19,17 +19,11 @@ if TYPE_CHECKING:
 
 @click.command("run", context_settings={**CONTEXT, "ignore_unknown_options": False})
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@click.option(
-    "--procs",
-    "-M",
-    "procs",
-    type=str,
-    metavar="M|auto",
-    callback=parse_procs,
+@procs_option(
+    "Processes sharing the CPUs; 'auto': the launcher's (torchrun, SLURM, MPI), else "
+    "the tree's own count as it starts.",
     default="auto",
     show_default=True,
-    help="Processes sharing the CPUs; 'auto': the launcher's (torchrun, SLURM, MPI), else "
-    "the tree's own count as it starts.",
 )
 @click.option(
     "--workers",

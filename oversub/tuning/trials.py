@@ -1,7 +1,7 @@
 """What `oversub tune` plans, measures and ranks: candidates, trials, statistics, a ranking.
 
-Pure data (frozen dataclasses), shared by `tuning.stats` and `tuning.candidates` (the
-statistics and the ranking), `cli.tune.loop` (the trial loop), `tuning.view` and
+Pure data (frozen dataclasses), shared by `tuning.candidates`, `tuning.schedule`,
+`tuning.stats` and `tuning.ranking`, `cli.tune.loop` (the trial loop), `tuning.view` and
 `tuning.exports` (the outputs) and `cli.tune.driver`. A *candidate* is one
 setting (thread variables, process count, custom variables); a *trial* is one run of CMD
 under one candidate. Standard library only.

@@ -29,7 +29,9 @@ FEATURE_LAYERS: dict[str, str] = {
     "oversub.tuning.trials": "foundation",
     "oversub.tuning.advice": "analysis",
     "oversub.tuning.candidates": "analysis",
+    "oversub.tuning.schedule": "analysis",
     "oversub.tuning.stats": "analysis",
+    "oversub.tuning.ranking": "analysis",
 }
 """A feature folder holds the pure halves of one feature (its command-line half is in cli/);
 each of its modules keeps its layer, the rest are render (the folder's default)."""

@@ -19,7 +19,7 @@ from oversub.cli.options import (
     PID,
     POSITIVE,
     SECONDS,
-    parse_procs,
+    procs_option,
     record_options,
     report_options,
     setting_option,
@@ -84,14 +84,8 @@ def check_mode(
     "or its directory), judged against its own budget.",
 )
 @click.option("--duration", type=SECONDS, default=None, help="With --pid: seconds to sample.")
-@click.option(
-    "--procs",
-    "-M",
-    type=str,
-    metavar="M|auto",
-    callback=parse_procs,
-    default=None,
-    help="Static preflight: processes; with --apply: the cure's (default auto).",
+@procs_option(
+    "Static preflight: processes; with --apply: the cure's (default auto).",
 )
 @click.option(
     "--threads",

@@ -19,7 +19,7 @@ from oversub.cli.options import (
     Number,
     ReportPath,
     format_option,
-    parse_procs,
+    procs_option,
     setting_option,
 )
 from oversub.core.errors import ExitStatus, UsageError
@@ -47,15 +47,8 @@ def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None
 
 @click.command("tune", context_settings={**CONTEXT, "ignore_unknown_options": False})
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@click.option(
-    "--procs",
-    "-M",
-    "procs",
-    type=str,
-    metavar="M|auto",
-    callback=parse_procs,
-    default=None,
-    help="Processes CMD runs (the recommendation is floor(N/M)); 'auto' or not given: from "
+@procs_option(
+    "Processes CMD runs (the recommendation is floor(N/M)); 'auto' or not given: from "
     "torchrun, SLURM, MPI variables, else the processes the first trial keeps busy, else 1.",
 )
 @click.option(

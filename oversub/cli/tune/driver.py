@@ -1,10 +1,10 @@
 """`oversub tune`'s work: candidates, one trial as `check -- CMD` runs it, the report.
 
 Kept apart from `cli.tune.command` (the click command) so that only `oversub tune` pays for these
-imports. A trial (`cli.tune.trialrun`): the candidate's variables set (`cli.tune.loop.environment`),
-CMD's `{procs}` and `{threads}` replaced, its stdout discarded (or passed to stderr with
---show-output) and, with --metric, read through `cli.check.metric.StdoutMetrics` (check
---metric's parser); then `cli.tune.loop.run_trial`, which is `run.checking.run_command`:
+imports. The loop (`cli.tune.loop`) orders the trials; a trial is `cli.tune.trialrun`'s:
+the candidate's variables set, CMD's `{procs}` and `{threads}` replaced, its stdout
+discarded (or passed to stderr with --show-output) and, with --metric, read through
+`cli.check.metric.StdoutMetrics` (check --metric's parser); then `run.checking.run_command`:
 check's sampler, verdict and stop. What the run can say beyond its table (the M its trials
 ran, a time-bound command, inherited variables) is `tuning.advice`'s.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from oversub.tuning.trials import Candidate, Trial, TunePlan, TuneResult
 
 PREFIX = "oversub tune: "
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+_VALUE = re.compile(r"[A-Za-z0-9_.:+-]{1,64}\Z")
 
 
 def _clock(seconds: float) -> str:
@@ -79,12 +83,8 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
     from oversub.cli.tune.trialrun import TrialRunner, inherited_threads
     from oversub.run.session import SessionOptions
     from oversub.tuning import advice
-    from oversub.tuning.candidates import (
-        make_candidates,
-        parse_env_dimension,
-        parse_procs_values,
-        rank,
-    )
+    from oversub.tuning.candidates import make_candidates
+    from oversub.tuning.ranking import rank
     from oversub.tuning.trials import TuneResult
 
     err = opts.err if opts.err is not None else sys.stderr
@@ -216,6 +216,33 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
     return _report(tuned, opts, runner.record_failures)
 
 
+def parse_env_dimension(text: str) -> tuple[str, tuple[str, ...]]:
+    """`--env NAME=V1,V2,...` -> (NAME, (V1, V2, ...)); UsageError naming what is wrong."""
+    name, sep, values = text.partition("=")
+    if not sep or not _NAME.match(name):
+        raise UsageError(f"--env {text!r}: expected NAME=V1,V2,... with NAME a variable name")
+    parts = tuple(dict.fromkeys(v.strip() for v in values.split(",")))
+    if not parts or any(not _VALUE.match(v) for v in parts):
+        raise UsageError(
+            f"--env {text!r}: each value is 1 to 64 letters, digits or _ . : + - (comma-separated)"
+        )
+    return name, parts
+
+
+def parse_procs_values(text: str) -> tuple[int, ...]:
+    """`--procs-values 1,2,4` -> (1, 2, 4); UsageError unless positive whole numbers."""
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isascii() or not part.isdigit() or not 1 <= int(part) <= 65536:
+            raise UsageError(
+                f"--procs-values {text!r}: expected process counts such as 1,2,4 "
+                "(whole numbers from 1 to 65536)"
+            )
+        values.append(int(part))
+    return tuple(dict.fromkeys(values))
+
+
 def _prepare_record_dir(path: Path) -> None:
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise UsageError(f"--record {path}: not a directory")
@@ -249,7 +276,7 @@ def _report(r: TuneResult, opts: TuneOptions, record_failures: list[str]) -> Exi
     from oversub.cli.output import emit
     from oversub.run import stopsignals
     from oversub.tuning import TuneFormat, render_tune
-    from oversub.tuning.candidates import fails_gate
+    from oversub.tuning.ranking import fails_gate
 
     with stopsignals.deferred() as during:
         if opts.json_path is not None:

@@ -1,12 +1,8 @@
 """`oversub tune`'s trial loop: one trial after another, interleaved, within the budget.
 
-Each trial is `check -- CMD` under one candidate's variables: `run.checking.run_command` starts
-it in its own session, samples its tree with check's sampler and verdict, and stops the
-whole tree as check does (subreaper, TERM then KILL). This module only sets the candidate's
-variables around it (`environment`), timestamps the command's own exit (a pidfd watched by a
-thread, so the figure of fixed work is CMD's wall time, not oversub's), and decides which
-trial comes next and whether the budget still has room for it. What a trial's output means
-(the metric) is the CLI's: it passes `run_trial`'s caller in as a `TrialRunner`.
+This module decides which trial comes next and whether the budget still has room for it
+(`tuning.schedule`); a trial itself, from its variables to its figure, is the
+`TrialRunner`'s (`cli.tune.trialrun`), which runs it as `check -- CMD` runs.
 
 The first stop signal ends the loop: `run_command` stops the tree of the trial that runs
 and reports it interrupted; one between trials raises KeyboardInterrupt here. Either way
@@ -15,149 +11,13 @@ what was measured is returned with `ended="interrupted"`.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import select
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from oversub.tuning.candidates import fit, schedule
+from oversub.tuning.schedule import fit, schedule
 from oversub.tuning.trials import Candidate, Trial, TunePlan
-
-if TYPE_CHECKING:
-    from oversub.core.model import Budget
-    from oversub.core.results import Assessment, CheckOutcome, Interval
-    from oversub.run.checking import Progress
-    from oversub.run.session import SessionOptions
-
-
-@contextlib.contextmanager
-def environment(env: Mapping[str, str], unset: Sequence[str] = ()) -> Iterator[None]:
-    """While inside, `env` is set and `unset` removed in this process's environment (which
-    the trial's command inherits); the previous values (or their absence) are restored on
-    exit."""
-    saved = {name: os.environ.get(name) for name in [*env, *unset]}
-    try:
-        for name in unset:
-            os.environ.pop(name, None)
-        os.environ.update(env)
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-class _ExitStamp:
-    """The moment a process exits, taken by a thread blocked on its pidfd (Linux >= 5.3).
-
-    Without a pidfd, `exited_at` stays None and the caller falls back to its own clock."""
-
-    def __init__(self, pid: int) -> None:
-        self.exited_at: float | None = None
-        self._fd: int | None = None
-        self._thread: threading.Thread | None = None
-        pidfd_open = getattr(os, "pidfd_open", None)
-        if pidfd_open is None:
-            return
-        try:
-            self._fd = pidfd_open(pid)
-        except OSError:
-            return
-        self._thread = threading.Thread(target=self._wait, name="oversub-tune-exit", daemon=True)
-        self._thread.start()
-
-    def _wait(self) -> None:
-        assert self._fd is not None
-        with contextlib.suppress(OSError, ValueError):
-            # poll, not select: oversub raises its descriptor limit (run.fdlimit), and select
-            # refuses a descriptor above 1,023 (then this pidfd's exit went unseen).
-            poller = select.poll()
-            poller.register(self._fd, select.POLLIN)
-            poller.poll()
-            self.exited_at = time.monotonic()
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)
-        if self._fd is not None and (self._thread is None or not self._thread.is_alive()):
-            os.close(self._fd)
-            self._fd = None
-
-
-class _Stamped:
-    """A `Progress` that notes when the command started (and watches for its exit), then
-    passes everything on."""
-
-    def __init__(self, inner: Progress) -> None:
-        self.inner = inner
-        self.started_at: float | None = None
-        self.stamp: _ExitStamp | None = None
-
-    def started(
-        self, pid: int, command: tuple[str, ...], session: SessionOptions, timeout: float | None
-    ) -> None:
-        self.started_at = time.monotonic()
-        self.stamp = _ExitStamp(pid)
-        self.inner.started(pid, command, session, timeout)
-
-    def attached(self, pid: int, session: SessionOptions) -> None:
-        self.inner.attached(pid, session)
-
-    def interval(
-        self, iv: Interval, assessment: Assessment, intervals: int, elapsed: float
-    ) -> None:
-        self.inner.interval(iv, assessment, intervals, elapsed)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-@dataclass(frozen=True)
-class TrialRun:
-    """One command run as `check` runs it, with its timing."""
-
-    outcome: CheckOutcome
-    wall_s: float | None
-    """The command's own wall time, start to exit (None when it never started)."""
-    seconds: float
-    """The whole trial as oversub spent it: start, sampling, stopping the tree."""
-
-
-def run_trial(
-    argv: list[str],
-    env: Mapping[str, str],
-    budget: Budget,
-    session: SessionOptions,
-    progress: Progress,
-    *,
-    timeout: float | None,
-    grace: float = 3.0,
-    unset: Sequence[str] = (),
-) -> TrialRun:
-    """Run `argv` once under `env` (and without `unset`), watched and stopped exactly as
-    `check -- CMD` is."""
-    from oversub.run.checking import run_command
-
-    stamped = _Stamped(progress)
-    begun = time.monotonic()
-    try:
-        with environment(env, unset):
-            outcome = run_command(argv, budget, session, stamped, timeout=timeout, grace=grace)
-    finally:
-        if stamped.stamp is not None:
-            stamped.stamp.close()
-    ended = time.monotonic()
-    wall = None
-    if stamped.started_at is not None:
-        exited = stamped.stamp.exited_at if stamped.stamp is not None else None
-        wall = (exited if exited is not None else ended) - stamped.started_at
-    return TrialRun(outcome=outcome, wall_s=wall, seconds=ended - begun)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """One trial of `oversub tune`: the candidate's arguments and variables, CMD's stdout
 discarded (or passed to stderr) and read for the metric, the recording, the figure.
 
-The run itself is `cli.tune.loop.run_trial`, that is `run.checking.run_command`: check's
-sampler, verdict, containment and stop. The metric is read by check --metric's parser
-(`cli.check.metric.StdoutMetrics`); in fixed work, the first trial's stdout is read too, for
-the names of the figures CMD prints (a hint for --metric).
+The run itself (`run_trial`) is `run.checking.run_command`: check's sampler, verdict,
+containment and stop, with the candidate's variables set around it (`environment`) and the
+command's own exit timestamped (`run.runner.ExitWatch`). The metric is read by check
+--metric's parser (`cli.check.metric.StdoutMetrics`); in fixed work, the first trial's
+stdout is read too, for the names of the figures CMD prints (a hint for --metric).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,10 +26,124 @@ if TYPE_CHECKING:
     from oversub.cli.record.writer import Recorder
     from oversub.cli.tune.loop import TrialOutcome
     from oversub.core.model import Budget
-    from oversub.core.results import CheckOutcome, Summary
+    from oversub.core.results import Assessment, CheckOutcome, Interval, Summary
     from oversub.run.checking import Progress
     from oversub.run.session import SessionOptions
     from oversub.tuning.trials import Candidate, TuneOptions
+
+
+@contextlib.contextmanager
+def environment(env: Mapping[str, str], unset: Sequence[str] = ()) -> Iterator[None]:
+    """While inside, `env` is set and `unset` removed in this process's environment (which
+    the trial's command inherits); the previous values (or their absence) are restored on
+    exit."""
+    saved = {name: os.environ.get(name) for name in [*env, *unset]}
+    try:
+        for name in unset:
+            os.environ.pop(name, None)
+        os.environ.update(env)
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+class _ExitStamp:
+    """The moment a process exits, taken by a thread that waits on `run.runner.ExitWatch`
+    (its pidfd; without one, /proc asked every `run.runner.EXIT_POLL_S`), so that the figure
+    of fixed work is CMD's wall time, not oversub's. Still None: the caller's clock."""
+
+    def __init__(self, pid: int) -> None:
+        from oversub.run.runner import ExitWatch
+
+        self.exited_at: float | None = None
+        self._watch = ExitWatch(pid)
+        self._thread = threading.Thread(target=self._wait, name="oversub-tune-exit", daemon=True)
+        self._thread.start()
+
+    def _wait(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while not self._watch.gone():
+                self._watch.wait(60.0)
+            self.exited_at = time.monotonic()
+
+    def close(self) -> None:
+        self._thread.join(timeout=1.0)
+        if not self._thread.is_alive():
+            self._watch.close()
+
+
+class _Stamped:
+    """A `Progress` that notes when the command started (and watches for its exit), then
+    passes everything on."""
+
+    def __init__(self, inner: Progress) -> None:
+        self.inner = inner
+        self.started_at: float | None = None
+        self.stamp: _ExitStamp | None = None
+
+    def started(
+        self, pid: int, command: tuple[str, ...], session: SessionOptions, timeout: float | None
+    ) -> None:
+        self.started_at = time.monotonic()
+        self.stamp = _ExitStamp(pid)
+        self.inner.started(pid, command, session, timeout)
+
+    def attached(self, pid: int, session: SessionOptions) -> None:
+        self.inner.attached(pid, session)
+
+    def interval(
+        self, iv: Interval, assessment: Assessment, intervals: int, elapsed: float
+    ) -> None:
+        self.inner.interval(iv, assessment, intervals, elapsed)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """One command run as `check` runs it, with its timing."""
+
+    outcome: CheckOutcome
+    wall_s: float | None
+    """The command's own wall time, start to exit (None when it never started)."""
+    seconds: float
+    """The whole trial as oversub spent it: start, sampling, stopping the tree."""
+
+
+def run_trial(
+    argv: list[str],
+    env: Mapping[str, str],
+    budget: Budget,
+    session: SessionOptions,
+    progress: Progress,
+    *,
+    timeout: float | None,
+    grace: float = 3.0,
+    unset: Sequence[str] = (),
+) -> TrialRun:
+    """Run `argv` once under `env` (and without `unset`), watched and stopped exactly as
+    `check -- CMD` is."""
+    from oversub.run.checking import run_command
+
+    stamped = _Stamped(progress)
+    begun = time.monotonic()
+    try:
+        with environment(env, unset):
+            outcome = run_command(argv, budget, session, stamped, timeout=timeout, grace=grace)
+    finally:
+        if stamped.stamp is not None:
+            stamped.stamp.close()
+    ended = time.monotonic()
+    wall = None
+    if stamped.started_at is not None:
+        exited = stamped.stamp.exited_at if stamped.stamp is not None else None
+        wall = (exited if exited is not None else ended) - stamped.started_at
+    return TrialRun(outcome=outcome, wall_s=wall, seconds=ended - begun)
 
 
 class _Quiet:
@@ -56,6 +174,12 @@ def _stdout_to(fd: int) -> Iterator[None]:
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def substitute(argv: Sequence[str], procs: int, threads: int) -> list[str]:
+    """CMD's arguments with `{procs}` and `{threads}` replaced (nothing else: other braces
+    stay as they are)."""
+    return [arg.replace("{procs}", str(procs)).replace("{threads}", str(threads)) for arg in argv]
 
 
 def inherited_threads(vcpus: int) -> int:
@@ -122,8 +246,7 @@ class TrialRunner:
         self, index: int, candidate: int, round: int, warmup: bool, limit: float | None
     ) -> TrialOutcome:
         from oversub.analysis.policy import judge
-        from oversub.cli.tune.loop import TrialOutcome, run_trial
-        from oversub.tuning.candidates import substitute
+        from oversub.cli.tune.loop import TrialOutcome
         from oversub.tuning.trials import Trial
 
         c = self.candidates[candidate]

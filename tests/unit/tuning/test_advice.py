@@ -18,7 +18,8 @@ from oversub.tuning.advice import (
     seen_procs,
     time_bound_note,
 )
-from oversub.tuning.candidates import make_candidates, rank
+from oversub.tuning.candidates import make_candidates
+from oversub.tuning.ranking import rank
 from oversub.tuning.trials import Candidate, Trial, TunePlan, TuneResult
 from tests.unit.tuning.test_tuning import CANDS, timed_trials
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from oversub.cli.tune import loop
+from oversub.cli.tune import trialrun
 
 SOFT, HARD = resource.getrlimit(resource.RLIMIT_NOFILE)
 
@@ -27,8 +27,8 @@ def test_an_exit_is_seen_through_a_pidfd_above_1023() -> None:
         while not fillers or fillers[-1] < 1100:  # the next descriptor is above 1,023
             fillers.append(os.open(os.devnull, os.O_RDONLY))
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
-        stamp = loop._ExitStamp(child.pid)
-        assert stamp._fd is not None and stamp._fd > 1023
+        stamp = trialrun._ExitStamp(child.pid)
+        assert stamp._watch._fd is not None and stamp._watch._fd > 1023
         child.wait()
         stamp.close()
         assert stamp.exited_at is not None

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from oversub.tuning import TuneFormat, render_tune
-from oversub.tuning.candidates import fails_gate, rank
 from oversub.tuning.exports import tune_dict
+from oversub.tuning.ranking import fails_gate, rank
 from oversub.tuning.stats import (
     MAX_SEPARATING_RUNS,
     describe,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from oversub.analysis.plans import thread_env
-from oversub.cli.tune.loop import TrialOutcome, environment, run_tuning
+from oversub.cli.tune.loop import TrialOutcome, run_tuning
+from oversub.cli.tune.trialrun import environment
 from oversub.tuning.trials import Candidate, Trial, TunePlan
 
 CANDS = (

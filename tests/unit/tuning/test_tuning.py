@@ -8,21 +8,15 @@ import math
 import pytest
 
 from oversub.analysis.plans import thread_env, threads_for
+from oversub.cli.tune.driver import parse_env_dimension, parse_procs_values
+from oversub.cli.tune.trialrun import substitute
 from oversub.core.errors import UsageError
 from oversub.core.names import Verdict
 from oversub.tuning import TuneFormat, render_tune
-from oversub.tuning.candidates import (
-    fails_gate,
-    fit,
-    make_candidates,
-    parse_env_dimension,
-    parse_procs_values,
-    rank,
-    schedule,
-    substitute,
-    thread_values,
-)
+from oversub.tuning.candidates import make_candidates, thread_values
 from oversub.tuning.exports import tune_dict
+from oversub.tuning.ranking import fails_gate, rank
+from oversub.tuning.schedule import fit, schedule
 from oversub.tuning.stats import describe, overlap, runs_to_separate, t975
 from oversub.tuning.trials import Candidate, Trial, TunePlan, TuneResult
 from oversub.tuning.view import bar_chart
