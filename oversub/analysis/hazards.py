@@ -101,8 +101,10 @@ def _sizes_text(sizes: dict[int, list[PoolSize]]) -> str:
             how = "read live"
         elif s.source == "variable":
             how = f"{s.variable}={s.value}"
-        else:
+        elif kind.variables:
             how = f"{kind.variables[0]} unset"
+        else:  # no variable reaches it (ONNX Runtime): its default, set in code only
+            how = "its default"
         groups.setdefault((f"{kind.label} {s.threads} threads", how), []).append(pid)
     return ", ".join(f"{size} in {pid_list(pids)} ({how})" for (size, how), pids in groups.items())
 
