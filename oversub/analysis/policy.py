@@ -6,7 +6,8 @@ fails a judged run with a critical finding, what costs multiples; `oversubscribe
 `--fail-on oversubscribed` fails on any oversubscription, cheap or not. The stderr report,
 the JSON, JUnit and Markdown reports and the GitHub annotations all show the `Gate`
 computed here, `exit_status` turns the outcome into the documented code (docs/guarantees.md,
-"Exit codes") and `merge` fails a node by `fails`. Pure: no I/O.
+"Exit codes"), `decide` makes the three one `CheckDecision`, and `merge` fails a node by
+`fails`. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Protocol
 
 from oversub.core.errors import ExitStatus
 from oversub.core.names import FailOn, Severity, Verdict
-from oversub.core.results import CheckOutcome, Gate, Summary
+from oversub.core.origin import NodeIdentity
+from oversub.core.results import CheckDecision, CheckOutcome, Gate, Summary
 
 
 class Graded(Protocol):
@@ -101,3 +103,13 @@ def judge(outcome: CheckOutcome) -> CheckOutcome:
     if reason is None:
         return outcome
     return outcome._replace(summary=s._replace(verdict=None, not_judged=reason))
+
+
+def decide(
+    outcome: CheckOutcome, fail_on: FailOn, identity: NodeIdentity | None = None
+) -> CheckDecision:
+    """`check`'s answer, once: the outcome judged, its exit status and its gate."""
+    judged = judge(outcome)
+    return CheckDecision(
+        judged, exit_status(judged, fail_on), gate(judged.summary, fail_on), identity
+    )

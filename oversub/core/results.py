@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from oversub.core.errors import ExitStatus
 from oversub.core.model import Budget
 from oversub.core.names import FailOn, Severity, Signal, Verdict, WaitKind
+from oversub.core.origin import NodeIdentity
 from oversub.core.pcprofile import WaitShare
 from oversub.core.rules import Rule
 from oversub.core.thresholds import Thresholds
@@ -407,3 +409,28 @@ class Gate(NamedTuple):
 
     def fails(self, finding: Finding) -> bool:
         return finding in self.failing
+
+
+class CheckDecision(NamedTuple):
+    """`check`'s answer, decided once (`analysis.policy.decide`): what every report of the
+    run says, the stderr report, the files, the job summary and the recording alike."""
+
+    outcome: CheckOutcome
+    """The run, judged (`analysis.policy.judge`: why it is not judged, when it is not)."""
+    status: ExitStatus
+    """The exit status the process returns."""
+    gate: Gate
+    identity: NodeIdentity | None = None
+    """This node and the launcher's ids, for the --json report."""
+    problems: tuple[str, ...] = ()
+    """What could not be written (a report file, the recording): each one made the exit 3."""
+
+    def unwritten(self, problem: str | None) -> CheckDecision:
+        """The answer once `problem` (a file that could not be written) is known: exit 3,
+        unless a stop signal ended the run (130 stands)."""
+        if problem is None:
+            return self
+        status = self.status
+        if status is not ExitStatus.INTERRUPTED:
+            status = ExitStatus.UNOBSERVABLE
+        return self._replace(status=status, problems=(*self.problems, problem))

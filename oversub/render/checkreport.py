@@ -1,50 +1,49 @@
 """`check`'s own words about a finished run: the closing lines of the stderr report and the
-JSON report document. Pure: the CLI (`cli.reports`) writes them.
+JSON report document, both from the one `CheckDecision`. Pure: the CLI (`cli.check.reports`)
+writes them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oversub.core.errors import ExitStatus
 from oversub.core.names import FailOn, Verdict
 from oversub.core.plural import count
-from oversub.core.results import CheckOutcome, Gate, Summary
-
-if TYPE_CHECKING:
-    from oversub.core.origin import NodeIdentity
+from oversub.core.results import CheckDecision, Gate, Summary
 
 
-def closing_lines(
-    outcome: CheckOutcome, status: ExitStatus, gate: Gate, *, unwritten: bool = False
-) -> list[str]:
-    """The lines after the summary: how the command ended, then pass/FAIL and the exit code
-    ("oversub check: FAIL: verdict oversubscribed, 1 costly finding: oversubscribed-pools
-    (--fail-on costly), exit 1"; "oversub check: pass: verdict oversubscribed, no costly
-    finding (--fail-on costly), exit 0"; `gate_phrase`). `unwritten`: a report file or the
-    recording could not be written, which decides the exit 3 ("oversub check: error:
-    verdict ok (--fail-on costly), but a file could not be written, exit 3")."""
-    tail = []
+def closing_lines(decision: CheckDecision) -> list[str]:
+    """The lines after the summary: what could not be written, how the command ended, then
+    pass/FAIL and the exit code ("oversub check: FAIL: verdict oversubscribed, 1 costly
+    finding: oversubscribed-pools (--fail-on costly), exit 1"; "oversub check: pass: verdict
+    oversubscribed, no costly finding (--fail-on costly), exit 0"; `gate_phrase`). A report
+    file or the recording that could not be written decides the exit 3 ("oversub check:
+    error: verdict ok (--fail-on costly), but a file could not be written, exit 3"). Each
+    line escaped for a terminal (`escape.terminal`: a path, a reason)."""
+    from oversub.render.escape import terminal
+
+    outcome = decision.outcome
+    tail = [f"oversub check: error: {problem}" for problem in decision.problems]
     if outcome.command is not None:
         how = "ended by --timeout" if outcome.timed_out else f"exit status {outcome.command_status}"
         tail.append(f"oversub check: command {how}")
-    line = _verdict_line(outcome, status, gate, unwritten)
-    tail.append(f"oversub check: {line}, exit {int(status)}")
-    return tail
+    tail.append(f"oversub check: {_verdict_line(decision)}, exit {int(decision.status)}")
+    return [terminal(line) for line in tail]
 
 
-def _verdict_line(outcome: CheckOutcome, status: ExitStatus, gate: Gate, unwritten: bool) -> str:
+def _verdict_line(decision: CheckDecision) -> str:
     """The last line of the report: pass/FAIL and the verdict, or why there is none."""
-    s = outcome.summary
+    s, status = decision.outcome.summary, decision.status
     if s.verdict is None:
         why = s.not_judged or "nothing was measured"
         if status is ExitStatus.INTERRUPTED:
             return f"interrupted, not judged: {why}"
         return f"error: not judged: {why}"
-    judged = gate_phrase(s.verdict, gate, how=by_episodes(s))
+    judged = gate_phrase(s.verdict, decision.gate, how=by_episodes(s))
     if status is ExitStatus.INTERRUPTED:
         return f"interrupted: {judged}"
-    if unwritten and status is ExitStatus.UNOBSERVABLE:
+    if decision.problems and status is ExitStatus.UNOBSERVABLE:
         return f"error: {judged}, but a file could not be written (above)"
     word = "FAIL" if status is ExitStatus.FOUND else "pass"
     return f"{word}: {judged}"
@@ -82,23 +81,22 @@ def gate_phrase(verdict: Verdict, gate: Gate, *, how: str = "") -> str:
     return f"verdict {verdict.value}{how}{why} (--fail-on {gate.fail_on.value})"
 
 
-def check_dict(
-    outcome: CheckOutcome, status: ExitStatus, gate: Gate, identity: NodeIdentity | None = None
-) -> dict[str, Any]:
+def check_dict(decision: CheckDecision) -> dict[str, Any]:
     """The `--json` report: `serialize.summary_dict` plus `exit_status`, `fail_on` (the
     gate: "costly", "oversubscribed", "starved" or "at-risk"),
     `command` (list or null), `command_status` (negative: killed by that signal) and
-    `timed_out`, then `serialize.identity_dict` (`node`, `launcher_env`) when given."""
+    `timed_out`, then `serialize.identity_dict` (`node`, `launcher_env`) when known."""
     from oversub.render.serialize import identity_dict, summary_dict
 
+    outcome = decision.outcome
     doc: dict[str, Any] = summary_dict(outcome.summary)
     doc.update(
-        exit_status=int(status),
-        fail_on=gate.fail_on.value,
+        exit_status=int(decision.status),
+        fail_on=decision.gate.fail_on.value,
         command=None if outcome.command is None else list(outcome.command),
         command_status=outcome.command_status,
         timed_out=outcome.timed_out,
     )
-    if identity is not None:
-        doc.update(identity_dict(identity))
+    if decision.identity is not None:
+        doc.update(identity_dict(decision.identity))
     return doc

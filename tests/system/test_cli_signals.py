@@ -146,8 +146,7 @@ def test_stop_signal_while_the_command_starts_leaves_nothing(
     # A signal between the fork and the moment check held the child gave "internal error:
     # AssertionError", exit 3, and a command running on in its own session.
     from oversub.analysis.plans import synthetic_budget
-    from oversub.cli.check.request import CheckOptions
-    from oversub.cli.check.runners import check_command
+    from oversub.cli.check.runners import CheckOptions, check_command
     from oversub.run import runner
     from oversub.run.session import SessionOptions
 

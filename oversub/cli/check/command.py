@@ -1,8 +1,9 @@
 """`oversub check`: the CI gate, in three modes, with reports and a documented exit code.
 
 The command validates its flags (which mode, which flags that mode takes) and resolves
-its settings; `cli.checking` checks the report paths before anything runs, runs the mode
-(`run.check`) and reports (`cli.reports`); the exit status comes from `analysis.policy`.
+its settings into `CheckOptions`; `cli.check.runners` checks the report paths before
+anything runs, runs the mode (`run.checking`) and reports (`cli.check.reports`); the exit
+status comes from `analysis.policy`.
 """
 
 from __future__ import annotations
@@ -164,9 +165,8 @@ def command(
       oversub check --record run.ndjson --json r.json -- python train.py --smoke
       oversub check --apply -- python train.py --smoke   the gate with the cure applied
     """
+    from oversub.cli.check import runners
     from oversub.cli.check.metric import check_names
-    from oversub.cli.check.request import CheckOptions
-    from oversub.cli.check.runners import check_cgroup, check_command, check_pid, check_static
     from oversub.cli.config import load_config, resolve, resolve_float, thresholds_from
     from oversub.cli.options import pop_thresholds
     from oversub.cli.target import budget_of, cgroup_target
@@ -207,7 +207,7 @@ def command(
     thresholds = thresholds_from(config, pop_thresholds(kwargs))
     limit = resolve("timeout", timeout, config)
     assert limit is None or isinstance(limit, float | int)
-    opts = CheckOptions(
+    opts = runners.CheckOptions(
         fail_on=FailOn(resolve("fail_on", fail_on, config)),
         session=SessionOptions(
             interval=resolve_float("interval", interval, config),
@@ -227,7 +227,7 @@ def command(
         assert procs is not None and threads is not None
         # With --pid or --cgroup the plan is judged against that target's budget.
         budget = cgroup_target(cgroup)[1] if cgroup is not None else budget_of(pid, ncpus)
-        return check_static(budget, procs, threads, workers or 0, opts)
+        return runners.check_static(budget, procs, threads, workers or 0, opts)
     if mode is CheckMode.COMMAND:
         # CMD inherits our affinity and cgroup, so our own budget is its budget (and reading
         # it before CMD starts cannot race with a command that exits at once).
@@ -241,9 +241,9 @@ def command(
                 cure_workers or 0,
                 cure_threads,
             )
-            return check_command(list(command), budget_of(None), opts, cure=cure)
-        return check_command(list(command), budget_of(None), opts)
+            return runners.check_command(list(command), budget_of(None), opts, cure=cure)
+        return runners.check_command(list(command), budget_of(None), opts)
     if cgroup is not None:
-        return check_cgroup(*cgroup_target(cgroup), opts)
+        return runners.check_cgroup(*cgroup_target(cgroup), opts)
     assert pid is not None
-    return check_pid(pid, budget_of(pid), opts)
+    return runners.check_pid(pid, budget_of(pid), opts)

@@ -28,8 +28,7 @@ from oversub.analysis.policy import gate
 from oversub.analysis.preflight import preflight
 from oversub.analysis.summary import unmeasured_summary
 from oversub.analysis.verdict import assess
-from oversub.cli.check.reports import report
-from oversub.cli.check.request import CheckOptions
+from oversub.cli.check.runners import CheckOptions, report
 from oversub.core.model import Budget
 from oversub.core.names import FailOn, Verdict
 from oversub.core.results import Assessment, CheckOutcome, Finding, Interval

@@ -13,8 +13,7 @@ import pytest
 
 from oversub.analysis.plans import synthetic_budget
 from oversub.analysis.summary import unmeasured_summary
-from oversub.cli.check.reports import prepare_reports, report
-from oversub.cli.check.request import CheckOptions
+from oversub.cli.check.runners import CheckOptions, prepare_reports, report
 from oversub.cli.reportfiles import STEP_SUMMARY_MAX
 from oversub.core.errors import ExitStatus
 from oversub.core.names import Verdict
@@ -63,7 +62,9 @@ def test_a_failed_report_file_rewrites_the_others_with_exit_3(tmp_path: Path) ->
 def test_recording_failure_decides_exit_3_in_the_closing_line(tmp_path: Path) -> None:
     err = io.StringIO()
     failure = "cannot write --record run.ndjson: No space left on device"
-    status = report(outcome(static=True), CheckOptions(), err=err, environ={}, failure=failure)
+    status = report(
+        outcome(static=True), CheckOptions(), err=err, environ={}, finish=lambda _: failure
+    )
     assert status is ExitStatus.UNOBSERVABLE
     *_, error, last = err.getvalue().splitlines()
     assert error == f"oversub check: error: {failure}"
@@ -208,6 +209,20 @@ def test_stop_signal_while_reports_are_written_finishes_them_then_exits_130(
     assert written == ["--json", "--junit", "--markdown"]
     assert json.loads((tmp_path / "r.json").read_text())["exit_status"] == 0
     assert err.getvalue().splitlines()[-1] == "oversub check: interrupted, exit 130"
+
+
+def test_a_stop_signal_while_the_recording_is_finished_is_one_interrupted_line() -> None:
+    def finish_then_signal(_decision: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    err = io.StringIO()
+    with stopsignals.interrupt():
+        status = report(outcome(static=True), CheckOptions(), err=err, finish=finish_then_signal)
+    assert status is ExitStatus.INTERRUPTED
+    lines = err.getvalue().splitlines()
+    assert lines[-2].startswith("oversub check: pass: verdict ok")
+    assert lines[-1] == "oversub check: interrupted, exit 130"
+    assert err.getvalue().count("interrupted") == 1
 
 
 def test_a_failed_write_keeps_the_previous_report(

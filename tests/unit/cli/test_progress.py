@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from oversub.cli.check.progress import CheckProgress, shown_command
-from oversub.cli.check.request import CheckOptions
-from oversub.cli.check.runners import check_command
+from oversub.cli.check.runners import CheckOptions, check_command
 from oversub.run.session import SessionOptions
 from tests.support.builders import make_assessment, make_budget, make_interval, make_totals
 

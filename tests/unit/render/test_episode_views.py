@@ -185,17 +185,17 @@ def test_hostile_names_in_episodes_are_escaped_everywhere() -> None:
 
 def test_checks_closing_line_says_the_episodes_made_the_verdict() -> None:
     from oversub.core.errors import ExitStatus
-    from oversub.core.results import CheckOutcome
+    from oversub.core.results import CheckDecision, CheckOutcome
     from oversub.render.checkreport import closing_lines
 
     s = summary(BURSTY)
     outcome = CheckOutcome(s, command=("pytest",), command_status=0)
-    lines = closing_lines(outcome, ExitStatus.FOUND, gate(s, FailOn.OVERSUBSCRIBED))
+    lines = closing_lines(CheckDecision(outcome, ExitStatus.FOUND, gate(s, FailOn.OVERSUBSCRIBED)))
     assert lines[-1] == (
         "oversub check: FAIL: verdict oversubscribed in 3 episodes (8.0 s, 17% of the time "
         "measured) (--fail-on oversubscribed), exit 1"
     )
-    lines = closing_lines(outcome, ExitStatus.OK, gate(s, FailOn.COSTLY))
+    lines = closing_lines(CheckDecision(outcome, ExitStatus.OK, gate(s, FailOn.COSTLY)))
     assert lines[-1] == (
         "oversub check: pass: verdict oversubscribed in 3 episodes (8.0 s, 17% of the time "
         "measured), no costly finding (--fail-on costly), exit 0"
@@ -205,8 +205,10 @@ def test_checks_closing_line_says_the_episodes_made_the_verdict() -> None:
     assert (
         "episodes"
         not in closing_lines(
-            CheckOutcome(steady, command=("pytest",), command_status=0),
-            ExitStatus.FOUND,
-            gate(steady, FailOn.OVERSUBSCRIBED),
+            CheckDecision(
+                CheckOutcome(steady, command=("pytest",), command_status=0),
+                ExitStatus.FOUND,
+                gate(steady, FailOn.OVERSUBSCRIBED),
+            )
         )[-1]
     )

@@ -136,7 +136,7 @@ def test_costly_marks_the_critical_findings_only() -> None:
 
 
 def test_the_default_gate_is_costly() -> None:
-    from oversub.cli.check.request import CheckOptions
+    from oversub.cli.check.runners import CheckOptions
     from oversub.core.settings import SETTINGS
 
     assert CheckOptions().fail_on is FailOn.COSTLY
@@ -425,11 +425,12 @@ def test_markdown_fits_the_job_summary_limit_by_leaving_out_processes() -> None:
 
 def closing(s: Summary, fail_on: FailOn, **kwargs: Any) -> str:
     from oversub.analysis.policy import exit_status
-    from oversub.core.results import CheckOutcome
+    from oversub.core.results import CheckDecision, CheckOutcome
     from oversub.render.checkreport import closing_lines
 
     outcome = CheckOutcome(s, **kwargs)
-    return closing_lines(outcome, exit_status(outcome, fail_on), gate(s, fail_on))[-1]
+    decision = CheckDecision(outcome, exit_status(outcome, fail_on), gate(s, fail_on))
+    return closing_lines(decision)[-1]
 
 
 def test_closing_line_under_costly_says_why_a_run_passes_or_fails() -> None:
@@ -463,12 +464,12 @@ def test_closing_line_under_costly_says_why_a_run_passes_or_fails() -> None:
 
 def test_json_report_holds_the_gate_value() -> None:
     from oversub.core.errors import ExitStatus
-    from oversub.core.results import CheckOutcome
+    from oversub.core.results import CheckDecision, CheckOutcome
     from oversub.render.checkreport import check_dict
 
     s = make_summary(findings=(CHEAP,))
     for fail_on in FailOn:
-        doc = check_dict(CheckOutcome(s), ExitStatus.OK, gate(s, fail_on))
+        doc = check_dict(CheckDecision(CheckOutcome(s), ExitStatus.OK, gate(s, fail_on)))
         assert doc["fail_on"] == fail_on.value
 
 
