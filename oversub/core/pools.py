@@ -22,6 +22,8 @@ THREAD_ENV_PREFIXES: tuple[str, ...] = (
     "TBB_",
     "POLARS_MAX_THREADS",
     "RAYON_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+    "OPENCV_FOR_THREADS_NUM",
 )
 """Only environment variables with these prefixes are ever read from another process:
 environments hold secrets, and nothing else is needed to explain a thread pool."""

@@ -63,6 +63,11 @@ class Runtime(NamedTuple):
     """Its size counts the calling thread (an OpenMP team, OpenBLAS, ORT's intra-op pool:
     size n runs n - 1 threads of its own); False when it runs n threads of its own (polars,
     Arrow, numexpr) while the caller waits."""
+    drives: tuple[str, ...] = ()
+    """Package directories (right under site-packages) whose presence in a process makes
+    the OpenMP team there this library's (`openmp_driver`): the wheels vendor one libgomp
+    under one soname, so the copy a team runs says which wheel loaded first, not whose
+    team it is."""
     measured_with: str = ""
     """The pool (`pools` key) every process must map for `measured` to be quoted: the
     situation it was measured in ("torch": torch's own team); "" when the runtime alone is
@@ -199,6 +204,64 @@ RUNTIMES: tuple[Runtime, ...] = (
         measured="8 % slower",
     ),
     Runtime(
+        "tokenizers",
+        "HF tokenizers (rayon)",
+        "sleep",
+        ("RAYON_NUM_THREADS",),
+        None,
+        dirs=("tokenizers",),
+        measured="1.01-1.11x slower",
+        caller=False,
+    ),
+    Runtime(
+        "opencv",
+        "OpenCV's pool",
+        "sleep",
+        ("OPENCV_FOR_THREADS_NUM",),
+        "cv2.setNumThreads({t})",
+        dirs=("cv2",),
+        measured="1.5-2.0x slower",
+    ),
+    Runtime(
+        "xgboost",
+        "XGBoost's OpenMP team",
+        "spin",
+        ("OMP_NUM_THREADS",),
+        "nthread={t} in its parameters (n_jobs={t} in its estimators)",
+        dirs=("xgboost",),
+        measured="31-35x slower",
+        drives=("xgboost",),
+    ),
+    Runtime(
+        "lightgbm",
+        "LightGBM's OpenMP team",
+        "spin",
+        ("OMP_NUM_THREADS",),
+        "num_threads={t} in its parameters (n_jobs={t} in its estimators)",
+        dirs=("lightgbm",),
+        measured="1.4-1.7x slower",
+        drives=("lightgbm",),
+    ),
+    Runtime(
+        "faiss",
+        "faiss's OpenMP team",
+        "spin",
+        ("OMP_NUM_THREADS",),
+        "faiss.omp_set_num_threads({t})",
+        dirs=("faiss",),
+        measured="1.12-1.17x slower",
+        drives=("faiss",),
+    ),
+    Runtime(
+        "sklearn",
+        "scikit-learn's OpenMP team",
+        "spin",
+        ("OMP_NUM_THREADS",),
+        'threadpoolctl.threadpool_limits({t}, user_api="openmp")',
+        measured="22-23x slower",
+        drives=("sklearn",),
+    ),
+    Runtime(
         # `oversub stress`'s own team (`run.stressload`): it names its threads, waits at its
         # barrier as libgomp does, and is sized by OMP_NUM_THREADS when `--threads` is not
         # given, so its finding, `recommend`'s exports and `oversub run` work on it as on an
@@ -320,11 +383,10 @@ _PACKAGE_ROOTS = frozenset({"site-packages", "dist-packages"})
 
 def owner_of_object(path: str) -> str | None:
     """The owner whose code a shared object (or executable) holds, by its path."""
-    parts = path.split("/")
-    base = parts[-1]
+    base = path.rsplit("/", 1)[-1]
     # A package directory counts only right under site-packages (a user named "numba" has
     # /home/numba/... in every path).
-    top = [parts[i + 1] for i, p in enumerate(parts[:-2]) if p in _PACKAGE_ROOTS]
+    top = _package_tops(path)
     for runtime in RUNTIMES:
         if runtime.dirs and any(d in top for d in runtime.dirs):
             return runtime.key
@@ -332,6 +394,40 @@ def owner_of_object(path: str) -> str | None:
         if runtime.objects and base.startswith(runtime.objects):
             return runtime.key
     return None
+
+
+def _package_tops(path: str) -> list[str]:
+    """The path components right under site-packages (or dist-packages) in `path`."""
+    parts = path.split("/")
+    return [parts[i + 1] for i, p in enumerate(parts[:-2]) if p in _PACKAGE_ROOTS]
+
+
+_DRIVERS: tuple[Runtime, ...] = tuple(r for r in RUNTIMES if r.drives)
+_IMPORTED_BY_OTHERS = frozenset({"sklearn"})
+"""Drivers that other drivers import (XGBoost's and LightGBM's estimators import
+scikit-learn): beside another, not the team's."""
+
+
+def openmp_driver(paths: Sequence[str]) -> str | None:
+    """The library whose OpenMP team a process runs, from the paths of its mapped code: the
+    one row whose `drives` package it maps (scikit-learn only when no other), None when
+    there is none, several, or torch (its team keeps the runtime's key and torch's call)."""
+    tops: set[str] = set()
+    for path in paths:
+        if path.rsplit("/", 1)[-1].startswith("libtorch_cpu"):
+            return None
+        tops.update(_package_tops(path))
+    found = [r.key for r in _DRIVERS if any(d in tops for d in r.drives)]
+    specific = [k for k in found if k not in _IMPORTED_BY_OTHERS]
+    if len(specific) == 1:
+        return specific[0]
+    return found[0] if len(found) == 1 else None
+
+
+def is_openmp_owner(key: str) -> bool:
+    """An OpenMP runtime's key, or such a runtime vendored by a package (`libgomp@foo`)."""
+    vendored = split_vendored(key)
+    return (vendored[0] if vendored is not None else key) in OPENMP
 
 
 def owner_of_row(path: str) -> str | None:

@@ -288,7 +288,7 @@ class OwnerReader:
                 continue  # not wanted; or not its first frames yet (just created): next pass
             owner = runtimes.owner_of_code(path, _exe_path(proc))
             if owner is not None:
-                wants.owner = _team_driver(proc) if owner == "libgomp" else owner
+                wants.owner = _team_driver(proc, owner)
                 wants.proven = True
             else:
                 wants.top_tries = TOP_TRIES  # started by no object's code: other evidence
@@ -361,7 +361,7 @@ class OwnerReader:
             return None  # in anonymous code (a JIT), or maps unreadable
         owner, system = self._owner_of(path)
         if owner is not None:
-            return _team_driver(proc) if owner == "libgomp" else owner
+            return _team_driver(proc, owner)
         if not system:
             # Blocked in its own code, in an object no row names (a library that makes its
             # own system calls): that library's, unless it is the interpreter's or one of
@@ -369,7 +369,8 @@ class OwnerReader:
             return runtimes.owner_of_code(path, _exe_path(proc))
         if self._memory(proc) is None:
             return None
-        return proc.mem.stack_owner(sp, self._machine, self._owner_of)
+        owner = proc.mem.stack_owner(sp, self._machine, self._owner_of)
+        return None if owner is None else _team_driver(proc, owner)
 
     def _owner_of(self, path: str) -> tuple[str | None, bool]:
         """(`runtimes.owner_of_row`, `runtimes.is_system_object`) of a mapped object."""
@@ -399,20 +400,25 @@ def _exe_path(proc: _Process) -> str | None:
     return path.decode("utf-8", "replace")
 
 
-def _team_driver(proc: _Process) -> str:
-    """Who sizes a libgomp team: numba's omp threading layer sizes the team it drives
-    itself (`NUMBA_NUM_THREADS`; `OMP_NUM_THREADS` does not change it, measured), so a
-    libgomp thread of a process that loaded numba's layer (`numba/np/ufunc/omppool*`) and not
-    torch is numba's."""
+def _team_driver(proc: _Process, owner: str) -> str:
+    """Whose OpenMP team a thread of `owner` (an OpenMP runtime, maybe vendored) is. numba's
+    omp threading layer sizes the team it drives itself (`NUMBA_NUM_THREADS`;
+    `OMP_NUM_THREADS` does not change it, measured), so a libgomp thread of a process that
+    loaded numba's layer (`numba/np/ufunc/omppool*`) and not torch is numba's. Otherwise the
+    one library of the catalogue that drives OpenMP teams mapped in the process
+    (`runtimes.openmp_driver`: XGBoost, LightGBM, faiss, scikit-learn): the wheels share
+    one vendored libgomp, so which copy runs does not say whose team it is."""
+    if not runtimes.is_openmp_owner(owner):
+        return owner
     text = proc.mem.text or ()
     names = [m[2].rsplit("/", 1)[-1] for m in text]
     numba = any(
         "omppool" in m[2].rsplit("/", 1)[-1] and runtimes.owner_of_object(m[2]) == "numba"
         for m in text
     )
-    if numba and not any(n.startswith("libtorch_cpu") for n in names):
+    if owner == "libgomp" and numba and not any(n.startswith("libtorch_cpu") for n in names):
         return "numba"
-    return "libgomp"
+    return runtimes.openmp_driver([m[2] for m in text]) or owner
 
 
 def _by_start_group(pid: int, threads: dict[int, _Thread]) -> None:

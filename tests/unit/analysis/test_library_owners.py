@@ -15,7 +15,7 @@ from oversub.render.serialize import interval_dict
 from tests.unit.analysis.test_causes import finding_of, oc, tree, worker
 
 SP = "/venv/lib/python3.11/site-packages"
-TOKENIZERS = library_key(f"{SP}/tokenizers/tokenizers.abi3.so")
+ROWLESS = library_key(f"{SP}/rowless/_native.abi3.so")
 APP_WORDS = ("application's own", "dask", "ThreadPoolExecutor", "joblib", "threads_per_worker")
 
 
@@ -24,18 +24,18 @@ def rowless(owner: str, busy: int = 2) -> tuple[OwnerCount, ...]:
 
 
 def test_a_library_without_a_row_is_named_with_the_levers_of_any_runtime() -> None:
-    f, _ = finding_of(tree(worker(11, rowless(TOKENIZERS)), worker(12, rowless(TOKENIZERS))))
-    assert "belong to tokenizers" in f.message, f.message
+    f, _ = finding_of(tree(worker(11, rowless(ROWLESS)), worker(12, rowless(ROWLESS))))
+    assert "belong to rowless" in f.message, f.message
     assert "no row for" in f.message
     for words in APP_WORDS:
         assert words not in f.message and words not in f.fix, (words, f.message, f.fix)
-    assert "tokenizers in 2 processes (pids 11, 12)" in f.fix
+    assert "rowless in 2 processes (pids 11, 12)" in f.fix
     assert "run at most 2 busy processes at a time" in f.fix
     assert "taskset -c CPUS CMD" in f.fix and "os.sched_setaffinity(0, CPUS)" in f.fix
     assert "OMP_NUM_THREADS" not in f.fix and "threadpoolctl" not in f.fix
     # What it costs is not known from a row: never the critical of a spinning runtime.
     assert f.severity is Severity.WARNING
-    assert "tokenizers: 2 busy" in str(f.evidence["owners"])
+    assert "rowless: 2 busy" in str(f.evidence["owners"])
 
 
 def test_the_json_names_the_library_and_its_object_escaped() -> None:

@@ -71,10 +71,52 @@ def test_keys_that_are_not_well_formed_are_not_owners() -> None:
 
 
 def test_a_thread_in_a_library_without_a_row_is_that_librarys() -> None:
-    key = runtimes.owner_of_code(f"{SP}/tokenizers/tokenizers.abi3.so")
-    assert key is not None and object_of(key) == f"{SP}/tokenizers/tokenizers.abi3.so"
+    key = runtimes.owner_of_code(f"{SP}/rowless/_native.abi3.so")
+    assert key is not None and object_of(key) == f"{SP}/rowless/_native.abi3.so"
     row = runtimes.RUNTIMES_BY_KEY[key]
-    assert (row.label, row.waits, row.variables, row.code) == ("tokenizers", "unknown", (), None)
+    assert (row.label, row.waits, row.variables, row.code) == ("rowless", "unknown", (), None)
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        (f"{SP}/tokenizers/tokenizers.abi3.so", "tokenizers"),
+        (f"{SP}/cv2/cv2.abi3.so", "opencv"),
+        (f"{SP}/xgboost/lib/libxgboost.so", "xgboost"),
+        (f"{SP}/lightgbm/lib/lib_lightgbm.so", "lightgbm"),
+        (f"{SP}/faiss/libfaiss.so", "faiss"),
+    ],
+)
+def test_the_libraries_measured_have_rows(path: str, key: str) -> None:
+    assert runtimes.owner_of_code(path) == key
+
+
+XGB = f"{SP}/xgboost/lib/libxgboost.so"
+SKL = f"{SP}/sklearn/ensemble/_hist_gradient_boosting/histogram.cpython-311.so"
+LGB = f"{SP}/lightgbm/lib/lib_lightgbm.so"
+FAISS = f"{SP}/faiss/_swigfaiss.abi3.so"
+GOMP_SKL = f"{SP}/scikit_learn.libs/libgomp-e985bcbb.so.1.0.0"
+TORCH = f"{SP}/torch/lib/libtorch_cpu.so"
+
+
+@pytest.mark.parametrize(
+    ("mapped", "driver"),
+    [
+        # `import xgboost` imports scikit-learn, whose vendored libgomp then serves both.
+        ((GOMP_SKL, SKL, XGB), "xgboost"),
+        ((GOMP_SKL, SKL), "sklearn"),
+        ((GOMP_SKL, SKL, LGB), "lightgbm"),
+        ((FAISS,), "faiss"),
+        ((XGB, LGB, SKL), None),  # two: not told apart
+        ((XGB, TORCH), None),  # torch's team keeps its call
+        ((GOMP_SKL,), None),
+        ((f"/home/xgboost/{XGB.rsplit('/', 1)[-1]}",), None),  # not a package directory
+    ],
+)
+def test_the_library_whose_openmp_team_a_process_runs(
+    mapped: tuple[str, ...], driver: str | None
+) -> None:
+    assert runtimes.openmp_driver(mapped) == driver
 
 
 def test_a_vendored_openmp_runtime_is_its_packages_team() -> None:
