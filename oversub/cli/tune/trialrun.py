@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from oversub.run.checking import Tapped
+
 if TYPE_CHECKING:
     from oversub.cli.check.metric import StdoutMetrics
     from oversub.cli.record.writer import Recorder
     from oversub.cli.tune.loop import TrialOutcome
     from oversub.core.model import Budget
-    from oversub.core.results import Assessment, CheckOutcome, Interval, Summary
+    from oversub.core.results import CheckOutcome, Summary
     from oversub.run.checking import Progress
     from oversub.run.session import SessionOptions
     from oversub.tuning.trials import Candidate, TuneOptions
@@ -76,12 +78,12 @@ class _ExitStamp:
             self._watch.close()
 
 
-class _Stamped:
+class _Stamped(Tapped):
     """A `Progress` that notes when the command started (and watches for its exit), then
     passes everything on."""
 
     def __init__(self, inner: Progress) -> None:
-        self.inner = inner
+        super().__init__(inner, lambda *_: None)
         self.started_at: float | None = None
         self.stamp: _ExitStamp | None = None
 
@@ -91,17 +93,6 @@ class _Stamped:
         self.started_at = time.monotonic()
         self.stamp = _ExitStamp(pid)
         self.inner.started(pid, command, session, timeout)
-
-    def attached(self, pid: int, session: SessionOptions) -> None:
-        self.inner.attached(pid, session)
-
-    def interval(
-        self, iv: Interval, assessment: Assessment, intervals: int, elapsed: float
-    ) -> None:
-        self.inner.interval(iv, assessment, intervals, elapsed)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @dataclass(frozen=True)
