@@ -114,7 +114,8 @@ SECONDS = Seconds(min=0.0, min_open=True)
 def format_option(
     formats: type[Name], default: Name | None, help: str | None = None
 ) -> Callable[[F], F]:
-    """`--format`, its choices the values of a format enum (`oversub.render`)."""
+    """`--format`, its choices the values of a format enum (`oversub.render`, or the feature
+    folder's: `oversub.recording`, `oversub.tuning`)."""
     return click.option(
         "--format",
         "fmt",
