@@ -199,12 +199,22 @@ def _threads_part(procs: tuple[ProcessRates, ...], m: int, n: int, threads: int)
         it = "the busiest" if each else "it"
         what = f"threads{each} that are each busy only briefly ({it} keeps {top.demand:.1f}"
         what += f" runnable at once on average, with {count(top.threads, 'thread')} in it)"
+    # Nothing proves whose they are (owners not read, or no evidence named them): the
+    # application's own threads, or a library's that attribution could not read; never
+    # said to be the application's alone (issue 41).
+    read = all(p.owner_counts is not None for p in procs)
+    unknown = "no evidence names their code" if read else "their owners were not read"
     said = (
-        f"{verb(len(procs), 'runs', 'run')} {what} and {_pools_state(list(procs), n, threads)}: "
-        "these are the application's own threads (task threads, executors), not a native "
-        "pool's."
+        f"{verb(len(procs), 'runs', 'run')} {what} and {_pools_state(list(procs), n, threads)}; "
+        f"{unknown}: these are the application's own threads (task threads, executors) or a "
+        "native library's that oversub could not attribute, not a pool of its catalogue."
     )
-    fix = app_thread_fix(n, len(procs), m)
+    fix = (
+        f"{app_thread_fix(n, len(procs), m)}; if they are a native library's, the levers of "
+        f"any runtime: at most {count(n, 'busy process')} at a time, or each process its own "
+        "CPUs, set before it starts its pool (`taskset -c CPUS CMD`, "
+        "os.sched_setaffinity(0, CPUS))"
+    )
     return Part(
         Rule.OVERSUBSCRIBED_THREADS,
         Severity.WARNING,

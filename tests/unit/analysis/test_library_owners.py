@@ -66,3 +66,16 @@ def test_the_programs_own_threads_are_no_pool() -> None:
     counts = (oc("program", 2, 2), oc("openblas", 1, 0))
     f, _ = finding_of(tree(worker(11, counts), worker(12, counts)))
     assert "program" not in str(f.evidence.get("pools") or "")
+
+
+def test_threads_no_evidence_names_are_never_said_to_be_the_applications_alone() -> None:
+    counts = (oc("unattributed", 2, 2), oc("python", 1, 0, ran=1))
+    kw = {"pools": (), "live_pools": {}, "live_threads": {}}
+    f, _ = finding_of(tree(worker(11, counts, **kw), worker(12, counts, **kw)))
+    assert "no evidence names their code" in f.message, f.message
+    assert "or a native library's that oversub could not attribute" in f.message
+    assert "threads_per_worker" in f.fix  # theirs, if they are the application's
+    assert "taskset -c CPUS CMD" in f.fix  # a library's: the levers of any runtime
+    unread = [worker(p, counts, owner_counts=None, owners=None, **kw) for p in (11, 12)]
+    f, _ = finding_of(tree(*unread))
+    assert "their owners were not read" in f.message, f.message
