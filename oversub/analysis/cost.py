@@ -118,7 +118,7 @@ def cost_said(c: Cost, whose: str = "their") -> str:
     "Measured here, 93 % of their busy threads' CPU went to GNU OpenMP's wait code (1,204
     samples): their waiting takes the CPUs from the work, which is costly."
     "Measured here, their busy threads spent 97 % of their CPU on real work (3 % waiting,
-    1,204 samples): sharing the CPUs costs them little more than their share."
+    1,204 samples), so sharing the CPUs costs little beyond their share."
     "Cost not measured here (kernel.perf_event_paranoid is 3: ...): `oversub tune -- CMD`
     measures what fewer threads gain." """
     share = c.share
@@ -135,8 +135,8 @@ def cost_said(c: Cost, whose: str = "their") -> str:
         )
     return (
         f"Measured here, {whose} busy threads spent {_percent(1 - share)} of their CPU on "
-        f"real work ({pct} waiting, {samples}): sharing the CPUs costs them little more "
-        "than their share."
+        f"real work ({pct} waiting, {samples}), so sharing the CPUs costs little beyond "
+        "their share."
     )
 
 

@@ -55,11 +55,12 @@ def spin_cost(pools: Sequence[str], procs: Sequence[ProcessRates] = ()) -> str:
     )
 
 
-def unattributed_note(procs: Sequence[ProcessRates]) -> str:
+def unattributed_note(procs: Sequence[ProcessRates], named: bool = True) -> str:
     """ " Their busy threads could not be attributed (pid 11: unattributed: 2 busy, ...): the
     pools named are the ones mapped and sized above the target." ("2 of their 3 busy
     threads" when others were) when the owners were read and busy threads stayed
-    unattributed; "" otherwise (owners not read at all say nothing)."""
+    unattributed; without the pools' clause when none is `named`; "" otherwise (owners not
+    read at all say nothing)."""
     unknown = [p for p in procs if _busy_unattributed(p)]
     if not unknown:
         return ""
@@ -68,9 +69,9 @@ def unattributed_note(procs: Sequence[ProcessRates]) -> str:
     busy = sum(c.busy for p in unknown for c in p.owner_counts or ())
     whose = verb(len(unknown), "its", "their")
     threads = f"{whose} busy threads" if some == busy else f"{some} of {whose} {busy} busy threads"
-    return (
-        f" {sentence(threads)} could not be attributed to a runtime ({owners}): the pools "
-        "named are the ones mapped and sized above the target, not observed running."
+    pools = ": the pools named are the ones mapped and sized above the target, not observed"
+    return f" {sentence(threads)} could not be attributed to a runtime ({owners})" + (
+        f"{pools} running." if named else "."
     )
 
 
@@ -204,8 +205,9 @@ def owned_part(
                 + f". {cost_said(cost)}"
             )
             rule, severity = Rule.OVERSUBSCRIBED_POOLS, Severity.CRITICAL
-        elif cause.kind in ("spin", "sleep") and cost.kind != "unmeasured":
-            # Measured here: the severity follows where their CPU went, whatever the kind.
+        elif cause.kind == "spin" or (cause.kind == "sleep" and cost.kind == "spin"):
+            # Measured here: the severity follows where their CPU went, whatever the kind
+            # (a pool whose threads sleep, measured to work, keeps its own words below).
             said += cost_said(cost)
             if cost.kind == "spin":
                 rule, severity = Rule.OVERSUBSCRIBED_POOLS, Severity.CRITICAL

@@ -171,7 +171,7 @@ def _mapped_part(procs: tuple[ProcessRates, ...], m: int, n: int, threads: int) 
         said = f"; {costs[0].lower()}{costs[1:]}"
     else:
         said = (spin_cost(pools, procs)[:-1] if pools else "") + f". {costs}"
-    said += unattributed_note(procs)
+    said += unattributed_note(procs, named=bool(pools))
     rule = Rule.OVERSUBSCRIBED_POOLS if spin else Rule.OVERSUBSCRIBED_THREADS
     return Part(
         rule,

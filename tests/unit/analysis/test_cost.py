@@ -146,3 +146,18 @@ def test_a_figure_is_quoted_only_where_it_was_measured() -> None:
     assert "10.6x slower for torch's team" in torch.message
     plain = over(tree(team(11, None), team(12, None)))
     assert "10.6x" not in plain.message and "Cost not measured here" in plain.message
+
+
+def test_another_users_processes_claim_no_pool_and_no_cost() -> None:
+    """Watched as another user: maps refused (pools unknown), perf refused, busy threads
+    unattributed. No pool is named, so none is said to be "named" or to spin."""
+    refused = WaitShare(
+        0, 0, None, 3.0, 1, "perf-paranoid", "not root, and process 11 is another user's"
+    )
+    hidden = [
+        tokenizers(pid, refused, False)._replace(pools=None, thread_env=None) for pid in (11, 12)
+    ]
+    f = over(tree(*hidden))
+    assert f.severity is Severity.WARNING
+    assert "Cost not measured here (not root, and process 11 is another user's)" in f.message
+    assert "pools named" not in f.message and "spin" not in f.message

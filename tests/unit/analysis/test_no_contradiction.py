@@ -1,14 +1,15 @@
 """No finding contradicts itself or the data it cites (issue 41, item 5).
 
-Every finding of every recording under tests/ (the render fixtures) and of a grid of
-synthetic targets (every mix of cause kinds, pools read live above and below the target,
-idle or busy, owners read or not, costs measured to spin, to work, or not at all) is
-rendered, and each clause that bears a number is checked against the interval it judges:
-"at most 1 thread" never beside a pool "at 2 threads" that is not said to be idle, the sizes
-of "runs more than T" above T, the ratio of "D threads runnable on N CPUs (Rx)", each pid
-cited in the tree, the measured share and samples as the evidence holds them, and the words
-of the cost as the severity says it ("costly" only where critical, "costs little" or "real
-work" never).
+Every finding of every recording under tests/ (the render fixtures, and the real-library runs
+of tests/unit/analysis/recordings/: `oversub check --record` of examples/libraries.py with 2
+processes on 2 CPUs, made with .venv-real) and of a grid of synthetic targets (every mix of
+cause kinds, pools read live above and below the target, idle or busy, owners
+read or not, costs measured to spin, to work, or not at all) is rendered, and each
+clause that bears a number is checked against the interval it judges: "at most 1 thread"
+never beside a pool "at 2 threads" that is not said to be idle, the sizes of "runs more than
+T" above T, the ratio of "D threads runnable on N CPUs (Rx)", each pid cited in the tree,
+the measured share and samples as the evidence holds them, and the words of the cost as the
+severity says it ("costly" only where critical, "costs little" or "real work" never).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tests.support.builders import CAUSE_KINDS, IDLE, ROOT, Load, Proc, analyse,
 
 TESTS = Path(__file__).resolve().parents[2]
 RECORDINGS = sorted(TESTS.rglob("*.ndjson"))
+LIBRARIES = sorted((Path(__file__).parent / "recordings").glob("*.ndjson"))
 
 SHARES = {
     "unmeasured": None,
@@ -185,7 +187,7 @@ def test_no_recorded_finding_contradicts_itself(path: Path) -> None:
     assert found or path.name == "steady-starved.ndjson", "a recording with no finding"
     for f, iv in found:
         assert contradictions(f, iv) == [], f
-    assert len(RECORDINGS) >= 3  # the render fixtures
+    assert len(RECORDINGS) >= 7  # the render fixtures and the four real libraries
 
 
 @pytest.mark.parametrize(("name", "cost"), CASES)
@@ -193,6 +195,23 @@ def test_no_synthetic_finding_contradicts_itself(name: str, cost: str) -> None:
     iv = _with_share(_SYNTHETIC[name], SHARES[cost])
     for f in assess(iv, Thresholds()).findings:
         assert contradictions(f, iv) == [], f
+
+
+def test_the_real_libraries_are_judged_by_what_they_cost() -> None:
+    """The recordings of the table of issue 41: XGBoost's team spins (critical), faiss's,
+    tokenizers' and OpenCV's threads work (not critical), each by its measured share."""
+    severities = {}
+    for path in LIBRARIES:
+        findings = [f for f, iv in recorded(path) if iv is None and "wait_share" in f.evidence]
+        assert findings, path.name
+        f = findings[0]
+        severities[path.name.split("-")[0]] = (f.severity, f.evidence["cost"])
+    assert severities == {
+        "xgboost": (Severity.CRITICAL, "spin"),
+        "faiss": (Severity.WARNING, "work"),
+        "tokenizers": (Severity.WARNING, "work"),
+        "opencv": (Severity.WARNING, "work"),
+    }
 
 
 def test_the_checker_finds_what_issue_41_found() -> None:
