@@ -141,8 +141,15 @@ def build_rootfs(base: Path) -> Path:
     return ROOTFS
 
 
+CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "TF_BUILD")
+"""Passed into the container as the host has them: ONNX Runtime 1.32 starts a telemetry
+thread at import unless one of these is set, so the threads counted there and by doctor on
+the host differ by one when only the host runs under CI (docs/pools.md)."""
+
+
 def podman(budget: tuple[str, str], base: Path, *command: str) -> list[str]:
     mounts = ["/usr:/usr:ro", f"{base}:{base}:ro", f"{ROOT}:{ROOT}:ro"]
+    ci = [f"{name}={os.environ[name]}" for name in CI_VARIABLES if name in os.environ]
     return [
         "podman",
         "--cgroup-manager=cgroupfs",
@@ -166,6 +173,7 @@ def podman(budget: tuple[str, str], base: Path, *command: str) -> list[str]:
         "HOME=/root",
         "-e",
         "PYTHONDONTWRITEBYTECODE=1",
+        *(a for v in ci for a in ("-e", v)),
         *budget,
         "--rootfs",
         str(ROOTFS),  # every option before it: podman takes what follows as the command
