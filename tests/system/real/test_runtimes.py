@@ -42,7 +42,15 @@ def test_onnxruntime_names_intra_op_num_threads_alone(tmp_path: Path, figure: An
     default = run_check(tmp_path, runtime("onnxruntime"), label="ort")
     figure("onnxruntime default ops_per_s", default.last_value("ops_per_s"))
     f = over(default)
-    assert f["rule"] == "oversubscribed-pools" and f["severity"] == "critical", f
+    # Its severity is the cost this run measured (docs/rules.md, "What oversubscription
+    # costs"): its pool spins a fifth of its samples or so here (1.21-1.57x measured), critical
+    # only where its busy threads spin most of the time, or, not measured, as a runtime that spins.
+    figure("onnxruntime wait share", f["evidence"]["wait_share"])
+    spins = f["evidence"]["cost"] in ("spin", "unmeasured")
+    expected = (
+        ("oversubscribed-pools", "critical") if spins else ("oversubscribed-threads", "warning")
+    )
+    assert (f["rule"], f["severity"]) == expected, f
     assert "intra_op_num_threads = 1" in f["fix"], f
     for name in (*BLAS_VARIABLES, "OMP_NUM_THREADS"):
         assert name not in f["fix"], f["fix"]
