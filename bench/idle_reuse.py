@@ -1,7 +1,7 @@
 """What `watch` misses by keeping the last reading of a process that did not run.
 
 The sampler reads a process's threads again only when its CPU clock moved
-(`proctree.process_cpu_ns`: the sum of its threads' scheduler runtime, in ns), or its thread
+(`procstat.process_cpu_ns`: the sum of its threads' scheduler runtime, in ns), or its thread
 count, reaped children's time, state, comm, parent or start time did, or its main thread is
 runnable, or one of its threads was runnable at its last reading (`TreeSampler._reusable`).
 This script checks that rule on real processes and measures what it leaves out, against a
@@ -44,7 +44,8 @@ from collections.abc import Iterator
 from trees import print_until_stopped
 
 from oversub.core.samples import ProcessSample, TreeSample
-from oversub.probe.proctree import parse_stat, process_cpu_ns, read_small
+from oversub.probe.procfiles import read_small
+from oversub.probe.procstat import parse_stat, process_cpu_ns
 from oversub.probe.sampler import TreeSampler
 
 _BURSTY = r"""

@@ -257,7 +257,7 @@ class TreeResult:
     """The sampler with attribution / without it: the ratio of their ratios to the floor."""
     held: tuple[int, int] | None = None
     """(files held open, files read) by the sampler that reads every process, in its last
-    sample: what the descriptor limit let it hold (`proctree._default_max_fds`)."""
+    sample: what the descriptor limit let it hold (`procfiles._default_max_fds`)."""
     goal: float = GOAL
     """The rows with a goal (`has_goal`), at most this ratio to the floor."""
 

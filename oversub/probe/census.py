@@ -5,7 +5,7 @@ listing `/proc/PID/task` at each of the child's stops, and tells whose they are 
 sampler's own attribution (`probe.owners`); to see which of them work while the operation
 runs in a loop it reads each thread's CPU time and run delay (`schedstat`, else `stat`
 without the delay) at both ends. A thread that exits while it is read is left out; every
-read is bounded (`proctree.read_small`).
+read is bounded (`procfiles.read_small`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 
 from oversub.core.samples import ThreadSample
-from oversub.probe.proctree import parse_stat, read_small, ticks_to_ns
+from oversub.probe.procfiles import read_small
+from oversub.probe.procstat import parse_stat, ticks_to_ns
 
 
 def task_ids(pid: int, root: str = "/") -> frozenset[int] | None:

@@ -21,7 +21,7 @@ from oversub.core.samples import ProcessSample, ThrottleStat, TreeSample
 from oversub.core.workload import group_of, job_group_of
 from oversub.probe.cgroup_target import CgroupRef, read_members
 from oversub.probe.host import parse_cpu_stat
-from oversub.probe.proctree import read_all
+from oversub.probe.procfiles import read_all
 from oversub.probe.sampler import TreeSampler
 
 

@@ -28,7 +28,7 @@ from oversub.probe.cgroup import (
     read_cgroup_limits,
     tightest_quota,
 )
-from oversub.probe.proctree import read_small
+from oversub.probe.procfiles import read_small
 from oversub.probe.topology import describe_error, read_text, read_topology, rooted
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from oversub.probe.proctree import read_small
+from oversub.probe.procfiles import read_small
 
 CMDLINE_MAX = 200
 """Characters of a command line kept in a sample."""

@@ -11,7 +11,8 @@ import os
 import time
 
 from oversub.core.samples import HostSample, ThrottleStat
-from oversub.probe.proctree import read_all, ticks_to_ns
+from oversub.probe.procfiles import read_all
+from oversub.probe.procstat import ticks_to_ns
 
 
 def parse_cpu_line(proc_stat: bytes) -> tuple[int, int] | None:

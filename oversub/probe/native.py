@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 
 from oversub.core import pools
-from oversub.probe.proctree import read_all
+from oversub.probe.procfiles import read_all
 
 # A maps line's path: from its first " /" to the end of the line (the columns before the
 # path, address to inode, hold no slash). Lines without a path (anonymous memory) or with a

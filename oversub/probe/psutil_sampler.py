@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from oversub.core import errors
 from oversub.core.names import Signal
 from oversub.core.samples import HostSample, ProcessSample, ThreadSample, TreeSample
-from oversub.probe.proctree import CLK_TCK
+from oversub.probe.procstat import CLK_TCK
 
 if TYPE_CHECKING:
     import psutil

@@ -2,13 +2,13 @@
 
 One sample = one scan of `/proc/*/stat` (tree membership, `TreeSampler.tree`, and every
 process's stat line; only the tree's own when none of it ran, `TreeSampler._quiet`), then
-per process its CPU clock (`proctree.process_cpu_ns`) and, unless
+per process its CPU clock (`procstat.process_cpu_ns`) and, unless
 `TreeSampler._reusable` says nothing can have changed since its last reading, its task list
 and per thread `schedstat` and one more small file (`probe.threads`). Per-thread files stay
 open between samples from a process's second reading on and are re-read with pread
-(`proctree.HeldFiles`), and so is every
+(`procfiles.HeldFiles`), and so is every
 process's stat line (`proctree.StatScanner`): that halves the cost of a sample. The two
-share one budget of descriptors (`proctree.descriptor_budget`, from the soft RLIMIT_NOFILE
+share one budget of descriptors (`procfiles.descriptor_budget`, from the soft RLIMIT_NOFILE
 that `oversub` raises at start): the thread files get what the scanner does not hold. The costly
 files are cached per process identity (pid, start_ticks): environ is read once (and again
 after an exec), cmdline and maps when the thread count or comm changes (libraries load on
@@ -37,19 +37,9 @@ from oversub.probe.livepools import LiveReader, LiveSizes
 from oversub.probe.memreader import Unreachable, service
 from oversub.probe.owners import OwnerReader
 from oversub.probe.pidns import check_pid_namespace
-from oversub.probe.proctree import (
-    HELD_MAX,
-    NO_DESCRIPTORS,
-    ProcStat,
-    StatScanner,
-    descriptor_budget,
-    parse_stat,
-    ppids_of,
-    process_cpu_ns,
-    start_of,
-    subtree,
-    ticks_to_ns,
-)
+from oversub.probe.procfiles import HELD_MAX, NO_DESCRIPTORS, descriptor_budget
+from oversub.probe.procstat import ProcStat, parse_stat, process_cpu_ns, start_of, ticks_to_ns
+from oversub.probe.proctree import StatScanner, ppids_of, subtree
 from oversub.probe.psutil_sampler import PsutilTreeSampler
 from oversub.probe.threads import ThreadReader
 from oversub.probe.waits import read_wait
@@ -393,7 +383,7 @@ class TreeSampler:
         delay of a thread that waits without running (docs/signals.md, "Reading only what
         can have changed").
 
-        - the same process (pid and start time) and the same CPU clock (`proctree.process_cpu_ns`:
+        - the same process (pid and start time) and the same CPU clock (`procstat.process_cpu_ns`:
           every thread's runtime in ns): no thread ran, so none was switched in or out,
           started, ended, exec'd or mapped a library;
         - the same thread count, reaped children's time, comm and parent (re-parenting and

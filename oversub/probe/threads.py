@@ -6,7 +6,7 @@ the last sample then has its `status` read (state and both context-switch counte
 `stat`, for its state (it was not switched out, so its counters stand; `stat` costs the
 kernel less than half of `status`). Without schedstat (a kernel without
 CONFIG_SCHED_INFO) CPU time comes from `stat` and run delay is unknown. From a process's
-second reading on, the files stay open between samples (`proctree.HeldFiles`); its first
+second reading on, the files stay open between samples (`procfiles.HeldFiles`); its first
 reading opens, reads and closes them: most processes of a big tree are idle, read once and
 then kept (below), and holding their files would only have cost the bookkeeping and, at the
 end, closing them one by one (docs/signals.md has the figures).
@@ -33,7 +33,8 @@ import os
 
 from oversub.core.names import Signal
 from oversub.core.samples import ThreadSample
-from oversub.probe.proctree import NO_DESCRIPTORS, HeldFiles, parse_stat, read_small, ticks_to_ns
+from oversub.probe.procfiles import NO_DESCRIPTORS, HeldFiles, read_small
+from oversub.probe.procstat import parse_stat, ticks_to_ns
 
 _ProcessKey = tuple[int, int]
 """(pid, start_ticks): one process identity."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from oversub.core.names import WaitKind
-from oversub.probe.proctree import read_small
+from oversub.probe.procfiles import read_small
 
 # Syscall numbers differ by architecture; unknown architectures are not classified.
 _FUTEX = {"x86_64": 202, "aarch64": 98, "arm64": 98, "ppc64le": 221, "s390x": 238}

@@ -2,15 +2,16 @@
 and the original given back to every command oversub starts.
 
 A sample re-reads each thread's files through descriptors it keeps open
-(`proctree.HeldFiles`, `StatScanner`), at about half the cost of opening them again, and
-holds at most what the soft RLIMIT_NOFILE leaves (`proctree._default_max_fds`). The common
-soft limit of 1,024 held 448 files: a busy tree of 1,000 threads (2,000 files) cost 1.10 x
-the plain-read floor instead of 0.75 x. So `oversub.launch` raises the soft limit to the hard
-one at start (at most `NOFILE_CAP`), as Go's runtime does for every program since Go 1.19
-and servers do with their own setting (nginx's `worker_rlimit_nofile`); when it cannot, oversub
-runs with the limit it has. A command oversub starts (`check -- CMD`, `tune`'s trials) gets
-the soft limit oversub was started with (`restore_in_child`): a program may watch
-descriptors with select(), which fails above 1,023, or size a table by the limit.
+(`procfiles.HeldFiles`, `proctree.StatScanner`), at about half the cost of opening them
+again, and holds at most what the soft RLIMIT_NOFILE leaves (`procfiles._default_max_fds`).
+The common soft limit of 1,024 held 448 files: a busy tree of 1,000 threads (2,000 files)
+cost 1.10 x the plain-read floor instead of 0.75 x. So `oversub.launch` raises the soft
+limit to the hard one at start (at most `NOFILE_CAP`), as Go's runtime does for every
+program since Go 1.19 and servers do with their own setting (nginx's
+`worker_rlimit_nofile`); when it cannot, oversub runs with the limit it has. A command
+oversub starts (`check -- CMD`, `tune`'s trials) gets the soft limit oversub was started
+with (`restore_in_child`): a program may watch descriptors with select(), which fails above
+1,023, or size a table by the limit.
 """
 
 from __future__ import annotations

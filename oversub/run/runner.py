@@ -35,15 +35,9 @@ from collections.abc import Callable, Iterable, Iterator
 
 from oversub.core.errors import CommandError, UsageError
 from oversub.probe.memreader import service
-from oversub.probe.proctree import (
-    ProcStat,
-    descendants,
-    parse_stat,
-    read_ppids,
-    read_small,
-    scan_stats,
-    subtree,
-)
+from oversub.probe.procfiles import read_small
+from oversub.probe.procstat import ProcStat, parse_stat
+from oversub.probe.proctree import descendants, read_ppids, scan_stats, subtree
 from oversub.run import fdlimit, stopsignals
 
 _POLL_S = 0.05

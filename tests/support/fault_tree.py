@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from oversub.probe.proctree import process_cpu_ns
+from oversub.probe.procstat import process_cpu_ns
 
 __all__ = ["KINDS", "VanishingPid", "ndjson", "sampling"]
 

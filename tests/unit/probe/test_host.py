@@ -6,7 +6,7 @@ from pathlib import Path
 
 from oversub.core.samples import ThrottleStat
 from oversub.probe import host
-from oversub.probe.proctree import CLK_TCK
+from oversub.probe.procstat import CLK_TCK
 from tests.support.fake_proc import FakeProc
 
 NS = 1_000_000_000

@@ -13,7 +13,7 @@ from oversub.analysis.rates import counted, interval
 from oversub.core.names import Signal
 from oversub.core.targets import Target
 from oversub.core.thresholds import Thresholds
-from oversub.probe import proctree, sampler
+from oversub.probe import procstat, sampler
 from oversub.probe.cgroup import CgroupMount
 from oversub.probe.cgroup_sampler import NodeSampler
 from oversub.probe.cgroup_target import CgroupRef, Hierarchy
@@ -280,22 +280,22 @@ def test_the_process_cpu_clock_of_real_processes() -> None:
             pass
 
     worker = threading.Thread(target=spin)
-    before = proctree.process_cpu_ns(os.getpid())
+    before = procstat.process_cpu_ns(os.getpid())
     worker.start()
     try:
         deadline = time.monotonic() + 10
         assert before is not None
-        while proctree.process_cpu_ns(os.getpid()) == before:  # another thread's time counts
+        while procstat.process_cpu_ns(os.getpid()) == before:  # another thread's time counts
             assert time.monotonic() < deadline
             time.sleep(0.01)
     finally:
         stop.set()
         worker.join()
-    total = proctree.process_cpu_ns(os.getpid())
+    total = procstat.process_cpu_ns(os.getpid())
     assert total is not None and before < total <= time.process_time_ns()  # the same clock
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    assert proctree.process_cpu_ns(child.pid) is None  # reaped: no such process
+    assert procstat.process_cpu_ns(child.pid) is None  # reaped: no such process
 
 
 @pytest.mark.parametrize("kind", KINDS)

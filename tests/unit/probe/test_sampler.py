@@ -1,4 +1,4 @@
-"""TreeSampler and proctree on fake /proc trees, then on real process trees."""
+"""TreeSampler, proctree, procstat and procfiles on fake /proc trees, then on real process trees."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pytest
 
 from oversub.core import errors
 from oversub.core.names import DENIED as DENIED_UNAVAILABLE
-from oversub.probe import cmdline, proctree, sampler
-from oversub.probe.proctree import CLK_TCK
+from oversub.probe import cmdline, procfiles, procstat, proctree, sampler
+from oversub.probe.procstat import CLK_TCK
 from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE
 from oversub.probe.sampler import TreeSampler
 from tests.support.fake_proc import FakeProc, FakeThread, deny_open, stat_line
@@ -36,11 +36,11 @@ def test_descendants_include_grandchildren_not_siblings() -> None:
 
 def test_stat_comm_with_spaces_and_parentheses() -> None:
     line = stat_line(42, "my ) (odd) proc)", "R", 7, utime=3, stime=4, start_ticks=555)
-    st = proctree.parse_stat(line.encode())
+    st = procstat.parse_stat(line.encode())
     assert (st.comm, st.state, st.ppid) == ("my ) (odd) proc)", "R", 7)
     assert (st.utime_ticks, st.stime_ticks, st.start_ticks) == (3, 4, 555)
     with pytest.raises(ValueError):
-        proctree.parse_stat(b"42 (truncated")
+        procstat.parse_stat(b"42 (truncated")
 
 
 def test_read_ppids_scans_fake_proc(tmp_path: Path) -> None:
@@ -329,7 +329,7 @@ def test_held_files_bounded_and_closed(tmp_path: Path) -> None:
         (tmp_path / f"f{i}").write_text(f"v{i}")
     dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        held = proctree.HeldFiles(max_fds=2)
+        held = procfiles.HeldFiles(max_fds=2)
         with held.files("a", dir_fd) as files:
             assert [files.read(f"f{i}") for i in range(3)] == [b"v0", b"v1", b"v2"]
         assert len(held) == 2  # the third was opened, read and closed
@@ -345,7 +345,7 @@ def test_held_files_bounded_and_closed(tmp_path: Path) -> None:
             assert files.read("f2") == b"v2"  # through its held descriptor
             files.read("missing")
         assert len(held) == 1  # a reading that raised gives back what it read (f2), f0 closed
-        other = proctree.HeldFiles(max_fds=2)
+        other = procfiles.HeldFiles(max_fds=2)
         with other.files("a", dir_fd) as files:
             files.read("f0")
             files.read("f1")
@@ -356,16 +356,16 @@ def test_held_files_bounded_and_closed(tmp_path: Path) -> None:
         held.close()
         assert len(held) == 0
 
-        unheld = proctree.HeldFiles()
+        unheld = procfiles.HeldFiles()
         with unheld.files("a", dir_fd, hold=False) as files:
             assert files.read("f1") == b"v1"
         assert len(unheld) == 0  # opened, read and closed
-        unbounded = proctree.HeldFiles(max_fds=0)
+        unbounded = procfiles.HeldFiles(max_fds=0)
         with unbounded.files("a", dir_fd) as files:
             assert files.read("f1") == b"v1"
         assert len(unbounded) == 0
 
-        grouped = proctree.HeldFiles()
+        grouped = procfiles.HeldFiles()
         with grouped.files("a", dir_fd) as files:
             files.read("f0")
             files.read("f1")
@@ -529,7 +529,7 @@ def test_process_stats_are_held_and_reread(tmp_path: Path, monkeypatch: pytest.M
         again = s.sample()
         monkeypatch.undo()
         # Read through the held descriptor: no process's stat was opened again.
-        assert again.processes[200].children_cpu_ns == proctree.ticks_to_ns(7)
+        assert again.processes[200].children_cpu_ns == procstat.ticks_to_ns(7)
         proc = tmp_path / "proc"
         assert not [p for p in opened if Path(p).parent.parent == proc and p.endswith("/stat")]
         assert any(p.endswith("/task") for p in opened)  # the spy saw the sample's opens
@@ -548,7 +548,7 @@ def test_stat_scanner_reopens_reaped_pids_and_closes_the_gone(tmp_path: Path) ->
     fake.add_process(300, 1, comm="stranger", start_ticks=9999)  # the pid names another one
     fake.remove(900)
     stats = scanner.scan()
-    assert proctree.parse_stat(stats[300]).start_ticks == 9999
+    assert procstat.parse_stat(stats[300]).start_ticks == 9999
     new_inode = (tmp_path / "proc" / "300" / "stat").stat().st_ino
     assert os.fstat(scanner._box[0]["300"]).st_ino == new_inode != old_inode  # opened again
     assert 900 not in stats and "900" not in scanner._box[0] and _closed(fd_900)
@@ -575,7 +575,7 @@ def test_stat_scanner_rereads_after_esrch(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(os, "pread", pread)
     opened = _opened(monkeypatch)
     stats = scanner.scan()
-    assert proctree.parse_stat(stats[200]).comm == "worker" and not dead
+    assert procstat.parse_stat(stats[200]).comm == "worker" and not dead
     assert opened == [str(tmp_path / "proc" / "200" / "stat")]  # only the dead one again
     scanner.close()
     assert len(scanner) == 0
@@ -590,7 +590,7 @@ def test_stat_scanner_rereads_the_main_threads_line_of_the_process_tracked(
     fake = _tree(tmp_path)
     scanner = proctree.StatScanner(str(tmp_path))
     stats = scanner.scan()
-    tracked = {pid: proctree.parse_stat(stats[pid]).start_ticks for pid in (100, 200, 300)}
+    tracked = {pid: procstat.parse_stat(stats[pid]).start_ticks for pid in (100, 200, 300)}
     fake.processes[200].children_ticks = (3, 4)
     fake.write(fake.processes[200])
     first = _opened(monkeypatch)
@@ -600,7 +600,7 @@ def test_stat_scanner_rereads_the_main_threads_line_of_the_process_tracked(
     proc = tmp_path / "proc"
     assert sorted(first) == [str(proc / f"{p}" / "task" / f"{p}" / "stat") for p in tracked]
     for pid in tracked:
-        whole, main = proctree.parse_stat(stats[pid]), proctree.parse_stat(again[pid])
+        whole, main = procstat.parse_stat(stats[pid]), procstat.parse_stat(again[pid])
         assert (main.comm, main.state, main.ppid, main.threads, main.start_ticks) == (
             whole.comm,
             whole.state,
@@ -608,7 +608,7 @@ def test_stat_scanner_rereads_the_main_threads_line_of_the_process_tracked(
             whole.threads,
             whole.start_ticks,
         )
-    assert proctree.parse_stat(again[200]).children_ticks == 7
+    assert procstat.parse_stat(again[200]).children_ticks == 7
     opened = _opened(monkeypatch)
     assert scanner.reread(tracked) is not None
     assert opened == []  # held
@@ -649,7 +649,7 @@ def test_stat_scanner_holds_at_most_max_fds(tmp_path: Path) -> None:
             fake.write(fake.processes[pid])
         stats = scanner.scan()
         assert len(scanner) == 2  # the others were opened, read and closed
-        assert {proctree.parse_stat(stats[p]).comm for p in (100, 200, 300)} == {comm}
+        assert {procstat.parse_stat(stats[p]).comm for p in (100, 200, 300)} == {comm}
     assert set(stats) == {1, 100, 200, 300, 900}
     scanner.close()
     assert len(proctree.StatScanner(str(tmp_path), max_fds=0).scan()) == 5
