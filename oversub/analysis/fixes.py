@@ -16,8 +16,10 @@ from collections.abc import Sequence
 
 from oversub.analysis.poolsize import all_idle, blamed, pool_sizes
 from oversub.analysis.wording import join_and, pool_order, verb, who
+from oversub.core.libraries import candidates_of
 from oversub.core.pools import POOLS_BY_KEY, first_level
 from oversub.core.results import ProcessRates
+from oversub.core.runtimes import label as runtime_label
 
 
 def _labels(keys: Sequence[str]) -> str:
@@ -77,11 +79,13 @@ def app_thread_fix(n: int, workers: int, busy: int) -> str:
     )
 
 
-def library_levers(label: str, pids: Sequence[int], threads: int, n: int, busy: int) -> str:
-    """The levers for a library oversub has no row for (no knob of its own known), in the
-    processes `pids`, at `threads` per process among `busy` busy processes on `n` CPUs:
-    fewer processes, or a CPU affinity mask per process set before it starts its pool
-    (most runtimes size their pools from their affinity: docs/pools.md)."""
+def library_levers(owner: str, pids: Sequence[int], threads: int, n: int, busy: int) -> str:
+    """The levers for `owner`, a library oversub has no row for (no knob of its own known),
+    in the processes `pids`, at `threads` per process among `busy` busy processes on `n`
+    CPUs: fewer processes, or a CPU affinity mask per process set before it starts its pool
+    (most runtimes size their pools from their affinity: docs/pools.md); then the variables
+    its binary names, as unverified candidates (`probe.libvars`), never as the fix."""
+    label = runtime_label(owner)
     fewer = f"run at most {n} busy {verb(n, 'process', 'processes')} at a time"
     each = f"{threads} {verb(threads, 'CPU', 'CPUs')}"
     mask = (
@@ -92,9 +96,17 @@ def library_levers(label: str, pids: Sequence[int], threads: int, n: int, busy: 
         "--cpu-bind=cores, mpirun --bind-to core)"
     )
     levers = f"{fewer}, then {mask}" if busy > n else f"{fewer}, or {mask}"
+    named = candidates_of(owner)
+    unverified = (
+        f"; its binary names {join_and(named)}: {verb(len(named), 'a variable', 'variables')} "
+        "it may read, unverified (oversub has not measured what "
+        f"{verb(len(named), 'it sizes', 'they size')})"
+        if named
+        else ""
+    )
     return (
         f"{label} in {who(pids)} has no row in oversub's catalogue, so no knob of its own "
-        f"is known; levers that work for any runtime: {levers}"
+        f"is known; levers that work for any runtime: {levers}{unverified}"
     )
 
 

@@ -110,7 +110,7 @@ def knob_fix(b: Blame, threads: int, procs: Sequence[ProcessRates], n: int = 0, 
     busy processes on `n` CPUs)."""
     runtime = RUNTIMES_BY_KEY[b.owner]
     if runtime.waits == "unknown":
-        return library_levers(runtime.label, b.pids, threads, n, m)
+        return library_levers(b.owner, b.pids, threads, n, m)
     code = _code(b, procs)
     call = None if code is None else code.format(t=threads)
     where = f"{runtime.label} in {who(b.pids)}"

@@ -16,7 +16,10 @@ The path is the watched process's to choose (a mapped file's name): a name keeps
 letters, digits and `._+-` (anything else becomes `_`) and at most `NAME_MAX` characters; the
 path itself travels percent-encoded inside the owner key (`library_key`), so a key never holds
 a comma, a colon after its prefix, white space or a control character, and is decoded only
-for the JSON reports (whose encoder escapes it). Pure, standard library only.
+for the JSON reports (whose encoder escapes it). After the path, a key may carry the
+variables the library's binary names (`?A_NUM_THREADS+B_THREADS`: capitals, digits and `_`
+only, at most `MAX_CANDIDATES`), offered as unverified candidates. Pure, standard library
+only.
 """
 
 from __future__ import annotations
@@ -76,30 +79,65 @@ def vendor_of(path: str) -> str | None:
     return found.name if found.vendored else None
 
 
-def library_key(path: str) -> str:
-    """The owner key of a library without a row whose code is the object at `path`."""
+CANDIDATES_MARK = "?"
+"""Separates a library key's path from the variables its binary names (`candidates_of`)."""
+MAX_CANDIDATES = 3
+VARIABLE_MAX = 48
+
+
+def is_variable_name(name: str) -> bool:
+    """An environment variable's name as libraries spell them: capitals, digits, `_`."""
+    return (
+        0 < len(name) <= VARIABLE_MAX
+        and name[0].isascii()
+        and name[0].isupper()
+        and all(c.isascii() and (c.isupper() or c.isdigit() or c == "_") for c in name)
+    )
+
+
+def library_key(path: str, candidates: tuple[str, ...] = ()) -> str:
+    """The owner key of a library without a row whose code is the object at `path`, with
+    the variables its binary names (`probe.libvars`: unverified candidates, never a fix)."""
     from urllib.parse import quote  # only where a library without a row is met
 
-    return LIBRARY_PREFIX + quote(path[:PATH_MAX], safe=_PATH_SAFE, errors="replace")
+    key = LIBRARY_PREFIX + quote(path[:PATH_MAX], safe=_PATH_SAFE, errors="replace")
+    names = [c for c in candidates if is_variable_name(c)][:MAX_CANDIDATES]
+    return key + (CANDIDATES_MARK + "+".join(names) if names else "")
+
+
+def _parts(key: str) -> tuple[str, tuple[str, ...]] | None:
+    """(decoded path, candidates) of a well-formed `library_key` key, else None."""
+    limit = len(LIBRARY_PREFIX) + 3 * PATH_MAX + 1 + MAX_CANDIDATES * (VARIABLE_MAX + 1)
+    if not key.startswith(LIBRARY_PREFIX) or len(key) > limit:
+        return None
+    from urllib.parse import quote, unquote
+
+    rest, mark, tail = key[len(LIBRARY_PREFIX) :].partition(CANDIDATES_MARK)
+    names = tuple(tail.split("+")) if mark else ()
+    if mark and (len(names) > MAX_CANDIDATES or not all(map(is_variable_name, names))):
+        return None
+    if not rest.startswith("/") or len(rest) > 3 * PATH_MAX:
+        return None
+    path = unquote(rest)
+    return (path, names) if quote(path, safe=_PATH_SAFE) == rest else None
 
 
 def is_library_key(key: str) -> bool:
-    """True for the keys `library_key` makes (well formed: decodable, an absolute path)."""
-    if not key.startswith(LIBRARY_PREFIX) or len(key) > len(LIBRARY_PREFIX) + 3 * PATH_MAX:
-        return False
-    from urllib.parse import quote, unquote
-
-    rest = key[len(LIBRARY_PREFIX) :]
-    return rest.startswith("/") and quote(unquote(rest), safe=_PATH_SAFE) == rest
+    """True for the keys `library_key` makes (well formed: decodable, an absolute path,
+    candidates that are variable names)."""
+    return _parts(key) is not None
 
 
 def object_of(key: str) -> str | None:
     """The object path of a `library_key` key, or None for any other key."""
-    if not is_library_key(key):
-        return None
-    from urllib.parse import unquote
+    found = _parts(key)
+    return None if found is None else found[0]
 
-    return unquote(key[len(LIBRARY_PREFIX) :])
+
+def candidates_of(key: str) -> tuple[str, ...]:
+    """The variables the binary of a `library_key` key's object names (unverified)."""
+    found = _parts(key)
+    return () if found is None else found[1]
 
 
 def vendored_key(runtime: str, vendor: str) -> str:

@@ -384,10 +384,24 @@ def _symbol_table(
     return None
 
 
+MAX_RODATA = 8 << 20
+"""Most bytes of `.rodata` read (`read_only_data`): OpenCV's has 6 MiB, tokenizers' 1.3."""
+
+
+def read_only_data(pread: Pread, file_size: int, limit: int = MAX_RODATA) -> bytes:
+    """The first `limit` bytes of a shared object's `.rodata` (its constant strings: the
+    variables it reads are named there); b"" when it has none. Checked and bounded as
+    `function_symbols` (NotReadable for anything else)."""
+    f = _File(pread, file_size, MAX_FILE_READ + MAX_SECTION_NAMES + limit)
+    h = _header(f)
+    return _named_section(f, h, _section_headers(f, h), b".rodata", limit) or b""
+
+
 def _named_section(
-    f: _File, h: _Header, headers: list[tuple[int, ...]], wanted: bytes
+    f: _File, h: _Header, headers: list[tuple[int, ...]], wanted: bytes, cap: int = 0
 ) -> bytes | None:
-    """The bytes of the section named `wanted` (None when the file has none)."""
+    """The bytes of the section named `wanted` (None when the file has none); with `cap`,
+    its first `cap` bytes whatever its size (else a size above MAX_DEBUGDATA is refused)."""
     if not 0 < h.shstrndx < len(headers) or headers[h.shstrndx][1] != _SHT_STRTAB:
         return None
     names_at, names_size = headers[h.shstrndx][4], headers[h.shstrndx][5]
@@ -397,9 +411,9 @@ def _named_section(
     for sh in headers:
         if names[sh[0] : sh[0] + len(wanted) + 1] != wanted + b"\0":
             continue
-        if sh[1] == _SHT_NOBITS or sh[5] > MAX_DEBUGDATA:
+        if sh[1] == _SHT_NOBITS or (not cap and sh[5] > MAX_DEBUGDATA):
             raise NotReadable(f"bad {wanted.decode()} size")
-        return f.read(sh[5], sh[4], wanted.decode())
+        return f.read(min(sh[5], cap) if cap else sh[5], sh[4], wanted.decode())
     return None
 
 

@@ -52,8 +52,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from oversub.core import runtimes
+from oversub.core.libraries import library_key, object_of
 from oversub.core.samples import ThreadSample
 from oversub.probe.backing import Memory, read_mount_types
+from oversub.probe.libvars import library_candidates
 from oversub.probe.memreader import Readers, service
 from oversub.probe.procmemory import ProcessMemory
 from oversub.probe.startroutine import StackTops
@@ -84,6 +86,8 @@ class _Thread:
 class _Process:
     mem: ProcessMemory
     """Its maps and memory (`probe.procmemory`)."""
+    start: int = 0
+    """Its start time (clock ticks after boot): the reader's quarantine is per process."""
     exe: bytes | None = None
     """Where /proc/PID/exe leads (None when it could not be read): another file is an exec."""
     threads: dict[int, _Thread] = field(default_factory=dict)
@@ -142,6 +146,9 @@ class OwnerReader:
         self._known: dict[tuple[int, int], _Process] = {}
         self._objects: dict[str, tuple[str | None, bool]] = {}
         """Object path -> (its owner, whether it is a system object), looked up once."""
+        self._candidates: dict[str, tuple[str, ...]] = {}
+        """Object path of a library without a row -> the variables its binary names
+        (`probe.libvars`), read once."""
         self._host: dict[int, bytes] | None = None
         """The file systems of the host's mount namespace (`probe.backing`), read once per
         sample where needed."""
@@ -242,7 +249,7 @@ class OwnerReader:
             memory = ProcessMemory(
                 self._readers, f"{self._proc}/{pid}", start_ticks, self._host_mounts
             )
-            proc = self._known[key] = _Process(memory, exe=exe)
+            proc = self._known[key] = _Process(memory, start_ticks, exe=exe)
         elif proc.exe is None:
             proc.exe = exe
         proc.seen = True
@@ -286,7 +293,7 @@ class OwnerReader:
             wants = wanted.get(tid)
             if wants is None or path is None:
                 continue  # not wanted; or not its first frames yet (just created): next pass
-            owner = runtimes.owner_of_code(path, _exe_path(proc))
+            owner = self._library(pid, proc, runtimes.owner_of_code(path, _exe_path(proc)))
             if owner is not None:
                 wants.owner = _team_driver(proc, owner)
                 wants.proven = True
@@ -366,11 +373,26 @@ class OwnerReader:
             # Blocked in its own code, in an object no row names (a library that makes its
             # own system calls): that library's, unless it is the interpreter's or one of
             # the program's; a row's vendored copy is its package's team.
-            return runtimes.owner_of_code(path, _exe_path(proc))
+            return self._library(pid, proc, runtimes.owner_of_code(path, _exe_path(proc)))
         if self._memory(proc) is None:
             return None
         owner = proc.mem.stack_owner(sp, self._machine, self._owner_of)
         return None if owner is None else _team_driver(proc, owner)
+
+    def _library(self, pid: int, proc: _Process, owner: str | None) -> str | None:
+        """`owner`, with the variables its binary names when it is a library without a row
+        (`probe.libvars`: read once per object, candidates only)."""
+        path = object_of(owner) if owner is not None else None
+        if path is None:
+            return owner
+        found = self._candidates.get(path)
+        if found is None:
+            if len(self._candidates) >= _OBJECTS_MAX:
+                self._candidates.clear()
+            proc_dir = f"{self._proc}/{pid}"
+            found = library_candidates(self._readers, proc_dir, proc.start, path, self._host_mounts)
+            self._candidates[path] = found
+        return library_key(path, found)
 
     def _owner_of(self, path: str) -> tuple[str | None, bool]:
         """(`runtimes.owner_of_row`, `runtimes.is_system_object`) of a mapped object."""

@@ -37,6 +37,7 @@ SECONDS = 6.0
 
 POOL_C = r"""
 #include <pthread.h>
+#include <stdlib.h>
 static volatile int stop_flag;
 /* A pool's thread calls its work: the return address into the start routine is what names
    the object (a start routine that never calls a function leaves none on the stack). */
@@ -50,6 +51,8 @@ static void *work(void *arg) {
     return 0;
 }
 int start_pool(int n) {
+    const char *asked = getenv("ROWLESS_NUM_THREADS");  /* the name its binary holds */
+    if (asked != 0 && atoi(asked) > 0) n = atoi(asked);
     for (int i = 0; i < n; i++) {
         pthread_t t;
         if (pthread_create(&t, 0, work, 0)) return -1;
@@ -114,6 +117,9 @@ def test_a_library_without_a_row_is_named_with_the_levers_of_any_runtime(tmp_pat
     for words in ("application's own", "dask", "joblib", "ThreadPoolExecutor", "OMP_NUM_THREADS"):
         assert words not in message and words not in fix, (words, message, fix)
     assert "rowlesspool in " in fix and "taskset -c CPUS CMD" in fix, fix
+    # The variable its binary names is a candidate, unverified, never the fix.
+    assert "its binary names ROWLESS_NUM_THREADS" in fix and "unverified" in fix, fix
+    assert "ROWLESS_NUM_THREADS=" not in fix, fix
     assert f"run at most {VCPUS} busy process" in fix, fix
     # The JSON names the library and the object its threads run in.
     workers = [p for p in doc["processes"] if p["pid"] in finding["pids"]]

@@ -79,3 +79,11 @@ def test_threads_no_evidence_names_are_never_said_to_be_the_applications_alone()
     unread = [worker(p, counts, owner_counts=None, owners=None, **kw) for p in (11, 12)]
     f, _ = finding_of(tree(*unread))
     assert "their owners were not read" in f.message, f.message
+
+
+def test_variables_its_binary_names_are_candidates_never_the_fix() -> None:
+    key = library_key(f"{SP}/rowless/_native.abi3.so", ("ROWLESS_NUM_THREADS",))
+    f, _ = finding_of(tree(worker(11, rowless(key)), worker(12, rowless(key))))
+    assert "its binary names ROWLESS_NUM_THREADS" in f.fix and "unverified" in f.fix
+    assert "ROWLESS_NUM_THREADS=" not in f.fix and "ROWLESS_NUM_THREADS" not in f.message
+    assert "belong to rowless," in f.message  # the same library, whatever its candidates

@@ -141,3 +141,15 @@ def test_the_interpreter_the_program_and_the_c_library() -> None:
     assert runtimes.RUNTIMES_BY_KEY["program"].waits == "none"
     assert runtimes.owner_of_code("/usr/lib/x86_64-linux-gnu/libc.so.6") is None
     assert runtimes.owner_of_code("[anon:jit]") is None
+
+
+def test_a_key_carries_the_variables_the_binary_names_as_candidates_only() -> None:
+    from oversub.core.libraries import candidates_of
+
+    key = library_key("/opt/lib/libpool.so", ("POOL_NUM_THREADS", "bad name", "X_THREADS"))
+    assert candidates_of(key) == ("POOL_NUM_THREADS", "X_THREADS")
+    assert object_of(key) == "/opt/lib/libpool.so" and runtimes.label(key) == "libpool"
+    row = runtimes.RUNTIMES_BY_KEY[key]
+    assert row.variables == () and row.code is None  # never a knob of its row
+    for forged in (key + "+A+B+C", key.replace("X_THREADS", "x;rm"), key + "?Y_THREADS"):
+        assert not runtimes.is_owner_key(forged), forged
