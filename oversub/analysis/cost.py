@@ -56,7 +56,8 @@ class Cost(NamedTuple):
     measured: int
     """Processes measured."""
     why: str = ""
-    """Why not measured (the first reason given; "" when no window was taken yet)."""
+    """Why not measured: the first reason given, or that no window was taken (`watch
+    --once`, a recording made before, perf never tried: a fake tree, no /proc)."""
 
     @property
     def share(self) -> float | None:
@@ -98,6 +99,8 @@ def cost_for(procs: Sequence[ProcessRates], owners: Sequence[str]) -> Cost:
 
 
 def _why(shares: Sequence[WaitShare]) -> str:
+    if not shares:
+        return "no window taken in this run"
     return next((w.why for w in shares if w.why), "")
 
 
