@@ -164,7 +164,7 @@ def test_spawned_siblings_share_their_parents_budget(tmp_path: Path) -> None:
                     time.sleep(0.01)
             wait("started")
             import torch
-            print(os.environ["OMP_NUM_THREADS"], flush=True)
+            os.write(1, os.environ["OMP_NUM_THREADS"].encode() + b"\\n")
             wait("counted")
             """
         )
@@ -350,7 +350,7 @@ def test_a_spawned_child_that_imports_no_library_decides_its_share_when_it_start
             from siblings import wait_for_siblings
             wait_for_siblings("started")
         def target():
-            print(os.environ["OMP_NUM_THREADS"], flush=True)
+            os.write(1, os.environ["OMP_NUM_THREADS"].encode() + b"\\n")
             wait_for_siblings("counted")
         if __name__ == "__main__":
             context = multiprocessing.get_context("spawn")
@@ -376,7 +376,7 @@ def test_children_of_a_process_that_decided_nothing_share_its_share(tmp_path: Pa
         "from siblings import wait_for_siblings\n"
         "wait_for_siblings('started')\n"
         "import os, torch\n"
-        "print(os.environ['OMP_NUM_THREADS'], flush=True)\n"
+        "os.write(1, os.environ['OMP_NUM_THREADS'].encode() + b'\\n')\n"
         "wait_for_siblings('counted')\n"
     )
     done = run(
@@ -406,7 +406,7 @@ def test_a_forkserver_child_shares_the_share_of_the_process_that_asked(tmp_path:
         def target():
             wait_for_siblings("started")
             import torch
-            print(os.environ["OMP_NUM_THREADS"], torch.calls, flush=True)
+            os.write(1, f"{os.environ['OMP_NUM_THREADS']} {torch.calls}\\n".encode())
             wait_for_siblings("counted")
         if __name__ == "__main__":
             context = multiprocessing.get_context("forkserver")
