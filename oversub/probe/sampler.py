@@ -2,18 +2,16 @@
 
 One sample = one scan of `/proc/*/stat` (tree membership, `TreeSampler.tree`, and every
 process's stat line; only the tree's own when none of it ran, `TreeSampler._quiet`), then
-per process its CPU clock (`procstat.process_cpu_ns`) and, unless
-`TreeSampler._reusable` says nothing can have changed since its last reading, its task list
-and per thread `schedstat` and one more small file (`probe.threads`). Per-thread files stay
-open between samples from a process's second reading on and are re-read with pread
-(`procfiles.HeldFiles`), and so is every
-process's stat line (`proctree.StatScanner`): that halves the cost of a sample. The two
-share one budget of descriptors (`procfiles.descriptor_budget`, from the soft RLIMIT_NOFILE
-that `oversub` raises at start): the thread files get what the scanner does not hold. The costly
-files are cached per process identity (pid, start_ticks): environ is read once (and again
-after an exec), cmdline and maps when the thread count or comm changes (libraries load on
-import and start their pools; an exec renames) or every few seconds when the process ran
-since they were read.
+per process its CPU clock (`procstat.process_cpu_ns`) and, unless `TreeSampler._reusable`
+says nothing can have changed since its last reading, its task list and per thread
+`schedstat` and one more small file (`probe.threads`). Per-thread files stay open between
+samples from a process's second reading on and are re-read with pread
+(`procfiles.HeldFiles`), and so is every process's stat line (`proctree.StatScanner`): that
+halves the cost of a sample. The two share one budget of descriptors
+(`procfiles.descriptor_budget`, from the soft RLIMIT_NOFILE that `oversub` raises at
+start): the thread files get what the scanner does not hold. The costly files (environ,
+cmdline, maps, live pool sizes) are cached per process identity and read again only when
+due (`probe.processcache`).
 
 Without /proc (macOS, Windows) `psutil_sampler` gives per-thread CPU only.
 """
@@ -23,30 +21,24 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import NamedTuple
 
 from oversub.core import errors, pools
-from oversub.core.names import DENIED, Signal
+from oversub.core.names import Signal
 from oversub.core.samples import ProcessSample, TreeSample
-from oversub.probe import native
-from oversub.probe.cmdline import CMDLINE_MAX, read_cmdline
+from oversub.probe.cmdline import CMDLINE_MAX
 from oversub.probe.host import read_host
-from oversub.probe.livepools import LiveReader, LiveSizes
-from oversub.probe.memreader import Unreachable, service
+from oversub.probe.memreader import service
 from oversub.probe.owners import OwnerReader
 from oversub.probe.pidns import check_pid_namespace
+from oversub.probe.processcache import ProcessCache, maps_due, note_refused
 from oversub.probe.procfiles import HELD_MAX, NO_DESCRIPTORS, descriptor_budget
 from oversub.probe.procstat import ProcStat, parse_stat, process_cpu_ns, start_of, ticks_to_ns
 from oversub.probe.proctree import StatScanner, ppids_of, subtree
 from oversub.probe.psutil_sampler import PsutilTreeSampler
 from oversub.probe.threads import ThreadReader
 from oversub.probe.waits import read_wait
-
-MAPS_REFRESH_S = 5.0
-"""Re-read a process's maps at least this often even when its thread count is stable."""
-
 
 _Moved = tuple[int, int, int, str, str, int, int]
 
@@ -61,32 +53,6 @@ class _Reading(NamedTuple):
     sample: ProcessSample
     no_schedstat: bool
     """A thread of it had no schedstat (`Signal.SCHEDSTAT` unavailable)."""
-
-
-@dataclass
-class _Known:
-    """What is cached about one process identity between samples."""
-
-    cmdline: str
-    comm: str
-    """comm when cmdline was read: a change means an exec."""
-    thread_env: dict[str, str] | None
-    pools: tuple[str, ...] | None
-    maps_read_at: float
-    maps_threads: int
-    """Thread count when maps was last read."""
-    maps_cpu_ns: int | None = None
-    """CPU clock when maps was last read: not run since, nothing can have changed."""
-    denied: bool = False
-    """maps or environ refused (another user's process): pools and thread_env unknown."""
-    live_pools: dict[str, int] | None = None
-    """Live pool sizes read with maps (`probe.livepools`); None = unknown."""
-    live_threads: dict[str, int] | None = None
-    """Threads those pools run now beside the caller; None = unknown."""
-    live_denied: bool = False
-    """Its memory may not be read (not root, not its ancestor): live sizes unknown."""
-    live_unreadable: bool = False
-    """A pool library it maps could not be read safely (`LiveSizes.unreadable`)."""
 
 
 class TreeSampler:
@@ -130,7 +96,6 @@ class TreeSampler:
         self._self_pid = os.getpid() if root == "/" else -1
         self._tracked: dict[int, int] = {}
         """pid -> start_ticks of every process seen in the tree and not yet gone."""
-        self._known: dict[tuple[int, int], _Known] = {}
         self._sampled = False
         self._threads = ThreadReader()
         self._scanner = StatScanner(root)
@@ -143,7 +108,8 @@ class TreeSampler:
         quarantined. Ended (and collected) when the last sampler is closed."""
         self._readers.acquire()
         self._using_readers = True
-        self._live = LiveReader(root, self._readers)
+        self._cache = ProcessCache(root, self._readers)
+        """cmdline, environ, pools and live sizes per process identity (`probe.processcache`)."""
         self._hides: bool | None = None
         """Whether this /proc may hide processes from us (`probe.hidden`), read once."""
         self._owners = OwnerReader(root, readers=self._readers)
@@ -256,8 +222,7 @@ class TreeSampler:
         self._listed_clocks = {pid: self._pre.get(pid) for pid in processes}
         if tracked != self._tracked:
             self._tracked = tracked
-            for key in [k for k in self._known if tracked.get(k[0]) != k[1]]:
-                del self._known[key]
+            self._cache.keep_only(tracked)
 
         host = read_host(self.root, self.throttle_stat_path)
         if self._self_pid in processes:
@@ -397,8 +362,8 @@ class TreeSampler:
         """
         if last.moved != moved or moved[3] == "R":
             return False
-        known = self._known.get((pid, last.sample.start_ticks))
-        return known is not None and not _maps_due(known, moved[0], now)
+        known = self._cache.known.get((pid, last.sample.start_ticks))
+        return known is not None and not maps_due(known, moved[0], now)
 
     def _keep(
         self, pid: int, last: _Reading, unavailable: list[Signal], starts: bool
@@ -409,8 +374,8 @@ class TreeSampler:
         if self._threads.keep(pid, start, starts) is None:
             return None
         self._owners.keep(pid, start)
-        known = self._known[(pid, start)]
-        _note_refused(known, unavailable)
+        known = self._cache.known[(pid, start)]
+        note_refused(known, unavailable)
         if last.no_schedstat and Signal.SCHEDSTAT not in unavailable:
             unavailable.append(Signal.SCHEDSTAT)
         self._next_reading[pid] = last
@@ -473,8 +438,8 @@ class TreeSampler:
             return None
         finally:
             os.close(task_fd)
-        known = self._refresh_cache(pid, stat, raw_stat, len(threads), now, cpu)
-        _note_refused(known, unavailable)
+        known = self._cache.refresh(pid, stat, raw_stat, len(threads), now, cpu)
+        note_refused(known, unavailable)
         wait = None
         if (
             len(threads) == 1
@@ -503,128 +468,6 @@ class TreeSampler:
             else None,
         )
 
-    def _refresh_cache(
-        self,
-        pid: int,
-        stat: ProcStat,
-        raw_stat: bytes,
-        n_threads: int,
-        now: float,
-        cpu_ns: int | None,
-    ) -> _Known:
-        """Cached cmdline, environment and pools of a process identity, refreshed when due.
-
-        cmdline is read when the process is new, when its comm changed (an exec), and on the
-        maps schedule (an exec that kept the name) unless its CPU clock `cpu_ns` did not move
-        since; environ again after an exec. A zombie's (or a process's exiting) files read
-        empty: keep what was seen while it lived.
-        """
-        key = (pid, stat.start_ticks)
-        known = self._known.get(key)
-        if stat.state in ("Z", "X"):
-            return known or _Known("", stat.comm, None, None, now, n_threads)
-        try:
-            return self._refresh(pid, stat, raw_stat, n_threads, now, cpu_ns, known)
-        except Unreachable:
-            # A read of it did not return (`probe.memreader`), or reads stopped: none is made
-            # again; its last command line, variables and pools stand (unknown when never
-            # read: `denied`), its live sizes are unknown.
-            known = known or _Known("", stat.comm, None, None, now, n_threads, denied=True)
-            known.live_pools = known.live_threads = None
-            known.live_unreadable = True
-            self._known[key] = known
-            return known
-
-    def _refresh(
-        self,
-        pid: int,
-        stat: ProcStat,
-        raw_stat: bytes,
-        n_threads: int,
-        now: float,
-        cpu_ns: int | None,
-        known: _Known | None,
-    ) -> _Known:
-        """`_refresh_cache` of a live process; raises `Unreachable` (its memory is not read
-        any more)."""
-        proc_dir, start = f"{self._proc}/{pid}", stat.start_ticks
-        if self._readers.quarantined(proc_dir, start):
-            raise Unreachable(proc_dir)
-
-        def read(leaf: str, limit: int) -> bytes:
-            return self._readers.read_file(proc_dir, leaf, limit, start)
-
-        key = (pid, start)
-        due = known is None or (
-            known.comm != stat.comm
-            or n_threads != known.maps_threads
-            or _maps_due(known, cpu_ns, now)
-        )
-        if not due:
-            assert known is not None
-            return known
-        cmdline = read_cmdline(proc_dir, raw_stat, read)
-        if known is None or (cmdline and cmdline != known.cmdline):
-            # New process, or it exec'd (new cmdline): environment and libraries changed.
-            known = _Known(cmdline, stat.comm, None, None, now, n_threads, cpu_ns)
-            try:
-                known.thread_env = native.read_thread_env(pid, self.root, read)
-                self._read_maps(pid, known, read, start)
-            except PermissionError:
-                known.denied = True
-            self._known[key] = known
-            return known
-        try:
-            self._read_maps(pid, known, read, start)
-        except PermissionError:
-            known.denied = True
-        known.comm = stat.comm
-        known.maps_read_at = now
-        known.maps_threads = n_threads
-        known.maps_cpu_ns = cpu_ns
-        return known
-
-    def _read_maps(self, pid: int, known: _Known, read: native.Read, start: int) -> None:
-        """Pools from maps and, for the libraries that export it, their live sizes.
-
-        An exiting process's maps read empty: that must not erase what was seen.
-        PermissionError (maps refused) propagates; a refused memory read only marks
-        `live_denied`, the pools stand.
-        """
-        maps = native.read_maps(pid, self.root, read)
-        if maps is None or (not maps and known.pools is not None):
-            return
-        found = native.pools_from_maps(maps)
-        if found or known.pools is None:
-            known.pools = found
-        if not any(pools.POOLS_BY_KEY[k].live_symbol for k in found):
-            return
-        try:
-            live = self._live.read(pid, maps, start)
-        except PermissionError:
-            known.live_denied = True
-            return
-        except Unreachable:
-            raise
-        except Exception:  # the per-process boundary: what one process maps
-            # must not stop the sampling of the others (the reader is meant never to raise).
-            live = LiveSizes({}, {}, {"": "the live read failed"})
-        known.live_unreadable = bool(live.unreadable)
-        if live.sizes:
-            known.live_pools, known.live_threads = live.sizes, live.extra
-        elif live.unreadable and known.live_pools is None:
-            # Memory readable, a library's file not: its size is unknown, and then its
-            # thread count is no evidence of it (`analysis.poolsize`): an empty reading.
-            known.live_pools, known.live_threads = {}, {}
-
-
-def _maps_due(known: _Known, cpu_ns: int | None, now: float) -> bool:
-    """Maps (and cmdline) are due on their schedule, unless the process did not run since
-    they were read (mapping a library, exec'ing, starting a pool: all need it to run)."""
-    if now - known.maps_read_at < MAPS_REFRESH_S:
-        return False
-    return cpu_ns is None or cpu_ns != known.maps_cpu_ns
-
 
 def _still(sample: ProcessSample) -> bool:
     """None of the threads of a real reading was runnable: it may be reused while nothing
@@ -636,11 +479,3 @@ def _not_seen(unavailable: list[Signal]) -> None:
     """A process of the tree could not be read (refused, or no file descriptor left)."""
     if Signal.PROCESSES not in unavailable:
         unavailable.append(Signal.PROCESSES)
-
-
-def _note_refused(known: _Known, unavailable: list[Signal]) -> None:
-    """The signals a process's refused files leave unmeasured, from its cached state."""
-    if known.denied:
-        unavailable.extend(k for k in DENIED if k not in unavailable)
-    if (known.live_denied or known.live_unreadable) and Signal.LIVE_POOLS not in unavailable:
-        unavailable.append(Signal.LIVE_POOLS)

@@ -301,7 +301,7 @@ _UNAVAILABLE_WHY: Mapping[str, str] = {
     Signal.POOLS: "pools",
     Signal.THREAD_ENV: "thread variables",
     Signal.PROCESSES: "processes of the tree (hidden by /proc's hidepid, or refused)",
-    # Three causes leave it unknown (`probe.sampler`), and the name does not say which: each
+    # Three causes leave it unknown (`probe.processcache`), and the name does not say which: each
     # is stated, since "needs root" is false of a process whose reads oversub abandoned.
     Signal.LIVE_POOLS: "live pool sizes (thread variables stand in): a process's memory was "
     "refused (reading it needs root or being its ancestor, as `oversub check -- CMD` is), or a "

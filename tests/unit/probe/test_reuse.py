@@ -13,7 +13,7 @@ from oversub.analysis.rates import counted, interval
 from oversub.core.names import Signal
 from oversub.core.targets import Target
 from oversub.core.thresholds import Thresholds
-from oversub.probe import procstat, sampler
+from oversub.probe import processcache, procstat
 from oversub.probe.cgroup import CgroupMount
 from oversub.probe.cgroup_sampler import NodeSampler
 from oversub.probe.cgroup_target import CgroupRef, Hierarchy
@@ -224,13 +224,13 @@ def test_maps_are_refreshed_on_their_schedule_only_for_a_process_that_ran(
     proc = fake.processes[200]
     proc.libraries = ("/site/numpy.libs/libscipy_openblas64_-ff651d7f.so",)
     fake.write(proc)  # planted without its clock moving: a fake, but it shows the rule
-    now[0] = sampler.MAPS_REFRESH_S
+    now[0] = processcache.MAPS_REFRESH_S
     assert s.sample().processes[200].pools == ()
     proc.threads[0].cpu_ns += 1
     fake.write(proc)
     now[0] += 0.5  # it ran and the maps' period is over: read them (its threads too)
     assert s.sample().processes[200].pools == ("openblas",)
-    now[0] += sampler.MAPS_REFRESH_S
+    now[0] += processcache.MAPS_REFRESH_S
     proc.libraries = ()
     fake.write(proc)  # gone from maps without running: nothing re-reads them
     assert s.sample().processes[200].pools == ("openblas",)
@@ -252,7 +252,7 @@ def test_maps_due_while_the_process_sleeps_are_read_after_it_ran(tmp_path: Path)
     assert ran.pools == ()
     now[0] = 2.0
     assert s.sample().processes[200] is ran
-    now[0] = sampler.MAPS_REFRESH_S
+    now[0] = processcache.MAPS_REFRESH_S
     assert s.sample().processes[200].pools == ("openblas",)
 
 

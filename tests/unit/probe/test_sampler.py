@@ -18,7 +18,7 @@ import pytest
 
 from oversub.core import errors
 from oversub.core.names import DENIED as DENIED_UNAVAILABLE
-from oversub.probe import cmdline, procfiles, procstat, proctree, sampler
+from oversub.probe import cmdline, processcache, procfiles, procstat, proctree
 from oversub.probe.procstat import CLK_TCK
 from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE
 from oversub.probe.sampler import TreeSampler
@@ -105,7 +105,7 @@ def test_cmdline_truncated(tmp_path: Path) -> None:
     fake = _tree(tmp_path)
     fake.add_process(400, 100, cmdline=("python", "x" * 500))
     sample = TreeSampler(100, root=str(tmp_path)).sample()
-    assert len(sample.processes[400].cmdline) == sampler.CMDLINE_MAX
+    assert len(sample.processes[400].cmdline) == cmdline.CMDLINE_MAX
 
 
 def test_cmdline_stops_at_the_argv_area(tmp_path: Path) -> None:
@@ -248,7 +248,7 @@ def test_pools_cached_until_thread_count_changes_or_refresh(tmp_path: Path) -> N
     # No new thread, but the refresh period passed.
     proc.libraries += ("/torch/lib/libtorch_cpu.so", "/torch/lib/libgomp-a34b3233.so.1")
     fake.write(proc)
-    now[0] = 2.0 + sampler.MAPS_REFRESH_S
+    now[0] = 2.0 + processcache.MAPS_REFRESH_S
     assert s.sample().processes[200].pools == ("libgomp", "openblas", "torch")
 
 
