@@ -46,24 +46,40 @@ def _perf_usable() -> None:
 
 
 @pytest.mark.parametrize(
-    ("library", "severity", "cost", "exit_code"),
+    ("library", "numpy", "severity", "cost", "exit_code"),
     [
-        ("xgboost", "critical", "spin", 1),
-        ("tokenizers", "warning", "work", 0),
-        ("faiss", "warning", "work", 0),
+        ("xgboost", False, "critical", "spin", 1),
+        ("tokenizers", False, "warning", "work", 0),
+        ("tokenizers", True, "warning", "work", 0),
+        ("faiss", False, "warning", "work", 0),
     ],
 )
 def test_the_severity_is_the_cost_measured_in_this_run(
-    tmp_path: Path, figure: Any, library: str, severity: str, cost: str, exit_code: int
+    tmp_path: Path,
+    figure: Any,
+    library: str,
+    numpy: bool,
+    severity: str,
+    cost: str,
+    exit_code: int,
 ) -> None:
+    """`numpy`: every process imports NumPy first (a sitecustomize on PYTHONPATH), whose
+    OpenBLAS pool sits idle beside the library's: the same finding as without it."""
     _perf_usable()
+    env = None
+    if numpy:
+        (tmp_path / "sitecustomize.py").write_text("import numpy  # idle beside the pool\n")
+        env = {"PYTHONPATH": str(tmp_path)}
     command = example("libraries.py", library, "--procs", str(PROCS), "--seconds", RUN_S)
-    run = run_check(tmp_path, command, label=library)
+    label = f"{library}-numpy" if numpy else library
+    run = run_check(tmp_path, command, env_update=env, label=label)
     found = [f for f in run.summary["findings"] if f["verdict"] == "oversubscribed"]
     assert len(found) == 1, run.describe()
     f = found[0]
     share = f["evidence"]["wait_share"]
-    figure(f"{library} wait share (oversub check)", share)
+    figure(f"{label} wait share (oversub check)", share)
+    if numpy:
+        assert "OpenBLAS" in f["evidence"]["owners"] and "idle" in f["evidence"]["owners"], f
     assert (f["severity"], f["evidence"]["cost"]) == (severity, cost), f
     assert f["evidence"]["wait_samples"] >= 50, f
     if cost == "spin":
