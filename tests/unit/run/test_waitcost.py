@@ -171,3 +171,72 @@ def test_a_process_gone_is_forgotten(tmp_path: Path) -> None:
     assert made.attach(empty) is empty
     assert made.attach(sample_of(None)).processes[PID].wait_share is None
     made.close()
+
+
+class TreeKernel(Kernel):
+    """Rings for the builders' threads (tid = pid, or pid x 100 + i)."""
+
+    def __call__(self, attr: bytes, tid: int, cpu: int, group: int, flags: int) -> int:
+        fd = os.memfd_create("ring")
+        os.write(fd, _ring(self.n, tid if tid < 1000 else tid // 100, tid))
+        self.opened.append(tid)
+        return fd
+
+
+class Samples:
+    """A sampler that hands out samples given in advance."""
+
+    def __init__(self, samples: list[TreeSample]) -> None:
+        self.samples, self.throttle_stat_path = samples, None
+
+    def sample(self) -> TreeSample:
+        return self.samples.pop(0)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_loop_measures_an_oversubscribed_tree_and_its_verdict_follows(
+    tmp_path: Path,
+) -> None:
+    """The one loop with a source whose costs have a scripted kernel: the first interval is
+    judged unmeasured, a window opens on its busy threads, and the next reading carries the
+    measured share into the next interval's finding."""
+    from oversub.core.targets import Target
+    from oversub.run.session import SessionOptions, follow
+    from oversub.run.sources import OneSource
+    from tests.support.builders import ROOT, budget, busy_workers, tree_pair
+
+    procs = busy_workers(2, 2, delay=0.5, pools=("libgomp",))
+    first, second = tree_pair(procs, dt=1.0)
+    third = tree_pair(procs, dt=2.0)[1]
+    kernel = TreeKernel()
+    clock = [0.0]
+    waits = WaitCosts(
+        str(tmp_path),
+        syscall=kernel,
+        clock=lambda: clock[0],
+        readers=Readers(),  # type: ignore[arg-type]
+        mapper=Mapper(),  # type: ignore[arg-type]
+    )
+    source = OneSource(
+        Target.tree(ROOT), Samples([first, second, third]), budget(2), "", costs=waits
+    )  # type: ignore[arg-type]
+    seen = []
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    follow(
+        source,
+        SessionOptions(max_intervals=2),
+        on_round=lambda r: seen.extend(t.assessment for t in r.targets),
+        stop_at_exit=False,
+        keep_summaries=False,
+        sleep=sleep,
+        clock=lambda: clock[0],
+    )
+    source.close()
+    assert sorted(set(kernel.opened)) == [201, 202, 20101, 20201]
+    costs = [a.findings[0].evidence.get("cost") for a in seen]
+    assert costs == ["unmeasured", "spin"]
