@@ -161,3 +161,23 @@ def test_another_users_processes_claim_no_pool_and_no_cost() -> None:
     assert f.severity is Severity.WARNING
     assert "Cost not measured here (not root, and process 11 is another user's)" in f.message
     assert "pools named" not in f.message and "spin" not in f.message
+
+
+def _pool(pid: int, owner: str, share: WaitShare | None) -> ProcessRates:
+    """A pool of 2 busy threads beside its idle caller, owned by `owner`."""
+    return proc(pid, (oc(owner, 2, 2), oc("python", 1, 0)), wait_share=share, demand=2.0)
+
+
+@pytest.mark.parametrize("owner", ["polars", "lib:/venv/lib/site-packages/foo/_foo.so"])
+def test_a_pool_the_catalogue_says_sleeps_or_has_no_row_is_critical_when_it_spins(
+    owner: str,
+) -> None:
+    """The measurement decides, whatever the catalogue says of the owner (polars sleeps; a
+    library without a row has no kind): 0.92 of the samples in a spin loop is critical."""
+    spinning = WaitShare(1000, 920, "spin-hint", 30.0)
+    f = over(tree(_pool(11, owner, spinning), _pool(12, owner, spinning)))
+    assert (f.severity, f.rule) == (Severity.CRITICAL, "oversubscribed-pools"), f
+    assert "92 % of their busy threads' CPU went to a spin loop's wait code" in f.message
+    assert "costs little" not in f.message
+    cheap = over(tree(_pool(11, owner, TOKENIZERS), _pool(12, owner, TOKENIZERS)))
+    assert cheap.severity is Severity.WARNING and "on real work" in cheap.message
