@@ -130,7 +130,7 @@ def command(
     from oversub.core.names import FailOn
     from oversub.render import render_merge
     from oversub.render.escape import terminal
-    from oversub.render.mergereport import verdict_line
+    from oversub.render.mergeview import verdict_line
 
     chosen = FailOn(str(resolve("fail_on", fail_on, load_config(Path.cwd()))))
     if output is not None:

@@ -2,7 +2,7 @@
 
 Foundation (standard library only): `analysis.merge` reads the JSON reports that
 `render.serialize` wrote (each with its `core.origin.NodeIdentity`) back into
-`NodeReport`s and merges them into a `JobReport` that `render.mergereport` prints.
+`NodeReport`s and merges them into a `JobReport` that `render.mergeview` prints.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class MergeFormat(Name):
     TEXT = "text"
     """Plain text: the node table, findings by rule, notes, the verdict line."""
     JSON = "json"
-    """`mergereport.merge_dict`, indented."""
+    """`mergeview.merge_dict`, indented."""
     MARKDOWN = "markdown"
     """The same as text, as Markdown tables (a CI job summary)."""
     JUNIT = "junit"
@@ -216,18 +216,18 @@ def render_watch_summary(
 
 def render_merge(job: JobReport, status: ExitStatus, fmt: MergeFormat) -> str:
     """The merged report of a multi-node job in `fmt`, a string ending in a newline."""
-    from oversub.render import mergereport
+    from oversub.render import mergeview
 
     if fmt is MergeFormat.TEXT:
-        return mergereport.merge_text(job, status)
+        return mergeview.merge_text(job, status)
     elif fmt is MergeFormat.JSON:
         from oversub.render.serialize import to_json
 
-        return to_json(mergereport.merge_dict(job, status), indent=2) + "\n"
+        return to_json(mergeview.merge_dict(job, status), indent=2) + "\n"
     elif fmt is MergeFormat.MARKDOWN:
-        return mergereport.merge_markdown(job, status)
+        return mergeview.merge_markdown(job, status)
     elif fmt is MergeFormat.JUNIT:
-        return mergereport.merge_junit(job, status)
+        return mergeview.merge_junit(job, status)
     else:
         unreachable(fmt)
 
