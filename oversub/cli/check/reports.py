@@ -80,7 +80,7 @@ def _stage_reports(
     from oversub.core.errors import ReportError
 
     def json_text() -> str:
-        from oversub.render.checkreport import check_dict
+        from oversub.render.checkview import check_dict
         from oversub.render.serialize import to_json
 
         return to_json(check_dict(decision), indent=2) + "\n"
@@ -151,7 +151,7 @@ def _print_summary(summary: Summary, err: TextIO) -> Console | None:
 def _print_closing(decision: CheckDecision, err: TextIO, console: Console | None) -> None:
     """What could not be written, then how the command ended and pass/FAIL with the exit
     status the process returns."""
-    from oversub.render.checkreport import closing_lines
+    from oversub.render.checkview import closing_lines
 
     lines = closing_lines(decision)
     if console is not None:

@@ -186,7 +186,7 @@ def test_hostile_names_in_episodes_are_escaped_everywhere() -> None:
 def test_checks_closing_line_says_the_episodes_made_the_verdict() -> None:
     from oversub.core.errors import ExitStatus
     from oversub.core.results import CheckDecision, CheckOutcome
-    from oversub.render.checkreport import closing_lines
+    from oversub.render.checkview import closing_lines
 
     s = summary(BURSTY)
     outcome = CheckOutcome(s, command=("pytest",), command_status=0)

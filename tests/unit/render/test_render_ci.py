@@ -426,7 +426,7 @@ def test_markdown_fits_the_job_summary_limit_by_leaving_out_processes() -> None:
 def closing(s: Summary, fail_on: FailOn, **kwargs: Any) -> str:
     from oversub.analysis.policy import exit_status
     from oversub.core.results import CheckDecision, CheckOutcome
-    from oversub.render.checkreport import closing_lines
+    from oversub.render.checkview import closing_lines
 
     outcome = CheckOutcome(s, **kwargs)
     decision = CheckDecision(outcome, exit_status(outcome, fail_on), gate(s, fail_on))
@@ -465,7 +465,7 @@ def test_closing_line_under_costly_says_why_a_run_passes_or_fails() -> None:
 def test_json_report_holds_the_gate_value() -> None:
     from oversub.core.errors import ExitStatus
     from oversub.core.results import CheckDecision, CheckOutcome
-    from oversub.render.checkreport import check_dict
+    from oversub.render.checkview import check_dict
 
     s = make_summary(findings=(CHEAP,))
     for fail_on in FailOn:
