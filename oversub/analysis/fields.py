@@ -1,6 +1,6 @@
 """Reading the fields of a recording's records: every value type-checked and bounded (the
 file is untrusted input). A wrong value raises `BadRecord`, which the reader turns into
-one line naming the record (`recording.bad`)."""
+one line naming the record (`recording.format.bad`)."""
 
 from __future__ import annotations
 

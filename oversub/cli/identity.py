@@ -9,7 +9,7 @@ from oversub.core.origin import NodeIdentity
 
 
 def read_identity(env: Mapping[str, str]) -> NodeIdentity:
-    """`node` (see `probe.identity.node_name`; UsageError on a bad `OVERSUB_NODE`) and the
+    """`node` (see `probe.nodename.node_name`; UsageError on a bad `OVERSUB_NODE`) and the
     allow-listed launcher variables (`analysis.launcher.launcher_identity`)."""
     from oversub.analysis.launcher import launcher_identity
     from oversub.probe.nodename import node_name

@@ -1,9 +1,9 @@
 """`oversub watch --all`: the whole node, a row and a verdict per cgroup that holds load.
 
-One read of /proc per interval for every cgroup (`run.node`); output as `watch` does it:
-a live frame on a terminal (transient, then the run's table), one JSON line per interval
-(`"type": "node-interval"`) and a closing `"node-summary"` line with ndjson, or only the
-closing object with json (`render.node`).
+One read of /proc per interval for every cgroup (`run.sources.NodeSource`); output as
+`watch` does it: a live frame on a terminal (transient, then the run's table), one JSON line
+per interval (`"type": "node-interval"`) and a closing `"node-summary"` line with ndjson, or
+only the closing object with json (`render.nodeview`).
 """
 
 from __future__ import annotations

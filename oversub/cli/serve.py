@@ -126,7 +126,7 @@ def command(
         exporter = _exporter(pid, cgroup, all_cgroups, name or "tree", options, top)
         path = None
         if textfile is not None:
-            from oversub.cli.reportfiles import check_report_path
+            from oversub.cli.writtenfiles import check_report_path
 
             named = textfile / (f"oversub-{name}.prom" if name else TEXTFILE)
             path = check_report_path("--textfile", named)
@@ -173,7 +173,7 @@ def _exporter(
 
 
 def _client_families(state: Exported) -> Iterator[Any]:
-    """`render.metrics.families` as prometheus-client metric families."""
+    """`render.prometheus.families` as prometheus-client metric families."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     from oversub.render.prometheus import families
@@ -245,11 +245,11 @@ def exposition(state: Exported) -> bytes:
 
 
 def write_textfile(path: Path, state: Exported) -> None:
-    """Replace `path` (a target from `reportfiles.check_report_path`) atomically: a
+    """Replace `path` (a target from `writtenfiles.check_report_path`) atomically: a
     temporary file created exclusively in the same directory, whose name does not end in
     .prom (node_exporter ignores it), fsync'ed and renamed over the old one; OSError when
     it cannot be done (the old file is then untouched, no temporary file left)."""
-    from oversub.cli.reportfiles import Replacement
+    from oversub.cli.writtenfiles import Replacement
 
     replacement = Replacement(path)
     replacement.write(exposition(state))

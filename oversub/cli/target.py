@@ -1,5 +1,5 @@
 """What a command looks at: the budget N of a process or of a cgroup, measured or given
-(what it follows is a `targets.Target`, read by `run.node.attach`).
+(what it follows is a `targets.Target`, read by `run.sources.attach`).
 """
 
 from __future__ import annotations

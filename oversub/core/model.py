@@ -95,7 +95,7 @@ class Budget(NamedTuple):
     @property
     def given(self) -> bool:
         """A budget given as a count (`--cpus N`, `cpus=`), not measured: pid 0 marks it
-        (`analysis.recommend.synthetic_budget`). Its CPU ids are not this machine's."""
+        (`analysis.plans.synthetic_budget`). Its CPU ids are not this machine's."""
         return self.pid == 0 and self.cgroup is None
 
 

@@ -2,7 +2,7 @@
 
 Foundation (standard library only): the CLI builds a `NodeIdentity` from oversub's own
 environment (`cli.identity`, `analysis.launcher.launcher_identity`), `render.serialize`
-writes it into every JSON report, and `analysis.merge` reads it back (`core.nodes`). A module
+writes it into every JSON report, and `analysis.jobmerge` reads it back (`core.nodes`). A module
 of its own so that `watch` and `check`, which write it, do not load the merge types.
 """
 

@@ -148,7 +148,7 @@ MIN_SAMPLES = 50
 
 class WaitShare(NamedTuple):
     """What one process's busy threads did with their CPU over the windows measured so far
-    (`probe.waitcost`): the share of their user-space samples in wait code. Carried by
+    (`run.waitcost`): the share of their user-space samples in wait code. Carried by
     samples, rates and recordings; a process never measured has none (None)."""
 
     samples: int

@@ -63,7 +63,7 @@ class ProcessSample(NamedTuple):
     """tid -> the runtime that owns the thread (`oversub.core.runtimes` key, or "unattributed"),
     read from outside by `oversub.probe.owners`; None = not read."""
     wait_share: WaitShare | None = None
-    """Where its busy threads' CPU went in the windows measured so far (`probe.waitcost`:
+    """Where its busy threads' CPU went in the windows measured so far (`run.waitcost`:
     sampled while its target is oversubscribed); None = never measured."""
 
 

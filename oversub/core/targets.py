@@ -14,7 +14,7 @@ from oversub.core.samples import TreeSample
 
 
 class Target(NamedTuple):
-    """What `watch`, `check` and `serve` follow; `run.node.attach` makes its source."""
+    """What `watch`, `check` and `serve` follow; `run.sources.attach` makes its source."""
 
     kind: TargetKind
     pid: int = 0

@@ -262,7 +262,7 @@ def charts_text(replay: Replay, width: int = 80, *, color: bool = False) -> list
 
 def report_text(replay: Replay, width: int = 80, *, color: bool = False) -> str:
     """About lines, the charts (coloured when `color`), then the run's summary
-    (`render.report.summary_text`)."""
+    (`render.runreport.summary_text`)."""
     from oversub.render.runreport import summary_text
 
     parts = [

@@ -1,7 +1,7 @@
 """`oversub diff`: two runs side by side, in text, JSON or Markdown.
 
 Each row is a figure of BEFORE, of AFTER and the change; the closing line says whether
-AFTER is worse (`analysis.compare` decides) and why. Recorded strings (file names, the
+AFTER is worse (`recording.compare` decides) and why. Recorded strings (file names, the
 commands) are escaped for each sink.
 """
 

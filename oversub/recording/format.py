@@ -6,7 +6,7 @@ One JSON object per line, in this order:
   time (UTC), what was watched (`mode`, `pid`, `command`), the interval asked for, the
   budget and the thresholds of the run;
 - `interval`, one per measured interval (possibly two or more merged, see
-  `analysis.replay.merge`): its wall-clock end (`timestamp`, UTC), monotonic `t0`/`t1`,
+  `recording.replay.merge`): its wall-clock end (`timestamp`, UTC), monotonic `t0`/`t1`,
   the raw deltas of each process and of the tree, host context and unavailable signals.
   Rates are not stored: they are recomputed by `rates.measures` from the raw deltas, the
   formula of a live run, so they come back bit for bit. What a process *is* (name, command

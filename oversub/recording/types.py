@@ -1,5 +1,5 @@
 """A run through time: a recording (`--record FILE`) read back, and its replay under
-thresholds. Plain data; the format is `analysis.recording`, the replay `analysis.replay`."""
+thresholds. Plain data; the format is `recording.format`, the replay `recording.replay`."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ class Figures:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Two runs side by side, and whether the second is worse (`analysis.compare`)."""
+    """Two runs side by side, and whether the second is worse (`recording.compare`)."""
 
     before: Figures
     after: Figures

@@ -1,6 +1,6 @@
 """The one sampling loop of `watch`, `check` and `serve`: it owns the clock, nothing else does.
 
-A source (`run.node.attach`) reads every target it follows at once: one process tree, one
+A source (`run.sources.attach`) reads every target it follows at once: one process tree, one
 cgroup, or every cgroup of the node plus the node itself. This loop paces the readings,
 turns each pair into one interval and one assessment per target (`analysis`), ranks the
 targets and hands the round to a callback. Targets come and go between readings; a target

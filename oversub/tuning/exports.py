@@ -1,7 +1,7 @@
 """`oversub tune --format json` and `--format markdown` (and `--json FILE`).
 
 Pure: strings from a `TuneResult`; the text form and the phrases both share are in
-`render.tune`.
+`tuning.view`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ unknown: null, and named in `unavailable` (docs/cli.md, Summary JSON).
 
 Harness: the venv's interpreter lives under /root (mode 700), so exec'ing it after setuid
 fails. Instead this process (root) imports everything oversub will need, forks, and the
-child drops to uid/gid 65534 (`nobody`) and calls `oversub.cli.main` in-process, with fd 1
+child drops to uid/gid 65534 (`nobody`) and calls `oversub.cli.app.main` in-process, with fd 1
 and 2 on files. The child first proves it is unprivileged (euid 65534, the root tree's
 environ refused); a child that is not fails the test instead of passing it vacuously.
 """
@@ -57,7 +57,7 @@ PRELOAD = (
     "encodings.latin_1",
     "encodings.utf_8",
     "json",
-    "tomllib" if sys.version_info >= (3, 11) else "tomli",  # what oversub.config imports
+    "tomllib" if sys.version_info >= (3, 11) else "tomli",  # what oversub.cli.config imports
     "resource",
     "rich.box",
     "rich.cells",

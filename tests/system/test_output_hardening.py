@@ -4,7 +4,7 @@
 What oversub promises (docs/guarantees.md, "Exit codes"; docs/cli.md, "Output"): no
 traceback when the reader of stdout leaves, exit 0 then (`check` keeps its verdict code,
 since its report is on stderr); colour and live redraw only on a terminal; `NO_COLOR`
-honoured. rich decides colour and redraw from the Console that `oversub.views.make_console`
+honoured. rich decides colour and redraw from the Console that `oversub.cli.output.make_console`
 builds per invocation: `NO_COLOR` drops colours but keeps bold/dim, and `TERM=dumb` drops
 every style and turns `Live` non-interactive (no cursor movement: only the last frame is
 printed).

@@ -1,11 +1,11 @@
-"""`--record FILE`: the run written as it goes, one line per interval (`analysis.recording`).
+"""`--record FILE`: the run written as it goes, one line per interval (`recording.format`).
 
 - The header is written when the run starts, each interval when it ends, the summary last;
   each line goes to the kernel in one write as soon as it exists, so a SIGKILL of oversub
   leaves every finished interval readable (the page cache outlives the process; a power
   loss is another matter: nothing is fsync'ed until the end).
 - Bounded size (`--record-max-mb`): when the file passes the bound, it is rewritten with
-  each pair of consecutive intervals merged into one (`analysis.replay.merge`: sums of raw
+  each pair of consecutive intervals merged into one (`recording.replay.merge`: sums of raw
   deltas, so every mean is unchanged) and, from then on, that many intervals are merged
   before one is written. A long run gets coarser, never cut: at the bound a run of any
   length keeps its whole time span.
@@ -81,7 +81,7 @@ class Recorder:
             thresholds=thresholds,
         )
         try:
-            # The path is the resolved target (`reportfiles`' link policy): a link planted
+            # The path is the resolved target (`writtenfiles`' link policy): a link planted
             # there since is not followed (ELOOP), nor a FIFO opened blocking.
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOCTTY
             self._fd = os.open(self.path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
@@ -176,9 +176,9 @@ def _records(path: Path) -> Iterator[str]:
 
 def _rewrite_merged(path: Path) -> tuple[int, int, Encoder]:
     """Replace the recording at `path` (the resolved target: a link there stays a link) by
-    one with each pair of intervals merged, through `reportfiles.Replacement`; (its size,
+    one with each pair of intervals merged, through `writtenfiles.Replacement`; (its size,
     its interval records, the encoder that continues it)."""
-    from oversub.cli.reportfiles import Replacement
+    from oversub.cli.writtenfiles import Replacement
 
     lines = _records(path)
     header = next(lines)
@@ -268,7 +268,7 @@ def open_recorder(
 ) -> Recorder:
     """The recording at `path`, header written; UsageError before anything runs when the
     path cannot take a file (as for report files), ReportError when it cannot be created."""
-    from oversub.cli.reportfiles import check_report_path
+    from oversub.cli.writtenfiles import check_report_path
 
     recorder = Recorder(check_report_path("--record", path), round(max_mb * MB), err=err)
     return recorder.open(

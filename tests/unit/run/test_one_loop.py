@@ -1,5 +1,5 @@
 """Every command that follows a target goes through the one attach function and the one
-sampling loop: `run.node.attach(Target)` makes the source, `run.session.follow` reads it.
+sampling loop: `run.sources.attach(Target)` makes the source, `run.session.follow` reads it.
 
 Each command runs in-process with both replaced by recorders (the loop stops the run at
 once, as Ctrl-C would), so the test sees which target each one attached and that the loop

@@ -1,4 +1,4 @@
-"""`run.tune.run_tuning` with a fake trial runner and a fake clock: the plan, the
+"""`cli.tune.loop.run_tuning` with a fake trial runner and a fake clock: the plan, the
 interleaved order, the budget, a failing default, an interrupt."""
 
 from __future__ import annotations
