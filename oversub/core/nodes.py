@@ -1,6 +1,6 @@
 """Data types of multi-node jobs: the reports of one job, read back and merged.
 
-Foundation (standard library only): `analysis.merge` reads the JSON reports that
+Foundation (standard library only): `analysis.jobmerge` reads the JSON reports that
 `render.serialize` wrote (each with its `core.origin.NodeIdentity`) back into
 `NodeReport`s and merges them into a `JobReport` that `render.mergeview` prints.
 """
@@ -20,7 +20,7 @@ class NodeFinding(NamedTuple):
     severity: Severity
     verdict: Verdict
     message: str
-    """Bounded (see `analysis.merge`); untrusted: every renderer escapes it."""
+    """Bounded (see `analysis.jobmerge`); untrusted: every renderer escapes it."""
 
 
 class NodeEpisode(NamedTuple):
@@ -100,7 +100,7 @@ class RuleNodes(NamedTuple):
 
 
 class JobReport(NamedTuple):
-    """The per-node reports of one job, merged (`analysis.merge.merge`)."""
+    """The per-node reports of one job, merged (`analysis.jobmerge.merge`)."""
 
     rows: tuple[NodeRow, ...]
     """One per report kept, ordered by node name (numbers in names by value), then file."""
