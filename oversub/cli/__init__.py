@@ -6,7 +6,7 @@ results become exit codes. Each command lives in a module of its own (`cpus`, `r
 and returns an exit status; `app` adds them to the group. Shared pieces: `options` (types
 and the options generated from `oversub.core.settings`), `config` (`[tool.oversub]` and the
 flag -> key -> default resolver), `output` (the Console and the streams), and for `check`
-`progress`, `reports` and `reportfiles`.
+`progress`, `reports` and `writtenfiles`.
 
 Only click and small modules are imported at start-up: launch scripts run `oversub
 recommend ... --format env` on busy machines, so every command imports rich, psutil and

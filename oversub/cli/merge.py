@@ -126,7 +126,7 @@ def command(
     from oversub.analysis.jobmerge import merge, merge_status, parse_report
     from oversub.cli.config import load_config, resolve
     from oversub.cli.output import emit
-    from oversub.cli.reportfiles import check_report_path, write_atomic
+    from oversub.cli.writtenfiles import check_report_path, write_atomic
     from oversub.core.names import FailOn
     from oversub.render import render_merge
     from oversub.render.escape import terminal

@@ -42,7 +42,7 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
     from oversub.recording.replay import reassess
 
     if out is not None:
-        from oversub.cli.reportfiles import check_report_path
+        from oversub.cli.writtenfiles import check_report_path
 
         out = check_report_path("-o", out)
     recording = read_recording(file)
@@ -53,7 +53,7 @@ def command(file: Path, fmt: str, out: Path | None, **kwargs: Any) -> ExitStatus
     color = out is None and colour_for(sys.stdout)
     text = render_report(replay, ReportFormat(fmt), width=width, color=color)
     if out is not None:
-        from oversub.cli.reportfiles import write_atomic
+        from oversub.cli.writtenfiles import write_atomic
 
         write_atomic("-o", out, text)
     else:

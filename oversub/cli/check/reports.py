@@ -4,7 +4,7 @@
 The summary and its verdict are printed first, so a file that cannot be written never hides
 them; the closing lines last, once every file is written, so that they state the exit
 status the process returns. The words come from `oversub.render`; the files are written by
-`cli.reportfiles` (atomically, checked before the run by `runners.prepare_reports`).
+`cli.writtenfiles` (atomically, checked before the run by `runners.prepare_reports`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from oversub.core.errors import ExitStatus
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from oversub.cli.reportfiles import Replacement
+    from oversub.cli.writtenfiles import Replacement
     from oversub.core.results import CheckDecision, Summary
 
 
@@ -39,7 +39,7 @@ def write_reports(
     report that cannot be written makes it exit 3 (`CheckDecision.unwritten`), and the line
     says so. A GITHUB_STEP_SUMMARY that cannot be appended to is only a warning.
     """
-    from oversub.cli.reportfiles import commit
+    from oversub.cli.writtenfiles import commit
     from oversub.core.errors import ReportError
 
     console = _print_summary(decision.outcome.summary, err)
@@ -76,7 +76,7 @@ def _stage_reports(
 ) -> tuple[list[tuple[str, Replacement]], tuple[str, str] | None]:
     """Each report file not in `failed` staged with the decision's status; (what was
     staged, the first (flag, reason) that could not be)."""
-    from oversub.cli.reportfiles import stage
+    from oversub.cli.writtenfiles import stage
     from oversub.core.errors import ReportError
 
     def json_text() -> str:
@@ -121,7 +121,7 @@ def _markdown(decision: CheckDecision, max_bytes: int | None = None) -> str:
 
 
 def _step_summary(decision: CheckDecision, env: Mapping[str, str], err: TextIO) -> None:
-    from oversub.cli.reportfiles import append_step_summary
+    from oversub.cli.writtenfiles import append_step_summary
 
     step_summary = env.get("GITHUB_STEP_SUMMARY")
     if not step_summary:

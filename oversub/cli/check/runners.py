@@ -61,13 +61,13 @@ def prepare_reports(
     """Before anything runs: refuse report paths that cannot be written (UsageError naming
     flag and path; a run of minutes must not end in "cannot write"), and warn now, once,
     about a job summary file that cannot take the report. Returns the options with each
-    report path resolved to the file it replaces (`reportfiles`' link policy, decided once)
+    report path resolved to the file it replaces (`writtenfiles`' link policy, decided once)
     and the node's identity read (a bad OVERSUB_NODE is a usage error now), and the
     environment `report` should then use (None: ours)."""
     from oversub.cli.check.reports import warn
     from oversub.cli.identity import read_identity
     from oversub.cli.options import REPORTS
-    from oversub.cli.reportfiles import check_report_path, step_summary_problem
+    from oversub.cli.writtenfiles import check_report_path, step_summary_problem
 
     resolved: dict[str, Any] = {"identity": read_identity(os.environ)}
     for option in REPORTS:

@@ -100,7 +100,7 @@ def tune(argv: list[str], opts: TuneOptions) -> ExitStatus:
         raise UsageError("--env: each variable may be given once (list its values: NAME=1,2)")
     procs_values = parse_procs_values(opts.procs_values) if opts.procs_values else ()
     if opts.json_path is not None:
-        from oversub.cli.reportfiles import check_report_path
+        from oversub.cli.writtenfiles import check_report_path
 
         check_report_path("--json", opts.json_path)
     if opts.record_dir is not None:
@@ -280,7 +280,7 @@ def _report(r: TuneResult, opts: TuneOptions, record_failures: list[str]) -> Exi
 
     with stopsignals.deferred() as during:
         if opts.json_path is not None:
-            from oversub.cli.reportfiles import write_atomic
+            from oversub.cli.writtenfiles import write_atomic
             from oversub.tuning.exports import tune_json
 
             write_atomic("--json", opts.json_path, tune_json(r))

@@ -14,7 +14,7 @@ import pytest
 from oversub.analysis.plans import synthetic_budget
 from oversub.analysis.summary import unmeasured_summary
 from oversub.cli.check.runners import CheckOptions, prepare_reports, report
-from oversub.cli.reportfiles import STEP_SUMMARY_MAX
+from oversub.cli.writtenfiles import STEP_SUMMARY_MAX
 from oversub.core.errors import ExitStatus
 from oversub.core.names import Verdict
 from oversub.core.results import Assessment, CheckOutcome
@@ -185,18 +185,18 @@ def test_stop_signal_while_reports_are_written_finishes_them_then_exits_130(
 ) -> None:
     # SIGTERM (a CI timeout) between two report files killed oversub by the signal (143),
     # leaving the second report unwritten.
-    from oversub.cli import reportfiles
+    from oversub.cli import writtenfiles
 
     written: list[str] = []
-    real = reportfiles.commit
+    real = writtenfiles.commit
 
-    def write_then_signal(flag: str, staged: reportfiles.Replacement) -> None:
+    def write_then_signal(flag: str, staged: writtenfiles.Replacement) -> None:
         real(flag, staged)
         written.append(flag)
         if flag == "--json":
             os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(reportfiles, "commit", write_then_signal)
+    monkeypatch.setattr(writtenfiles, "commit", write_then_signal)
     opts = CheckOptions(
         json_path=tmp_path / "r.json",
         junit_path=tmp_path / "r.xml",

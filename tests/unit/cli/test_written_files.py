@@ -22,7 +22,7 @@ import pytest
 
 from oversub.cli import serve
 from oversub.cli.record.writer import Recorder, open_recorder, summary_record
-from oversub.cli.reportfiles import check_report_path, write_atomic
+from oversub.cli.writtenfiles import check_report_path, write_atomic
 from oversub.core.errors import UsageError
 from oversub.core.thresholds import Thresholds
 from tests.support.builders import budget, oversubscribed_run, recording_lines
