@@ -98,7 +98,7 @@ class ProcessAccumulator:
     parent_threads_at_start: int | None = None
     """The most threads its parent was seen to have had when it forked this process."""
     owners: RunOwners | None = None
-    """Threads by owner over the run (`owners.RunOwners`); None while no owner was read."""
+    """Threads by owner over the run (`ownership.RunOwners`); None while no owner was read."""
     wait_share: WaitShare | None = None
     """Every window measured over the run, summed (`summed_share`)."""
 
