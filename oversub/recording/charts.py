@@ -262,8 +262,8 @@ def charts_text(replay: Replay, width: int = 80, *, color: bool = False) -> list
 
 def report_text(replay: Replay, width: int = 80, *, color: bool = False) -> str:
     """About lines, the charts (coloured when `color`), then the run's summary
-    (`render.runreport.summary_text`)."""
-    from oversub.render.runreport import summary_text
+    (`render.finalreport.summary_text`)."""
+    from oversub.render.finalreport import summary_text
 
     parts = [
         "\n".join(terminal(line) for line in about_lines(replay)),

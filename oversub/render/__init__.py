@@ -193,7 +193,7 @@ def render_watch_summary(
     "timestamp" as for intervals), or indented JSON (JSON); strings end in a newline. The
     JSON formats end with `serialize.identity_dict(identity)` when it is given."""
     if fmt is WatchFormat.LIVE:
-        from oversub.render.runreport import summary_renderable
+        from oversub.render.finalreport import summary_renderable
 
         return summary_renderable(summary)
     elif fmt is WatchFormat.NDJSON:

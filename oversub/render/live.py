@@ -2,7 +2,7 @@
 
 Pure: every function returns a renderable; the caller owns the Console, the `Live` and the
 clock (as in rich's examples/top_lite_simulator.py: a pure function builds the frame, the
-app refreshes it). The final report is `render.runreport`; the pieces both use, `richparts`.
+app refreshes it). The final report is `render.finalreport`; the pieces both use, `richparts`.
 
 On a terminal the frame fits the screen (`LiveFrame`): a frame taller than the terminal is
 cut at the bottom by rich's Live, which is where the fix is, so the frame gives up its

@@ -136,13 +136,13 @@ def _print_summary(summary: Summary, err: TextIO) -> Console | None:
     """The run's summary on stderr (the console that printed it, on a terminal)."""
     if err.isatty():
         from oversub.cli.output import make_console
-        from oversub.render.runreport import summary_renderable
+        from oversub.render.finalreport import summary_renderable
 
         # Through the console, so the closing lines wrap to the terminal like the report.
         console = make_console(stderr=True)
         console.print(summary_renderable(summary))
         return console
-    from oversub.render.runreport import summary_text
+    from oversub.render.finalreport import summary_text
 
     err.write(summary_text(summary) + "\n")
     return None

@@ -35,12 +35,12 @@ from oversub.core.results import Assessment, CheckOutcome, Finding, Interval
 from oversub.core.rules import PREFLIGHT_RULES
 from oversub.core.rules import RUNTIME_RULES as RULES
 from oversub.core.thresholds import Thresholds
+from oversub.render.finalreport import summary_renderable, summary_text
 from oversub.render.junit import summary_junit
 from oversub.render.live import watch_renderable
 from oversub.render.markdown import summary_markdown
 from oversub.render.phrases import budget_limit_line, totals_line
 from oversub.render.plan_text import plan_renderable
-from oversub.render.runreport import summary_renderable, summary_text
 from tests.support.builders import (
     CAUSE_KINDS,
     IDLE,

@@ -23,9 +23,9 @@ from oversub.core.thresholds import Thresholds
 from oversub.probe.budget import read_budget
 from oversub.probe.sampler import TreeSampler
 from oversub.render import WatchFormat, render_watch_interval, render_watch_summary
+from oversub.render.finalreport import summary_text
 from oversub.render.junit import summary_junit
 from oversub.render.markdown import summary_markdown
-from oversub.render.runreport import summary_text
 
 pytestmark = pytest.mark.skipif(not Path("/proc/1/stat").exists(), reason="needs Linux /proc")
 

@@ -11,7 +11,7 @@ from oversub.core.names import Verdict
 from oversub.core.results import Interval, Summary
 from oversub.core.thresholds import Thresholds
 from oversub.render.episodeview import MAX_GROUPS, episode_lines, groups
-from oversub.render.runreport import summary_text
+from oversub.render.finalreport import summary_text
 from tests.support.builders import (
     CAUSE_KINDS,
     IDLE,
@@ -131,7 +131,7 @@ def test_many_causes_are_grouped_and_the_rest_counted() -> None:
 def test_the_terminal_report_indents_each_episode_line_under_its_text() -> None:
     from rich.console import Console
 
-    from oversub.render.runreport import summary_renderable
+    from oversub.render.finalreport import summary_renderable
 
     console = Console(width=80, record=True, force_terminal=False)
     console.print(summary_renderable(summary(BURSTY)))

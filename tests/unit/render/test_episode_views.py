@@ -15,9 +15,9 @@ from oversub.core.results import Interval, Summary
 from oversub.core.thresholds import Thresholds
 from oversub.recording import ReportFormat, render_report
 from oversub.recording.replay import parse, reassess
+from oversub.render.finalreport import summary_text
 from oversub.render.junit import summary_junit
 from oversub.render.markdown import summary_markdown
-from oversub.render.runreport import summary_text
 from oversub.render.serialize import summary_dict
 from tests.support.builders import (
     IDLE,

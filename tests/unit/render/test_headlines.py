@@ -18,8 +18,8 @@ from oversub.core.results import Finding, Summary
 from oversub.core.rules import Rule
 from oversub.core.thresholds import Thresholds
 from oversub.recording.replay import parse, reassess
+from oversub.render.finalreport import summary_text
 from oversub.render.phrases import headline
-from oversub.render.runreport import summary_text
 from tests.support.builders import IDLE, ROOT, T0, Host, Load, Proc, budget, tree_pair
 
 RECORDINGS = Path(__file__).parent / "recordings"

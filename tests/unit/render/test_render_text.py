@@ -13,10 +13,10 @@ from oversub.core.model import Budget
 from oversub.core.names import Severity, Verdict
 from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE
 from oversub.render.budget_text import budget_text
+from oversub.render.finalreport import summary_renderable, summary_text
 from oversub.render.live import watch_renderable
 from oversub.render.phrases import budget_limit_line, unavailable_text
 from oversub.render.plan_text import plan_renderable
-from oversub.render.runreport import summary_renderable, summary_text
 from tests.support.builders import (
     make_assessment,
     make_budget,
@@ -377,7 +377,7 @@ def test_narrow_terminal_lists_rows_instead_of_cutting_cells(width: int) -> None
 
 
 def test_live_pool_sizes_are_shown_and_code_settings_named() -> None:
-    from oversub.render.runreport import summary_text
+    from oversub.render.finalreport import summary_text
 
     s = make_summary(
         processes=(
