@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from oversub.analysis.ownership import RunOwners
+from oversub.analysis.ownercounts import RunOwners
 from oversub.analysis.poolsize import pool_threads
 from oversub.analysis.rates import Measures, measures, per_cpu_s
 from oversub.core.names import Signal
@@ -98,7 +98,7 @@ class ProcessAccumulator:
     parent_threads_at_start: int | None = None
     """The most threads its parent was seen to have had when it forked this process."""
     owners: RunOwners | None = None
-    """Threads by owner over the run (`ownership.RunOwners`); None while no owner was read."""
+    """Threads by owner over the run (`ownercounts.RunOwners`); None while no owner was read."""
     wait_share: WaitShare | None = None
     """Every window measured over the run, summed (`summed_share`)."""
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from oversub.analysis.ownership import busy_owners
+from oversub.analysis.ownercounts import busy_owners
 from oversub.analysis.poolsize import app_threads, blamed
 from oversub.core.results import OwnerCount, ProcessRates
 from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED, describe, waits

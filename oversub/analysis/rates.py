@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from oversub.analysis.forktime import parent_threads
-from oversub.analysis.ownership import with_floor
+from oversub.analysis.ownercounts import with_floor
 from oversub.analysis.poolsize import pool_threads
 from oversub.core.names import Signal
 from oversub.core.results import HostRates, Interval, ProcessRates, Totals
@@ -356,7 +356,7 @@ class KeptRates:
         self._next[kept.sample.pid] = kept
 
     def floored(self, p: ProcessRates, floor_ns: float) -> ProcessRates:
-        """`ownership.with_floor(p, floor_ns)`, computed once for the rates of a kept
+        """`ownercounts.with_floor(p, floor_ns)`, computed once for the rates of a kept
         reading and then the same object (what a run summary and the NDJSON encoder take
         as the same again): zero deltas, none of whose threads any floor above zero makes
         active. Call it after the `interval` that made `p`."""

@@ -16,7 +16,7 @@ from oversub.core.thresholds import Thresholds
 
 class OwnerCount(NamedTuple):
     """The threads of one owner (`oversub.core.runtimes`) in one process over an interval (or a
-    whole run: `analysis.ownership.RunOwners`)."""
+    whole run: `analysis.ownercounts.RunOwners`)."""
 
     owner: str
     """A `runtimes` key, or "unattributed"."""
@@ -94,7 +94,7 @@ class ProcessRates(NamedTuple):
     """tid -> owner of every thread at the end (`samples.ProcessSample.owners`); None when
     not read."""
     owner_counts: tuple[OwnerCount, ...] | None = None
-    """Threads by owner (`analysis.ownership.owner_counts`), most runnable first; None when the
+    """Threads by owner (`analysis.ownercounts.owner_counts`), most runnable first; None when the
     owners were not read."""
     wait_share: WaitShare | None = None
     """Where its busy threads' CPU went, sampled (`samples.ProcessSample.wait_share`; over a
@@ -236,7 +236,7 @@ class ProcessSummary(NamedTuple):
     live_pools: Mapping[str, int] | None = None
     """Pool key -> threads it was last set to, read from its memory; None = unknown."""
     owners: tuple[OwnerCount, ...] | None = None
-    """Threads by owner over the run (`analysis.ownership.RunOwners`); None = not read."""
+    """Threads by owner over the run (`analysis.ownercounts.RunOwners`); None = not read."""
 
 
 class Ancestor(NamedTuple):

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from oversub.analysis.accumulators import most
 from oversub.analysis.fields import BadRecord, loads
-from oversub.analysis.ownership import add_switches
+from oversub.analysis.ownercounts import add_switches
 from oversub.analysis.policy import judge
 from oversub.analysis.rates import Measures, counted, measures, tree_totals
 from oversub.analysis.summary import RunSummary

@@ -15,7 +15,7 @@ import pytest
 
 from oversub.analysis.causes import cause
 from oversub.analysis.fixes import app_thread_fix
-from oversub.analysis.ownership import owner_counts
+from oversub.analysis.ownercounts import owner_counts
 from oversub.analysis.verdict import assess
 from oversub.core.names import Severity, Verdict
 from oversub.core.results import Interval, OwnerCount, ProcessRates
@@ -351,7 +351,7 @@ def test_numbas_busy_team_unattributed_falls_back_to_numbas_knob_as_a_warning() 
 
 
 def test_over_a_run_a_thread_counts_for_its_last_known_owner() -> None:
-    from oversub.analysis.ownership import RunOwners
+    from oversub.analysis.ownercounts import RunOwners
 
     run = RunOwners()
     early = {11: "python", 12: "unattributed", 13: "unattributed", 14: "openblas"}
@@ -371,7 +371,7 @@ def test_over_a_run_a_thread_counts_for_its_last_known_owner() -> None:
 
 
 def test_over_a_run_the_threads_that_yield_are_weighed_from_summed_switches() -> None:
-    from oversub.analysis.ownership import RunOwners
+    from oversub.analysis.ownercounts import RunOwners
 
     owners = {11: "python", 12: "python", 13: "python"}
     run = RunOwners()
