@@ -192,7 +192,7 @@ def groups(
     `n` CPUs. Every process of `contending` is in a group; a process whose named pools sleep
     while other busy threads of it are unattributed beside a mapped pool that spins is in
     both its named group and the mapped one (its severity is the worse). Empty groups are
-    left out; the order is `_ORDER` (the rule's severity follows in `owned`)."""
+    left out; the order is `_ORDER` (the rule's severity follows in `ownerfindings`)."""
     members: dict[GroupKind, list[ProcessRates]] = {}
     kinds: dict[GroupKind, list[tuple[int, str]]] = {}
 

@@ -20,7 +20,7 @@ from oversub.analysis.causes import Group, gil_bound, groups
 from oversub.analysis.cost import cost_evidence, cost_of, cost_said
 from oversub.analysis.fixes import app_thread_fix, limited, limits_text, thread_fix
 from oversub.analysis.hazards import fork_findings, orphan_finding, pool_default_finding
-from oversub.analysis.owned import (
+from oversub.analysis.ownerfindings import (
     COSTED,
     Part,
     cheap_said,
@@ -337,7 +337,7 @@ def assess(interval: Interval, thresholds: Thresholds) -> Assessment:
       more than T counts, and only one whose waiting threads spin makes it critical. Each
       busy process is judged on its own threads (`causes.groups`: a thread's owner is
       evidence for its own process only); the one finding names every busy process and
-      takes the worst rule and severity of theirs (`owned.target_finding`).
+      takes the worst rule and severity of theirs (`ownerfindings.target_finding`).
     - oversubscribed-threads (warning): over and waiting, contending processes ran >= 2
       active threads, but every pool they map is already at most T: application threads;
       or, by the owners, pools whose threads sleep (cheap), Python threads taking turns on
