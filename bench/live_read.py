@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oversub.probe.livepools import LiveReader, maps_libraries
+from oversub.probe.livesizes import LiveReader, maps_libraries
 
 CHILD = "import numpy, time; print('ready', flush=True); time.sleep(120)"
 REPEAT = 5000

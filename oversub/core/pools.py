@@ -68,7 +68,7 @@ class PoolKind(NamedTuple):
     openmp: bool
     """An OpenMP runtime: waiting team threads spin, so oversubscription costs multiples."""
     live_symbol: str | None = None
-    """Exported int data symbol holding the pool's live size (read by `probe.livepools`);
+    """Exported int data symbol holding the pool's live size (read by `probe.livesizes`);
     None when the library keeps it hidden (see docs/pools.md)."""
     live_started: str | None = None
     """Exported int data symbol that is non-zero while the pool's threads exist (OpenBLAS

@@ -52,7 +52,7 @@ class ProcessSample(NamedTuple):
     children that lived and died between two samples, which no sample saw."""
     live_pools: Mapping[str, int] | None = None
     """Pool key -> threads the pool is set to right now, read from the process's memory
-    (`oversub.probe.livepools`), for the pools whose library exports it; None = unknown."""
+    (`oversub.probe.livesizes`), for the pools whose library exports it; None = unknown."""
     live_threads: Mapping[str, int] | None = None
     """Pool key -> threads those pools run now beside the calling thread (0 while a pool's
     threads do not exist, e.g. in a forked child before its first call); None = unknown."""

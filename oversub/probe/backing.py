@@ -6,7 +6,7 @@ reader waits for that file system. A FUSE file system is served by a user's proc
 may never answer: the reader then sleeps uninterruptibly (state D: not even SIGKILL ends it)
 for as long as that server lives; a network file system (NFS, CIFS, 9p, Ceph, Lustre) may
 hang as long as its server is away (issue 38). So before any read of another process's
-memory (`probe.owners`, `probe.startroutine`, `probe.livepools`), every byte it touches must
+memory (`probe.owners`, `probe.startroutine`, `probe.livesizes`), every byte it touches must
 lie in memory whose faults wait for no one oversub does not trust:
 
 - anonymous memory (maps' device 00:00: heaps, thread stacks, anonymous mappings). A range a
@@ -26,7 +26,7 @@ Anything else is never read: FUSE (`fuse`, `fuseblk`, `fuse.*`), network file sy
 devices, shared memory objects (memfd, SysV: no mount lists them), unknown types, a device
 of neither namespace, and every mapping of a process whose mountinfo exceeds its bound. A read
 is cut where readable bytes end. The same rule decides which mapped files may be opened
-(`probe.livepools` reads a library's symbols): an open or a stat on FUSE waits as a read does.
+(`probe.livesizes` reads a library's symbols): an open or a stat on FUSE waits as a read does.
 
 What this cannot see: a mapping replaced between the reading of maps and the read itself
 (the reads are made by `probe.memreader`'s reader process, which oversub abandons when a read

@@ -9,7 +9,7 @@ odd raises `NotReadable` with a short reason: never ZeroDivisionError, OverflowE
 IndexError, struct.error or MemoryError, and never a read larger than `MAX_FILE_READ` bytes.
 
 The reader takes a `pread(length, offset)` function, so that the caller decides how the file
-is opened (see `probe.livepools`) and tests can count the bytes it reads.
+is opened (see `probe.livesizes`) and tests can count the bytes it reads.
 
 The cost is bounded too: one read of the ELF header, the program headers and the section
 headers (at most `MAX_PHNUM` and `MAX_SHNUM` entries), then `.dynsym` and its `.dynstr` (at

@@ -27,7 +27,7 @@ into the runtimes, but it is none of their pool's threads.
 A thread no evidence names is `runtimes.UNATTRIBUTED`: never guessed from the mapped
 libraries. Everything here is the watched process's to choose (names, maps paths, memory),
 so every read is bounded, every failure is "no evidence", nothing raises. Reading `syscall`
-and `mem` needs ptrace access (the same check as `probe.livepools`); refused, only names
+and `mem` needs ptrace access (the same check as `probe.livesizes`); refused, only names
 count. A stack whose frames are not yet there (a thread just created) is read again at the
 next samples (at most `TOP_TRIES` times); a running thread shows no PC, and a blocked one
 may wait where no runtime's frame is near its stack pointer: it is tried again (at most

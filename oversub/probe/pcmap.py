@@ -5,7 +5,7 @@ The PCs come from the kernel (`probe.perfpc`); nothing of the process's memory i
 whose executable mapping holds each PC. The object's file then gives two facts, read only
 where `probe.backing` says its file system answers (no FUSE, no network file system) and
 only through a descriptor that is the mapped file itself (`FileAccess.open_library`, by the
-`routes` livepools takes). Where maps are read and files opened is the caller's choice
+`routes` livesizes takes). Where maps are read and files opened is the caller's choice
 (`FileAccess`): in this process by default, or in the reader process that a read which never
 returns cannot hold (`probe.memreader`).
 
@@ -86,7 +86,7 @@ class FileAccess(Protocol):
 class DirectFiles:
     """`FileAccess` in this process: each route first opened with O_PATH (which opens
     nothing: no FIFO to wait on, no device, no terminal), then opened for reading only when
-    it is the regular file of maps' device and inode, as `probe.livepools` opens a
+    it is the regular file of maps' device and inode, as `probe.livesizes` opens a
     library."""
 
     def read_file(self, proc_dir: str, leaf: str, limit: int, start: int | None = None) -> bytes:

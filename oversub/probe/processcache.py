@@ -2,7 +2,7 @@
 pool sizes; and when each is read again.
 
 These are a process's costly files (cmdline, environ and maps, read through the reader
-process, `probe.memreader`, and the pool libraries' memory, `probe.livepools`), cached per
+process, `probe.memreader`, and the pool libraries' memory, `probe.livesizes`), cached per
 identity (pid, start_ticks). environ is read once (and again after an exec), cmdline and
 maps when the thread count or comm changes (libraries load on import and start their
 pools; an exec renames) or every `MAPS_REFRESH_S` when the process ran since they were
@@ -20,7 +20,7 @@ from oversub.core import pools
 from oversub.core.names import DENIED, Signal
 from oversub.probe import native
 from oversub.probe.cmdline import read_cmdline
-from oversub.probe.livepools import LiveReader, LiveSizes
+from oversub.probe.livesizes import LiveReader, LiveSizes
 from oversub.probe.memreader import Readers, Unreachable
 from oversub.probe.procstat import ProcStat
 
@@ -45,7 +45,7 @@ class Known:
     denied: bool = False
     """maps or environ refused (another user's process): pools and thread_env unknown."""
     live_pools: dict[str, int] | None = None
-    """Live pool sizes read with maps (`probe.livepools`); None = unknown."""
+    """Live pool sizes read with maps (`probe.livesizes`); None = unknown."""
     live_threads: dict[str, int] | None = None
     """Threads those pools run now beside the caller; None = unknown."""
     live_denied: bool = False

@@ -72,7 +72,7 @@ class Proc:
     reaped_cpu: float = 0.0
     """CPU-seconds of children it reaped during the interval (cutime + cstime)."""
     live: Mapping[str, int] | None = None
-    """Live pool sizes read from its memory (probe.livepools); None = unknown."""
+    """Live pool sizes read from its memory (probe.livesizes); None = unknown."""
     live_threads: Mapping[str, int] | None = None
     """Threads those pools run beside the caller; by default each pool's size - 1 (started)."""
     thread_starts: Sequence[int] | None = None

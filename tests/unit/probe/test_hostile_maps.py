@@ -22,8 +22,8 @@ import pytest
 
 from oversub.analysis.verdict import assess
 from oversub.core.thresholds import Thresholds
-from oversub.probe import livepools, native
-from oversub.probe.livepools import LiveReader, LiveSizes
+from oversub.probe import livesizes, native
+from oversub.probe.livesizes import LiveReader, LiveSizes
 from oversub.probe.sampler import TreeSampler
 from tests.support.builders import IDLE, ROOT, Proc, analyse
 from tests.support.elf_craft import VALUE_AT, CraftedElf
@@ -215,7 +215,7 @@ def test_what_one_process_reads_is_bounded(tree: Tree, counted: list[int]) -> No
     tree.maps("".join(lines))
     found = tree.read()
     assert sum(counted) <= 20 << 20
-    assert sum(counted) <= livepools.MAX_READ_PER_PROCESS
+    assert sum(counted) <= livesizes.MAX_READ_PER_PROCESS
     assert len(found.unreadable) >= 40 - 2  # two such files fit the budget
 
 
@@ -245,7 +245,7 @@ def test_a_fifo_at_the_mapped_path_does_not_block(tree: Tree, fifo: Path) -> Non
 
 PTY_CHILD = """
 import os, sys
-from oversub.probe.livepools import LiveReader
+from oversub.probe.livesizes import LiveReader
 root, maps = sys.argv[1], open(sys.argv[2], "rb").read()
 found = LiveReader(root).read(42, maps)
 try:

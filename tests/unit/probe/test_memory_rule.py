@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from oversub.probe import memreader
-from oversub.probe.livepools import LiveReader
+from oversub.probe.livesizes import LiveReader
 from oversub.probe.owners import OwnerReader
 from tests.support.elf_craft import VALUE_AT, CraftedElf
 from tests.support.fake_threads import (

@@ -1,4 +1,4 @@
-"""Live pool sizes read from another process's memory (probe.livepools), without NumPy.
+"""Live pool sizes read from another process's memory (probe.livesizes), without NumPy.
 
 A tiny shared library named like OpenBLAS, compiled here with gcc, exports the same data
 symbol (`int blas_cpu_number`); a child process loads it and changes the value, and the
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from oversub.probe.elf import ElfSymbol, NotReadable, dynamic_symbols
-from oversub.probe.livepools import LiveReader, LiveSizes, maps_libraries
+from oversub.probe.livesizes import LiveReader, LiveSizes, maps_libraries
 from oversub.probe.sampler import TreeSampler
 from tests.support.fake_proc import deny_open
 
@@ -42,7 +42,7 @@ time.sleep(60)
 
 
 def elf_symbol(fd: int, name: str) -> ElfSymbol | None:
-    """The data object `name` of the file open on `fd`, by the reader livepools uses."""
+    """The data object `name` of the file open on `fd`, by the reader livesizes uses."""
     return dynamic_symbols(lambda n, at: os.pread(fd, n, at), os.fstat(fd).st_size, [name])[name]
 
 
