@@ -2,7 +2,7 @@
 
 The files are untrusted: each is opened without blocking (a FIFO cannot hang merge), must
 be a regular file of at most `MAX_REPORT_BYTES`, UTF-8, JSON without NaN or Infinity, and
-an oversub report (`analysis.merge.parse_report`); anything else is one line naming the file
+an oversub report (`analysis.jobmerge.parse_report`); anything else is one line naming the file
 and the problem, exit 2. The same file named twice is read once.
 """
 
