@@ -34,13 +34,13 @@ def closing_lines(decision: CheckDecision) -> list[str]:
 
 def _verdict_line(decision: CheckDecision) -> str:
     """The last line of the report: pass/FAIL and the verdict, or why there is none."""
-    s, status = decision.outcome.summary, decision.status
-    if s.verdict is None:
-        why = s.not_judged or "nothing was measured"
+    summary, status = decision.outcome.summary, decision.status
+    if summary.verdict is None:
+        why = summary.not_judged or "nothing was measured"
         if status is ExitStatus.INTERRUPTED:
             return f"interrupted, not judged: {why}"
         return f"error: not judged: {why}"
-    judged = gate_phrase(s.verdict, decision.gate, how=by_episodes(s))
+    judged = gate_phrase(summary.verdict, decision.gate, how=by_episodes(summary))
     if status is ExitStatus.INTERRUPTED:
         return f"interrupted: {judged}"
     if decision.problems and status is ExitStatus.UNOBSERVABLE:
@@ -49,13 +49,13 @@ def _verdict_line(decision: CheckDecision) -> str:
     return f"{word}: {judged}"
 
 
-def by_episodes(s: Summary) -> str:
+def by_episodes(summary: Summary) -> str:
     """ " in 6 episodes (26.0 s, 26% of the time measured)" when the run's episodes made its
     verdict (its leading finding is theirs: docs/rules.md, "Episodes"); "" otherwise."""
-    first = s.findings[0] if s.findings else None
-    if first is None or first.verdict is not s.verdict or "episodes" not in first.evidence:
+    first = summary.findings[0] if summary.findings else None
+    if first is None or first.verdict is not summary.verdict or "episodes" not in first.evidence:
         return ""
-    total = next((t for t in s.episode_totals if t.verdict is s.verdict), None)
+    total = next((t for t in summary.episode_totals if t.verdict is summary.verdict), None)
     if total is None:
         return ""
     return (

@@ -46,10 +46,10 @@ SUMMARY_OPTIONAL = ("Invol/s\nmean/peak", "Threads peak\nactive/total")
 """Left out, in this order, when the terminal is too narrow for every column."""
 
 
-def _summary_table(s: Summary) -> richparts.ProcessTable:
-    th = s.thresholds
-    ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
-    labels = richparts.process_labels(s.processes)
+def _summary_table(summary: Summary) -> richparts.ProcessTable:
+    th = summary.thresholds
+    ordered = sorted(summary.processes, key=lambda p: p.cpu_percent, reverse=True)
+    labels = richparts.process_labels(summary.processes)
 
     def delays(ratio: float | None, demand: float, peak: float | None, top: float) -> str:
         # The peak ratio and the peak demand may come from different intervals: the peak
@@ -77,7 +77,7 @@ def _summary_table(s: Summary) -> richparts.ProcessTable:
             f"{p.cpu_percent:.0f}/{p.cpu_percent_peak:.0f}%, "
             f"demand {p.demand:.2f}/{p.demand_peak:.2f}, delay {delay}"
         )
-    t, peak = s.totals, s.totals_peak
+    t, peak = summary.totals, summary.totals_peak
     total_delay = delays(t.run_delay_ratio, t.demand, peak.run_delay_ratio, peak.demand)
     total = (
         "total",
@@ -98,12 +98,13 @@ def _summary_table(s: Summary) -> richparts.ProcessTable:
     )
 
 
-def _run_line(s: Summary, sep: str = " · ") -> str:
-    if s.preflight:
+def _run_line(summary: Summary, sep: str = " · ") -> str:
+    if summary.preflight:
         return "static preflight, nothing sampled"
-    exited = f"{sep}target exited" if s.target_exited else ""
-    samples = count(s.samples, "sample")
-    return f"{target_name(s.root_pid, s.budget)}{sep}{s.duration_s:.1f} s{sep}{samples}{exited}"
+    exited = f"{sep}target exited" if summary.target_exited else ""
+    samples = count(summary.samples, "sample")
+    name = target_name(summary.root_pid, summary.budget)
+    return f"{name}{sep}{summary.duration_s:.1f} s{sep}{samples}{exited}"
 
 
 def _episode_line(line: str) -> RenderableType:
@@ -117,43 +118,43 @@ def _episode_line(line: str) -> RenderableType:
     return richparts.hanging("  ", line[2:]) if line.startswith("  ") else richparts.text(line)
 
 
-def summary_renderable(s: Summary) -> RenderableType:
+def summary_renderable(summary: Summary) -> RenderableType:
     """The final terminal report: run line, N, verdict banner, findings with fixes, the
     episodes (`episodeview.episode_lines`), per-process mean/peak table with totals, host
     context, and dim notes."""
     from rich.console import Group
 
     parts: list[RenderableType] = [
-        richparts.text(f"oversub summary · {_run_line(s)}", "bold"),
-        richparts.text(budget_limit_line(s.budget)),
-        richparts.banner(s.verdict, headline(s)[1]),
-        richparts.findings_renderable(s.findings),
-        *(_episode_line(line) for line in episode_lines(s)),
+        richparts.text(f"oversub summary · {_run_line(summary)}", "bold"),
+        richparts.text(budget_limit_line(summary.budget)),
+        richparts.banner(summary.verdict, headline(summary)[1]),
+        richparts.findings_renderable(summary.findings),
+        *(_episode_line(line) for line in episode_lines(summary)),
     ]
-    if s.samples:  # a preflight or an unmeasured run has no table, totals or host context
-        ordered = sorted(s.processes, key=lambda p: p.cpu_percent, reverse=True)
+    if summary.samples:  # a preflight or an unmeasured run has no table, totals or host context
+        ordered = sorted(summary.processes, key=lambda p: p.cpu_percent, reverse=True)
         extra = richparts.pools_and_vars(ordered)
         parts += [
-            _summary_table(s),
+            _summary_table(summary),
             richparts.Legend(),
             *([extra] if extra is not None else []),
             richparts.text(
-                f"totals: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}; "
-                f"peak demand {number(s.totals_peak.demand)}"
+                f"totals: {totals_line(summary.totals, summary.budget.vcpus, summary.thresholds)}; "
+                f"peak demand {number(summary.totals_peak.demand)}"
             ),
-            richparts.text(richparts.host_line(s.host), "dim"),
+            richparts.text(richparts.host_line(summary.host), "dim"),
         ]
-        live = live_pools_line(s.processes, s.budget.vcpus)
+        live = live_pools_line(summary.processes, summary.budget.vcpus)
         if live is not None:
             parts.append(richparts.text(f"pool sizes read live: {live}", "dim"))
-    if s.unavailable:
-        parts.append(richparts.text(f"unavailable: {unavailable_text(s.unavailable)}", "dim"))
-    for note in s.notes:
+    if summary.unavailable:
+        parts.append(richparts.text(f"unavailable: {unavailable_text(summary.unavailable)}", "dim"))
+    for note in summary.notes:
         parts.append(richparts.text(f"note: {note}", "dim"))
     return Group(*parts)
 
 
-def summary_text(s: Summary) -> str:
+def summary_text(summary: Summary) -> str:
     """A short plain report for stderr in CI (no colour, no rich, ASCII punctuation), without
     a trailing newline:
 
@@ -165,29 +166,29 @@ def summary_text(s: Summary) -> str:
         - oversubscribed at 24.0-27.0 s (3.0 s, the worst of 3): peak demand 4.07 ...
         totals: 3 processes, 7 threads (4 active), CPU 200%, demand 4.00 ...; peak demand 4.20
     """
-    word, meaning = headline(s)
+    word, meaning = headline(summary)
     lines = [
-        f"oversub: {word} ({meaning}), {_run_line(s, ', ')}",
-        budget_limit_line(s.budget),
+        f"oversub: {word} ({meaning}), {_run_line(summary, ', ')}",
+        budget_limit_line(summary.budget),
     ]
-    for f in s.findings:
+    for f in summary.findings:
         lines.append(finding_line(f))
         lines.append(f"  fix: {f.fix}")
-    lines.extend(episode_lines(s))
-    if s.samples:
+    lines.extend(episode_lines(summary))
+    if summary.samples:
         lines.append(
-            f"totals: {totals_line(s.totals, s.budget.vcpus, s.thresholds)}; "
-            f"peak demand {number(s.totals_peak.demand)}"
+            f"totals: {totals_line(summary.totals, summary.budget.vcpus, summary.thresholds)}; "
+            f"peak demand {number(summary.totals_peak.demand)}"
         )
-        live = live_pools_line(s.processes, s.budget.vcpus)
+        live = live_pools_line(summary.processes, summary.budget.vcpus)
         if live is not None:
             lines.append(f"pool sizes read live: {live}")
-        host = host_phrases(s.host)
+        host = host_phrases(summary.host)
         if host:
             lines.append("host: " + ", ".join(host))
-    if s.unavailable:
-        lines.append(f"unavailable here: {unavailable_text(s.unavailable)}")
-    lines.extend(f"note: {note}" for note in s.notes)
+    if summary.unavailable:
+        lines.append(f"unavailable here: {unavailable_text(summary.unavailable)}")
+    lines.extend(f"note: {note}" for note in summary.notes)
     # One line each whatever they hold: a newline in a thread variable must not forge a
     # line of the CI log (`::error::…`, `oversub check: pass`).
     return "\n".join(terminal(line) for line in lines)
