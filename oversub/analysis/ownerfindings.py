@@ -30,12 +30,12 @@ from oversub.core.runtimes import RUNTIMES_BY_KEY, UNATTRIBUTED, describe
 Evidence = dict[str, float | int | str | None]
 
 
-def figure(b: Blame, procs: Sequence[ProcessRates]) -> str:
-    """The cost measured for `b`'s runtime, where its processes are the situation it was
+def figure(blame: Blame, procs: Sequence[ProcessRates]) -> str:
+    """The cost measured for `blame`'s runtime, where its processes are the situation it was
     measured in (`Runtime.measured_with`: torch's figure for torch's team only); ""."""
-    runtime = RUNTIMES_BY_KEY[b.owner]
+    runtime = RUNTIMES_BY_KEY[blame.owner]
     need = runtime.measured_with
-    mine = [p for p in procs if p.pid in b.pids] or list(procs)
+    mine = [p for p in procs if p.pid in blame.pids] or list(procs)
     if need and not all(p.pools is not None and need in p.pools for p in mine):
         return ""
     return runtime.measured
@@ -93,32 +93,34 @@ def cheap_said(pools: Sequence[str], procs: Sequence[ProcessRates], subject: str
     )
 
 
-def _code(b: Blame, procs: Sequence[ProcessRates]) -> str | None:
+def _code(blame: Blame, procs: Sequence[ProcessRates]) -> str | None:
     """The in-code knob of a blamed pool: torch's own call for the OpenMP team of a process
     running PyTorch (it sizes that team), else the runtime's."""
-    runtime = RUNTIMES_BY_KEY[b.owner]
-    torch = any(p.pid in b.pids and p.pools is not None and "torch" in p.pools for p in procs)
-    if b.owner == "libgomp" and torch:
+    runtime = RUNTIMES_BY_KEY[blame.owner]
+    torch = any(p.pid in blame.pids and p.pools is not None and "torch" in p.pools for p in procs)
+    if blame.owner == "libgomp" and torch:
         return "torch.set_num_threads({t})"
     return runtime.code
 
 
-def knob_fix(b: Blame, threads: int, procs: Sequence[ProcessRates], n: int = 0, m: int = 0) -> str:
+def knob_fix(
+    blame: Blame, threads: int, procs: Sequence[ProcessRates], n: int = 0, m: int = 0
+) -> str:
     """ "ONNX Runtime intra-op pool in 2 processes (pids 11, 12): set
     SessionOptions.intra_op_num_threads = 1 (environment variables do not reach it)"; for a
     library oversub has no row for, the levers of any runtime (`fixes.library_levers`, `m`
     busy processes on `n` CPUs)."""
-    runtime = RUNTIMES_BY_KEY[b.owner]
+    runtime = RUNTIMES_BY_KEY[blame.owner]
     if runtime.waits == "unknown":
-        return library_levers(b.owner, b.pids, threads, n, m)
-    code = _code(b, procs)
+        return library_levers(blame.owner, blame.pids, threads, n, m)
+    code = _code(blame, procs)
     call = None if code is None else code.format(t=threads)
-    where = f"{runtime.label} in {who(b.pids)}"
+    where = f"{runtime.label} in {who(blame.pids)}"
     if not runtime.variables:
         assert call is not None  # every runtime with a pool has one knob at least
         return f"{where}: {call} (environment variables do not reach it)"
     var = runtime.variables[0]
-    env = [p.thread_env or {} for p in procs if p.pid in b.pids]
+    env = [p.thread_env or {} for p in procs if p.pid in blame.pids]
     if env and all(e.get(var, "").strip() == str(threads) for e in env):
         # The variable is already at the target, yet the pool runs more: it was set after
         # the library read it (os.environ after import). Only code, or an earlier export.
@@ -127,7 +129,7 @@ def knob_fix(b: Blame, threads: int, procs: Sequence[ProcessRates], n: int = 0, 
             f", or {call} in each" if call else ""
         )
     text = f"{where}: set {var}={threads} before the process starts"
-    if b.owner == "polars":
+    if blame.owner == "polars":
         text += " (read once, when polars is imported)"
     return text + (f", or {call} in each, before the work starts" if call else "")
 
