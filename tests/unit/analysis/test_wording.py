@@ -1,8 +1,8 @@
 """Every line true: each finding template and message, for singular and plural counts and for
 thread variables already at the recommended value, checked against its own evidence.
 
-Issue 11's "Done when": this renders every rule of `verdict.RULES` and
-`preflight.PREFLIGHT_RULES`, every plan warning and text, every budget line and every
+Issue 11's "Done when": this renders every rule of `core.rules.RUNTIME_RULES` and
+`core.rules.PREFLIGHT_RULES`, every plan warning and text, every budget line and every
 closing line of `check`, through every human format (plain stderr report, terminal, Markdown,
 JUnit), over grids of N, M, threads and workers that include 1 (singular), 0 and many, and
 checks the text for what a reader would catch:
