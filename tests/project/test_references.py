@@ -1,7 +1,8 @@
 """The map is true (issue 40): every dotted reference to oversub's code in the docstrings
-(attribute docstrings too) and comments of the Python files (oversub/, tests/, tools/) and in
-README.md and docs/*.md names something that exists, as test_layers.py checks the module list
-of docs/architecture.md against the tree; and that page reads whole and places every module.
+(attribute docstrings too) and comments of the Python files (oversub/, tests/, tools/, bench/,
+examples/) and in README.md, docs/*.md and bench/RESULTS.md names something that exists, as
+test_layers.py checks the module list of docs/architecture.md against the tree; and that page
+reads whole and places every module.
 
 A reference is a dotted name whose first part is `oversub` or one of its top-level folders
 and modules (`ROOTS`), written in backquotes or in plain text, and not itself the tail of a
@@ -60,9 +61,11 @@ FOLDERS = "|".join(name for name in ROOTS if (PACKAGE / name).is_dir())
 PATH = re.compile(
     rf"(?<![\w.\-/\\])(?:(?:oversub/)?(?:{FOLDERS})|tests|tools)/(?:[a-z0-9_]+/)*(?:[a-z0-9_]+\.py\b)?"
 )
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "RESULTS.md"]
 SOURCES = sorted(
-    path for folder in ("oversub", "tests", "tools") for path in (ROOT / folder).rglob("*.py")
+    path
+    for folder in ("oversub", "tests", "tools", "bench", "examples")
+    for path in (ROOT / folder).rglob("*.py")
 )
 
 
@@ -190,6 +193,7 @@ def path_exists(path: str) -> bool:
     return (PACKAGE / path.removeprefix("oversub/")).exists()
 
 
+@cache
 def references() -> tuple[list[Reference], list[Reference]]:
     """Every dotted reference and every path into the tree, with where it is written."""
     names, places = [], []
