@@ -61,13 +61,13 @@ def owner_counts(
 
 
 def add_switches(
-    into: dict[int, tuple[int, int]], p: ProcessRates
+    into: dict[int, tuple[int, int]], process: ProcessRates
 ) -> dict[int, tuple[int, int]] | None:
-    """`into` (tid -> voluntary, involuntary switches) plus `p`'s per-thread switches; None
-    when `p` ran threads whose switches were not counted (a partial sum would undercount)."""
-    if p.thread_ids and not p.thread_switches:
+    """`into` (tid -> voluntary, involuntary switches) plus `process`'s per-thread switches; None
+    when `process` ran threads whose switches were not counted (a partial sum would undercount)."""
+    if process.thread_ids and not process.thread_switches:
         return None
-    for tid, (v, i) in zip(p.thread_ids, p.thread_switches, strict=True):
+    for tid, (v, i) in zip(process.thread_ids, process.thread_switches, strict=True):
         was = into.get(tid, (0, 0))
         into[tid] = (was[0] + v, was[1] + i)
     return into
@@ -94,21 +94,23 @@ class RunOwners:
     _last: Mapping[int, str] | None = field(default=None, repr=False, compare=False)
     """The owners added last: the same mapping again with nothing run adds nothing."""
 
-    def add(self, p: ProcessRates) -> None:
-        assert p.owners is not None
-        if p.owners is self._last and not any(p.thread_runnable_s):
+    def add(self, process: ProcessRates) -> None:
+        assert process.owners is not None
+        if process.owners is self._last and not any(process.thread_runnable_s):
             return  # a kept reading (`probe.sampler`): the same threads, none ran
-        self._last = p.owners
-        self.owner_of.update(p.owners)
+        self._last = process.owners
+        self.owner_of.update(process.owners)
         if self.switches is not None:
-            self.switches = add_switches(self.switches, p)
-        ranked = sorted(zip(p.thread_runnable_s, p.thread_ids, strict=True), reverse=True)
+            self.switches = add_switches(self.switches, process)
+        ranked = sorted(
+            zip(process.thread_runnable_s, process.thread_ids, strict=True), reverse=True
+        )
         for i, (r, tid) in enumerate(ranked):
             self.runnable[tid] = self.runnable.get(tid, 0.0) + r
-            if i < p.active_threads and r > 0:
+            if i < process.active_threads and r > 0:
                 self.busy.add(tid)
         now: dict[str, int] = {}
-        for owner in p.owners.values():
+        for owner in process.owners.values():
             now[owner] = now.get(owner, 0) + 1
         for owner, n in now.items():
             self.peak[owner] = max(self.peak.get(owner, 0), n)
@@ -138,32 +140,34 @@ class RunOwners:
         return tuple(sorted(counts, key=lambda c: (-c.runnable_s, -c.threads, c.owner)))
 
 
-def busy_owners(p: ProcessRates) -> dict[str, int]:
-    """Owner -> busy threads of `p` (only owners with a busy thread); empty when unknown."""
-    return {c.owner: c.busy for c in p.owner_counts or () if c.busy > 0}
+def busy_owners(process: ProcessRates) -> dict[str, int]:
+    """Owner -> busy threads of `process` (only owners with a busy thread); empty when unknown."""
+    return {c.owner: c.busy for c in process.owner_counts or () if c.busy > 0}
 
 
-def with_floor(p: ProcessRates, floor_ns: float) -> ProcessRates:
-    """`p` with its active threads and owner counts under the floor `floor_ns` (a thread is
+def with_floor(process: ProcessRates, floor_ns: float) -> ProcessRates:
+    """`process` with its active threads and owner counts under the floor `floor_ns` (a thread is
     active when it was runnable at least that long: `Thresholds.active_cpu` of the interval),
     from its per-thread runnable seconds alone, in whole nanoseconds as `rates.interval`
     counts them."""
-    counts = p.owner_counts
-    if p.owners is not None and not p.exited:
-        runnable = dict(zip(p.thread_ids, p.thread_runnable_s, strict=True))
+    counts = process.owner_counts
+    if process.owners is not None and not process.exited:
+        runnable = dict(zip(process.thread_ids, process.thread_runnable_s, strict=True))
         switches = (
-            dict(zip(p.thread_ids, p.thread_switches, strict=True)) if p.thread_switches else None
+            dict(zip(process.thread_ids, process.thread_switches, strict=True))
+            if process.thread_switches
+            else None
         )
-        counts = owner_counts(p.owners, runnable, floor_ns / _NS, switches)
-    active = p.active_threads
-    if p.thread_runnable_s:  # else exited, or no thread: nothing was active
-        each = p.thread_runnable_s
+        counts = owner_counts(process.owners, runnable, floor_ns / _NS, switches)
+    active = process.active_threads
+    if process.thread_runnable_s:  # else exited, or no thread: nothing was active
+        each = process.thread_runnable_s
         # Most threads of most processes ran for none of the interval: one max() tells.
         active = (
             0
             if round(max(each) * _NS) < floor_ns
             else sum(1 for r in each if round(r * _NS) >= floor_ns)
         )
-    if counts is p.owner_counts and active == p.active_threads:
-        return p
-    return p._replace(owner_counts=counts, active_threads=active)
+    if counts is process.owner_counts and active == process.active_threads:
+        return process
+    return process._replace(owner_counts=counts, active_threads=active)
