@@ -1,6 +1,6 @@
 """`report --format html`: one self-contained page (no script, no external resource).
 
-Charts are inline SVG (`render.svg`): demand against N with the verdict of each interval
+Charts are inline SVG (`recording.svg`): demand against N with the verdict of each interval
 under it, the delay ratio against its threshold, and the CPU of the busiest processes. Then
 the findings with their fixes, the episodes (each cell of the verdict strip that one covers
 links to its card), the processes and the notes. A Content Security Policy in

@@ -51,10 +51,15 @@ top-level modules (a test below keeps this equal to the tree), and the hook's pa
 the hook imports by its bare name."""
 
 FILE_SUFFIXES = frozenset(
-    {"py", "md", "ndjson", "json", "html", "toml", "txt", "yml", "yaml", "xml", "prom"}
-    | {"png", "svg", "sh", "log", "csv", "cfg", "ini"}
+    {"py", "md", "ndjson", "json", "toml", "txt", "yml", "yaml", "xml", "prom", "png", "sh"}
+    | {"log", "csv", "cfg", "ini"}
 )
-"""Suffixes that make an unresolved dotted name a file name (`run.ndjson`, `cli.md`)."""
+"""Suffixes that make an unresolved dotted name a file name (`run.ndjson`, `cli.md`). Not
+`html` nor `svg`: they are modules too (`recording.html`, `recording.svg`), so a name
+ending so is a reference unless it is one of `FILE_NAMES`."""
+
+FILE_NAMES = frozenset({"run.html", "oversub.html"})
+"""The HTML files the docs write in examples (`report ... -o run.html`)."""
 
 REFERENCE = re.compile(rf"(?<![\w.\-/\\])(?:{'|'.join(ROOTS)})(?:\.[A-Za-z_]\w*)+")
 FOLDERS = "|".join(name for name in ROOTS if (PACKAGE / name).is_dir())
@@ -105,8 +110,8 @@ def dotted(text: str) -> Iterator[tuple[int, str]]:
         before, after = text[match.start() - 1 : match.start()], text[match.end() : match.end() + 1]
         if before == after == '"':
             continue  # a quoted value: "oversub.merge"
-        if name.rsplit(".", 1)[1] in FILE_SUFFIXES and not resolves(name):
-            continue  # a file name: run.ndjson, cli.md
+        if name in FILE_NAMES or (name.rsplit(".", 1)[1] in FILE_SUFFIXES and not resolves(name)):
+            continue  # a file name: run.ndjson, cli.md, run.html
         yield text.count("\n", 0, match.start()), name
 
 
@@ -216,6 +221,7 @@ def test_a_reference_is_found_in_backquotes_and_plain_text_and_only_there() -> N
     text = (
         "`run.session.follow` and run.node.attach(target); oversub.cli.app.\n"
         "`oversub.recommend`, core.names.Signal.PSI, run.ndjson, cli.md, python launch.py,\n"
+        "`render.svg` (-o run.html)\n"
         'classname "oversub.merge", subprocess.run.x, https://api.github.com/x, my.probe.x,\n'
         "tests/unit/run/test_one_loop.py, cli/record/ and run/session.py"
     )
@@ -225,8 +231,9 @@ def test_a_reference_is_found_in_backquotes_and_plain_text_and_only_there() -> N
         "oversub.cli.app",
         "oversub.recommend",
         "core.names.Signal.PSI",
+        "render.svg",
     ]
-    assert [line for line, _ in dotted(text)] == [0, 0, 0, 1, 1]
+    assert [line for line, _ in dotted(text)] == [0, 0, 0, 1, 1, 2]
     assert [path for _, path in paths(text)] == [
         "tests/unit/run/test_one_loop.py",
         "cli/record/",
