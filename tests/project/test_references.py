@@ -10,9 +10,9 @@ longer name or path: `run.session.follow`, `probe.owners`, `oversub.cli.app`,
 `core.names.Signal.PSI`. It resolves when its leading parts are a package or module of the
 tree and the rest, read with `ast`, is a name the module defines (a function, class or
 assignment at module level, or a name imported by a package's `__init__.py`), then an
-attribute or method of that class, and so on. Two things that look like one are not: a file
-name (`run.ndjson`, `cli.md`, `launch.py`: the last part is a file suffix and the name does
-not resolve) and a quoted value (`"oversub.merge"`, a JUnit class name). A path into the tree
+attribute or method of that class, and so on. A file name looks like one and is not
+(`run.ndjson`, `cli.md`, `launch.py`: the last part is a file suffix and the name does not
+resolve), nor are the few names of `NOT_REFERENCES`. A path into the tree
 (`run/session.py`, `cli/record/`, `tests/unit/run/test_one_loop.py`) is checked as well.
 """
 
@@ -56,10 +56,11 @@ FILE_SUFFIXES = frozenset(
 )
 """Suffixes that make an unresolved dotted name a file name (`run.ndjson`, `cli.md`). Not
 `html` nor `svg`: they are modules too (`recording.html`, `recording.svg`), so a name
-ending so is a reference unless it is one of `FILE_NAMES`."""
+ending so is a reference unless it is one of `NOT_REFERENCES`."""
 
-FILE_NAMES = frozenset({"run.html", "oversub.html"})
-"""The HTML files the docs write in examples (`report ... -o run.html`)."""
+NOT_REFERENCES = frozenset({"run.html", "oversub.html", "oversub.merge"})
+"""The only names written like references that are not: the HTML files of the examples
+(`report ... -o run.html`) and the JUnit class name of merge's test cases."""
 
 REFERENCE = re.compile(rf"(?<![\w.\-/\\])(?:{'|'.join(ROOTS)})(?:\.[A-Za-z_]\w*)+")
 FOLDERS = "|".join(name for name in ROOTS if (PACKAGE / name).is_dir())
@@ -103,15 +104,14 @@ def texts() -> Iterator[tuple[Path, int, str]]:
 
 
 def dotted(text: str) -> Iterator[tuple[int, str]]:
-    """(line offset, name) of every dotted reference in `text` (file names and quoted values
-    left out, see the module docstring)."""
+    """(line offset, name) of every dotted reference in `text` (file names and
+    `NOT_REFERENCES` left out)."""
     for match in REFERENCE.finditer(text):
         name = match.group(0)
-        before, after = text[match.start() - 1 : match.start()], text[match.end() : match.end() + 1]
-        if before == after == '"':
-            continue  # a quoted value: "oversub.merge"
-        if name in FILE_NAMES or (name.rsplit(".", 1)[1] in FILE_SUFFIXES and not resolves(name)):
-            continue  # a file name: run.ndjson, cli.md, run.html
+        if name in NOT_REFERENCES:
+            continue
+        if name.rsplit(".", 1)[1] in FILE_SUFFIXES and not resolves(name):
+            continue  # a file name: run.ndjson, cli.md
         yield text.count("\n", 0, match.start()), name
 
 
@@ -222,8 +222,8 @@ def test_a_reference_is_found_in_backquotes_and_plain_text_and_only_there() -> N
         "`run.session.follow` and run.node.attach(target); oversub.cli.app.\n"
         "`oversub.recommend`, core.names.Signal.PSI, run.ndjson, cli.md, python launch.py,\n"
         "`render.svg` (-o run.html)\n"
-        'classname "oversub.merge", subprocess.run.x, https://api.github.com/x, my.probe.x,\n'
-        "tests/unit/run/test_one_loop.py, cli/record/ and run/session.py"
+        'classname "oversub.merge", "run.gone", subprocess.run.x, https://api.github.com/x,\n'
+        "my.probe.x, tests/unit/run/test_one_loop.py, cli/record/ and run/session.py"
     )
     assert [name for _, name in dotted(text)] == [
         "run.session.follow",
@@ -232,8 +232,9 @@ def test_a_reference_is_found_in_backquotes_and_plain_text_and_only_there() -> N
         "oversub.recommend",
         "core.names.Signal.PSI",
         "render.svg",
+        "run.gone",
     ]
-    assert [line for line, _ in dotted(text)] == [0, 0, 0, 1, 1, 2]
+    assert [line for line, _ in dotted(text)] == [0, 0, 0, 1, 1, 2, 3]
     assert [path for _, path in paths(text)] == [
         "tests/unit/run/test_one_loop.py",
         "cli/record/",
