@@ -5,9 +5,11 @@ examples/libraries.py runs PROCS processes of one library at its default size. O
 says its clock started, the busiest threads of each process are sampled for WINDOWS windows
 of WINDOW_S, and `analysis.spin.split` gives the share of their user-space samples in wait
 code. Measured here (docs/pools.md, "Where their busy threads' CPU goes"): XGBoost's,
-scikit-learn's and LightGBM's OpenMP teams 0.93-0.99 at their barriers; faiss 0.03-0.05,
+scikit-learn's and LightGBM's OpenMP teams 0.93-0.99 at their barriers (XGBoost 0.61-0.96 over
+ten runs of these windows on an idle machine, its rounds having phases of work); faiss 0.03-0.05,
 tokenizers and OpenCV 0.00. The bounds keep wide margins on both sides; with the library's
-own fix (one thread per process) the teams have no barrier left to wait at.
+own fix (one thread per process) the teams have no barrier left to wait at. A measurement
+taken while other work held more than OUTSIDE_AT_MOST CPUs is taken again.
 """
 
 from __future__ import annotations
@@ -21,20 +23,50 @@ from typing import Any
 import pytest
 
 from oversub.analysis.spin import split
-from oversub.core.pcprofile import PcProfile, WaitSplit
+from oversub.core.pcprofile import SPIN_SHARE, PcProfile, WaitSplit
 from oversub.probe import perfpc
 from oversub.probe.pcmap import PcMapper
 from tests.system.real.workloads import PROCS, example, reaped
 
 pytestmark = pytest.mark.real
 
-WINDOWS, WINDOW_S = 3, 0.3
-SPINNING_AT_LEAST = 0.6
+WINDOWS, WINDOW_S = 5, 0.3
+"""Five windows: XGBoost's rounds have phases of real work, and three windows of an idle
+machine measured 0.96, 0.96, 0.90 and 0.57 in four runs."""
+SPINNING_AT_LEAST = SPIN_SHARE
+"""The severity rule's threshold (`core.pcprofile.SPIN_SHARE`): a team that spins is one
+the rule calls spinning."""
 WORKING_AT_MOST = 0.25
 RUN_S = 15.0
 """Seconds each process works: start-up and the windows fit well inside."""
 START_S = 120.0
 """Seconds the processes may take to import and build their data on a loaded machine."""
+OUTSIDE_AT_MOST = 0.3
+"""CPUs that other work on the machine may take during the windows before they are taken
+again (at most ATTEMPTS runs): with a helper's test suite beside it, XGBoost's team measured
+0.28 instead of 0.85-0.99, the share of a different machine than the one asked about."""
+ATTEMPTS = 3
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _busy_ticks() -> int:
+    """Ticks every CPU of the machine spent on anything but idling (/proc/stat)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return user + nice + system + irq + softirq
+
+
+def _ticks_of(pids: list[int]) -> int:
+    """utime + stime of these processes (all their threads), those still there."""
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total
 
 
 def _cpu(pid: int, tid: str) -> int:
@@ -83,7 +115,20 @@ def started_workers(stderr: Any, count: int) -> list[int]:
 
 
 def wait_share(library: str, *args: str, env: dict[str, str] | None = None) -> WaitSplit:
-    """The busy threads of every process of the run, sampled together: the samples summed."""
+    """`measure_once` until the machine was quiet enough during its windows, at most
+    ATTEMPTS times; the last measurement otherwise, with the other load in its message."""
+    for _ in range(ATTEMPTS):
+        found, outside = measure_once(library, *args, env=env)
+        if outside <= OUTSIDE_AT_MOST:
+            break
+    return found._replace(why=f"other load {outside:.2f} CPUs during the windows")
+
+
+def measure_once(
+    library: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[WaitSplit, float]:
+    """The busy threads of every process of the run, sampled together: the samples summed,
+    and the CPUs that work outside the run (and this test) took meanwhile."""
     why = perfpc.start(os.getpid(), [os.getpid()])
     if isinstance(why, PcProfile):
         pytest.skip(f"perf events not usable here: {why.why}")
@@ -95,6 +140,8 @@ def wait_share(library: str, *args: str, env: dict[str, str] | None = None) -> W
     with reaped([*command, *args], env={**os.environ, **(env or {})}) as tree:
         assert tree.proc.stderr is not None
         workers = started_workers(tree.proc.stderr, PROCS)
+        ours = [*workers, tree.proc.pid, os.getpid()]
+        began, busy, mine = time.monotonic(), _busy_ticks(), _ticks_of(ours)
         for _ in range(WINDOWS):
             for pid in workers:
                 tids = busiest(pid)
@@ -106,7 +153,9 @@ def wait_share(library: str, *args: str, env: dict[str, str] | None = None) -> W
                 samples += found.samples
                 waiting += found.waiting
                 objects += found.objects
-    return WaitSplit(0, samples, waiting, tuple(objects))
+        others = (_busy_ticks() - busy) - (_ticks_of(ours) - mine)
+        outside = max(0, others) / CLK_TCK / (time.monotonic() - began)
+    return WaitSplit(0, samples, waiting, tuple(objects)), outside
 
 
 def describe(found: WaitSplit) -> str:
@@ -116,7 +165,9 @@ def describe(found: WaitSplit) -> str:
         t[0] += o.samples
         t[1] += o.waiting
     top = sorted(totals.items(), key=lambda kv: -kv[1][0])[:5]
-    return "; ".join(f"{name}: {n} samples, {w} waiting" for name, (n, w) in top)
+    return "; ".join(f"{name}: {n} samples, {w} waiting" for name, (n, w) in top) + (
+        f" ({found.why})" if found.why else ""
+    )
 
 
 @pytest.mark.parametrize("library", ["xgboost", "sklearn-hgb", "lightgbm"])
