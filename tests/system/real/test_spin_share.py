@@ -5,8 +5,8 @@ examples/libraries.py runs PROCS processes of one library at its default size. O
 says its clock started, the busiest threads of each process are sampled for WINDOWS windows
 of WINDOW_S, and `analysis.spin.split` gives the share of their user-space samples in wait
 code. Measured here (docs/pools.md, "Where their busy threads' CPU goes"): XGBoost's,
-scikit-learn's and LightGBM's OpenMP teams 0.93-0.99 at their barriers (XGBoost 0.61-0.96 over
-ten runs of these windows on an idle machine, its rounds having phases of work); faiss 0.03-0.05,
+scikit-learn's and LightGBM's OpenMP teams 0.93-0.99 at their barriers (XGBoost 0.61-0.96 in
+six runs of these windows on an idle machine, its rounds having phases of work); faiss 0.03-0.05,
 tokenizers and OpenCV 0.00. The bounds keep wide margins on both sides; with the library's
 own fix (one thread per process) the teams have no barrier left to wait at. A measurement
 taken while other work held more than OUTSIDE_AT_MOST CPUs is taken again.
