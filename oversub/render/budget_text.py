@@ -97,7 +97,9 @@ def budget_text(b: Budget, *, colour: bool = False, width: int | None = None) ->
     binds_w = max(len(HEADERS[2]), len(BINDS))
     room = None
     if width is not None:
-        room = max(MIN_VALUE, width - len(GAP) * 3 - label_w - binds_w)
+        room = width - len(GAP) * 3 - label_w - binds_w
+        if room < MIN_VALUE:
+            return "\n".join(_stacked(b, rows, colour, width)) + "\n"
         value_w = min(value_w, room)
     widths = (label_w, value_w, binds_w)
 
@@ -117,14 +119,34 @@ def budget_text(b: Budget, *, colour: bool = False, width: int | None = None) ->
         parts = _wrap(value, room)
         out.append(line((label, parts[0], BINDS if binds else ""), (style, style, BOLD + GREEN)))
         out += [line(("", more, ""), ("", style, "")) for more in parts[1:]]
-    out += [
-        "",
-        _styled(budget_limit_line(b), BOLD, colour),
-        _styled(f"Rounding: {ROUNDING_RULE}.", DIM, colour),
+    return "\n".join(out + _closing(b, colour, width)) + "\n"
+
+
+def _stacked(b: Budget, rows: list[tuple[str, str, bool]], colour: bool, width: int) -> list[str]:
+    """The table as a list, for a terminal too narrow for its columns: each limit on a line
+    (the binding one bold, marked), its value below it, indented and wrapped."""
+    out: list[str] = []
+    indent = GAP * 2
+    for label, value, binds in rows:
+        style = BOLD if binds else ""
+        mark = " " + _styled(BINDS, BOLD + GREEN, colour) if binds else ""
+        out.append(_styled(label, style, colour) + mark)
+        out += [indent + _styled(part, style, colour) for part in _wrap(value, width - len(indent))]
+    return [*out, *_closing(b, colour, width)]
+
+
+def _closing(b: Budget, colour: bool, width: int | None) -> list[str]:
+    """N, the rounding rule, notes, the CPU model and flags: each wrapped to `width`."""
+    lines = [
+        (budget_limit_line(b), BOLD),
+        (f"Rounding: {ROUNDING_RULE}.", DIM),
+        *((terminal(f"note: {note}"), DIM) for note in b.notes),
     ]
-    out += [_styled(terminal(f"note: {note}"), DIM, colour) for note in b.notes]
     if b.cpu_model is not None:
-        out.append(terminal(f"CPU model: {b.cpu_model}"))
+        lines.append((terminal(f"CPU model: {b.cpu_model}"), ""))
     if b.cpu_flags:
-        out.append(_styled(terminal(f"CPU flags: {' '.join(b.cpu_flags)}"), DIM, colour))
-    return "\n".join(out) + "\n"
+        lines.append((terminal(f"CPU flags: {' '.join(b.cpu_flags)}"), DIM))
+    out = [""]
+    for text, style in lines:
+        out += [_styled(part, style, colour) for part in _wrap(text, width)]
+    return out
