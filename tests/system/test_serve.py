@@ -111,7 +111,12 @@ def test_serve_cgroup_scrape_is_the_contract(spawn: Spawner, tmp_path: Path) -> 
     with pinned_cgroup(cpu) as (path, joins):
         join = " && ".join(f"echo $$ > {j}" for j in joins)
         job = spawn(
-            ["sh", "-c", f'{join} && exec "$0" -m oversub stress -M 2 -T 2 -S 90', sys.executable],
+            [
+                "sh",
+                "-c",
+                f'{join} && exec "$0" -m oversub stress --mode hash -M 2 -T 2 -S 90',
+                sys.executable,
+            ],
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
