@@ -75,9 +75,16 @@ PRELOAD = (
 )
 
 
+ACT_ON_IMPORT = ("oversub.auto", "oversub.hook", "oversub.__main__")
+"""Modules that do something when imported: `oversub.auto` sizes this process's pools and
+sets the thread variables in its environment (every later test would inherit them), the
+hook installs itself. The CLI never imports them."""
+
+
 def _preload() -> None:
     for module in pkgutil.walk_packages(oversub.__path__, "oversub."):
-        importlib.import_module(module.name)
+        if not module.name.startswith(ACT_ON_IMPORT):
+            importlib.import_module(module.name)
     for name in PRELOAD:
         importlib.import_module(name)
 
