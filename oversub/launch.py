@@ -152,11 +152,14 @@ def _say_interrupted() -> None:
 
 def main() -> NoReturn:
     """Run the `oversub` command line and exit with its documented status."""
-    stopsignals.install()
-    gc.set_threshold(*GC_THRESHOLDS)
-    fdlimit.raise_soft()  # room for the /proc files a sample holds open (run.fdlimit)
     try:
         try:
+            # All inside the try: a stop signal is a KeyboardInterrupt from the moment its
+            # handler exists (Python's own for SIGINT before), and SIGINT while raise_soft
+            # imported `resource` printed a traceback.
+            stopsignals.install()
+            gc.set_threshold(*GC_THRESHOLDS)
+            fdlimit.raise_soft()  # room for the /proc files a sample holds open (run.fdlimit)
             _prepare_streams()
             try:
                 from oversub.cli.app import main as cli_main
