@@ -84,6 +84,10 @@ def cost_of(procs: Sequence[ProcessRates]) -> Cost:
 
 OPAQUE = {
     "stress": "oversub stress's team waits by hashing, which sampled code cannot tell from work",
+    "openblas": (
+        "OpenBLAS's threads wait partly in sched_yield, in the kernel, where user-space "
+        "samples do not look"
+    ),
 }
 """Runtimes whose waiting threads spin in code no sample can tell from work: their catalogue
 kind stands, measured or not (`cost_for`)."""
