@@ -24,15 +24,17 @@ from typing import Any
 
 import pytest
 
-from oversub.core.pcprofile import PcProfile
+from oversub.core.pcprofile import SPIN_SHARE, PcProfile
 from oversub.probe import perfpc
 from tests.system.real.workloads import PROCS, ROOT, example, reaped, run_check
 
 pytestmark = pytest.mark.real
 
-SPINNING_AT_LEAST = 0.6
+SPINNING_AT_LEAST = SPIN_SHARE
+"""The rule's own line (`core.pcprofile.SPIN_SHARE`): XGBoost's rounds have phases of real
+work, and its share over a run's few windows measured 0.57-0.96 on an idle machine."""
 WORKING_AT_MOST = 0.25
-"""Measured 0.85-0.99 and 0.00-0.05 (docs/pools.md): wide margins on both sides."""
+"""Measured 0.00-0.05 (docs/pools.md): a wide margin."""
 RUN_S = "10"
 PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
 STARTUP_S = 4.0
