@@ -78,7 +78,7 @@ def banner(procs: int, size: TeamSize, idle: int, seconds: float, mode: Mode, pi
         shape = f"{count(procs, 'process')}, no team ({FLAG} 0)"
     else:
         if size.source == FLAG:
-            known = f"set to {size.threads} by {FLAG}"
+            known = f"{FLAG} asks for {size.threads}"
         elif size.source.startswith(f"{TEAM_VARIABLE}="):
             known = f"the root's is {size.threads}"
         else:

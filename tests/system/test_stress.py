@@ -217,7 +217,7 @@ def test_a_team_ends_with_its_rounds_per_second_on_stdout(stress: Start) -> None
     assert run.process.returncode == 0, err
     match = TEAM_BANNER.search(err)
     assert match is not None, err
-    assert match.groups() == (str(run.process.pid), "2", "set to 2 by --threads", "1", "1.5")
+    assert match.groups() == (str(run.process.pid), "2", "--threads asks for 2", "1", "1.5")
     teams = TEAMS.search(err)
     assert teams is not None, err
     assert re.fullmatch(r"2 threads in pids \d+, \d+", teams.group(1)), err

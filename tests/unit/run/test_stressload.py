@@ -64,7 +64,7 @@ def test_the_banner_says_what_sizes_the_teams_and_how_to_stop() -> None:
         "OMP_NUM_THREADS (else all 2 usable vCPUs), 0 idle, 60 s); Ctrl-C stops it"
     )
     assert "(the root's is 3)" in banner(2, TeamSize(3, "OMP_NUM_THREADS=3"), 0, 1, "team", 1)
-    assert "(set to 2 by --threads)" in banner(2, TeamSize(2, "--threads"), 0, 1, "team", 1)
+    assert "(--threads asks for 2)" in banner(2, TeamSize(2, "--threads"), 0, 1, "team", 1)
     assert "no team (--threads 0)" in banner(2, TeamSize(0, "--threads"), 0, 1, "team", 1)
     for size in (TeamSize(2, "--threads"), TeamSize(3, "OMP_NUM_THREADS=3")):
         assert "a team of" not in banner(2, size, 0, 1.0, "team", 1)
