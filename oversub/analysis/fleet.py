@@ -38,8 +38,3 @@ def holds_load(interval: Interval, assessment: Assessment) -> bool:
 def rank(target: str, interval: Interval, assessment: Assessment) -> tuple[int, float, str]:
     """Sort key: worst state first, then the highest demand, then the target's name."""
     return (STATES.index(state(assessment, interval)), -interval.totals.demand, target)
-
-
-def worst_finding(assessment: Assessment) -> Rule | None:
-    """The rule of the worst finding (findings come worst first), None when none fired."""
-    return assessment.findings[0].rule if assessment.findings else None

@@ -90,15 +90,6 @@ class OutputFailed(OversubError):
     status = ExitStatus.UNOBSERVABLE
 
 
-class Interrupted(OversubError):
-    """A stop signal ended a run whose summary has been printed: exit 130, nothing more to say.
-
-    (A KeyboardInterrupt anywhere else also exits 130, with one `oversub: interrupted` line.)
-    """
-
-    status = ExitStatus.INTERRUPTED
-
-
 class NotARecording(UsageError):
     """`report`/`diff`: the file is not an oversub recording, is corrupt, or has a version
     this oversub does not read (exit 2: the input is wrong, not the system)."""

@@ -122,12 +122,6 @@ def _parts(key: str) -> tuple[str, tuple[str, ...]] | None:
     return (path, names) if quote(path, safe=_PATH_SAFE) == rest else None
 
 
-def is_library_key(key: str) -> bool:
-    """True for the keys `library_key` makes (well formed: decodable, an absolute path,
-    candidates that are variable names)."""
-    return _parts(key) is not None
-
-
 def object_of(key: str) -> str | None:
     """The object path of a `library_key` key, or None for any other key."""
     found = _parts(key)

@@ -461,11 +461,6 @@ def owner_of_code(path: str, exe: str | None = None) -> str | None:
     return library_key(path)
 
 
-def is_owner_key(key: str) -> bool:
-    """True for a key an owner may have: a row's, a library's or a vendored team's."""
-    return key == UNATTRIBUTED or key in RUNTIMES_BY_KEY
-
-
 def label(key: str) -> str:
     """The human name of an owner key ("unattributed" and unknown keys as they are)."""
     runtime = RUNTIMES_BY_KEY.get(key)

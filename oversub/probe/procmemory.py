@@ -46,11 +46,6 @@ _TEXT_MAX = 8192
 _POINTER = {"x86_64": ("<Q", 8), "aarch64": ("<Q", 8), "arm64": ("<Q", 8)}
 
 
-def parse_text_maps(maps: bytes) -> list[tuple[int, int, str]]:
-    """The executable mappings of files in a maps file, sorted by start address."""
-    return text_of(parse_maps(maps))
-
-
 def text_of(mappings: list[Mapping]) -> list[tuple[int, int, str]]:
     """The executable mappings of files, sorted by start address (at most `_TEXT_MAX`)."""
     found = [(s, e, p) for s, e, perms, _, p in mappings if b"x" in perms and p[:1] == b"/"]

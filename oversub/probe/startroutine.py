@@ -37,7 +37,7 @@ import struct
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 from oversub.core.runtimes import is_system_object
-from oversub.probe.backing import Mapping, Memory, OverBudget, parse_maps
+from oversub.probe.backing import Mapping, Memory, OverBudget
 
 TOP_READ = 8192
 """Bytes read at the top of a stack mapping: the descriptor and, with a small static TLS,
@@ -59,14 +59,10 @@ in one request (a stack full of such words, which its process chooses, costs a r
 64 of them, not one each; a real thread's first walk of its process, one or two)."""
 
 
-def stack_mappings(maps: bytes) -> list[tuple[int, int]]:
-    """(start, end) of every anonymous `rw-p` mapping right above an anonymous `---p` one:
-    where glibc puts a thread's stack above its guard page."""
-    return stacks_of(parse_maps(maps))
-
-
 def stacks_of(mappings: Iterable[Mapping]) -> list[tuple[int, int]]:
-    """`stack_mappings` of maps lines already parsed (`probe.backing.parse_maps`)."""
+    """(start, end) of every anonymous `rw-p` mapping right above an anonymous `---p` one
+    (maps lines parsed by `probe.backing.parse_maps`): where glibc puts a thread's stack
+    above its guard page."""
     out: list[tuple[int, int]] = []
     guard_end = -1
     for start, end, perms, _, path in mappings:

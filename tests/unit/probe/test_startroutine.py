@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from oversub.core.samples import ThreadSample
+from oversub.probe.backing import parse_maps
 from oversub.probe.owners import TOP_TRIES, OwnerReader
-from oversub.probe.startroutine import stack_mappings
+from oversub.probe.startroutine import stacks_of
 from tests.support.fake_threads import (
     DESCRIPTOR_BELOW,
     GOMP,
@@ -183,7 +184,7 @@ def test_stack_mappings_are_anonymous_rw_right_above_a_guard() -> None:
         + maps_line(0x11000, 0x12000, "[stack]", "rw-p")
         + "zz-yy rw-p 0 0 0\n"
     )
-    assert stack_mappings(maps.encode()) == [(0x2000, 0x9000)]
+    assert stacks_of(parse_maps(maps.encode())) == [(0x2000, 0x9000)]
 
 
 def test_the_layout_is_read_on_x86_64_only(tmp_path: Path) -> None:
