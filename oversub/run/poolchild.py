@@ -19,16 +19,16 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from oversub.probe import poolstart
 from oversub.probe.census import process_start
 from oversub.run import stopsignals
 from oversub.run.confine import Cell
+from oversub.run.runner import PR_SET_PDEATHSIG, libc_prctl
 
 LINE_MAX = 1 << 16
 """Bytes of one message of a child read at most (a longer one is a broken child)."""
@@ -38,21 +38,6 @@ EXIT_WAIT_S = 2.0
 """How long a child may take to exit once told to (then it is killed)."""
 SOURCE = Path(poolstart.__file__).read_text("utf-8")
 """What the child runs (`python -c SOURCE SPEC`): it may not have oversub installed."""
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _prctl() -> Callable[..., int] | None:
-    """libc's prctl(2), loaded before any fork (never in the child)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        found: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return found
 
 
 class PoolChild:
@@ -67,12 +52,12 @@ class PoolChild:
         self._stderr = b""
         self._buffer = b""
         self._cwd = tempfile.mkdtemp(prefix="oversub-doctor-")
-        prctl = _prctl()
+        prctl = libc_prctl()  # loaded before any fork (never in the child)
 
         def in_child() -> None:
             stopsignals.unblock_in_child()
             if prctl is not None:
-                prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             cell.preexec()
 
         try:

@@ -46,12 +46,12 @@ _KILL_WAIT_S = 2.0
 """How long terminate() waits for SIGKILL to take effect before it gives up waiting."""
 
 
-_PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
 
-def _prctl() -> Callable[..., int] | None:
+def libc_prctl() -> Callable[..., int] | None:
     """libc's prctl(2), or None off Linux (or where libc cannot be loaded)."""
     if not sys.platform.startswith("linux"):
         return None
@@ -68,7 +68,7 @@ def _prctl() -> Callable[..., int] | None:
 def child_subreaper() -> Iterator[bool]:
     """While inside, orphans of this process's descendants are re-parented to it, not to init
     (PR_SET_CHILD_SUBREAPER); yields whether that holds. The previous setting is restored."""
-    prctl = _prctl()
+    prctl = libc_prctl()
     if prctl is None:
         yield False
         return
@@ -101,13 +101,13 @@ def start_command(argv: list[str]) -> subprocess.Popen[bytes]:
     if not argv:
         raise UsageError("no command given after --")
     parent = os.getpid()
-    prctl = _prctl()
+    prctl = libc_prctl()
 
     def in_child() -> None:
         stopsignals.unblock_in_child()
         fdlimit.restore_in_child()  # the descriptor limit oversub was started with
         if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != parent:  # oversub died before the line above: follow it
                 os.kill(os.getpid(), signal.SIGKILL)
 
