@@ -5,21 +5,9 @@ OVERSUB_RUN_PLAN (JSON), so its `sitecustomize.py` runs `main` at the start of e
 process of the tree, spawned, forkserver or forked, whether or not oversub is installed in
 that interpreter: this package imports the standard library only, and itself by relative
 imports. `import oversub.auto` installs the same hook in-process (`install`), loading this
-package by the same bare name, `_oversub_hook`. docs/run.md is the reference; in short:
-
-- `share`: a process's role and share, decided once; the managed variables set to it
-  before a library reads them, never one the user set;
-- `importwatch`: the first import of a library decides the share, and the code-only knobs
-  (`knobs`) are applied when, and only if, their module is imported; a setting the program
-  makes is kept and recorded as kept;
-- `children`: forked children and DataLoader workers get the worker plan, and their parent
-  gives up a thread for each;
-- `records`: what it did goes to a small JSON file per process in the run's private
-  directory, which `oversub run` reads at the end; a fault never breaks the program: one
-  line on stderr names what could not be applied.
-
-The `sitecustomize` the hook shadows (found further on sys.path) runs after it, as Python
-would have run it.
+package by the same bare name, `_oversub_hook`. docs/run.md is the reference, and each
+module's docstring says its part (the list: docs/architecture.md). The `sitecustomize` the
+hook shadows (found further on sys.path) runs after it, as Python would have run it.
 """
 
 from __future__ import annotations

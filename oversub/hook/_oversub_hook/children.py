@@ -43,9 +43,7 @@ def regrow(hook: Hook) -> None:
     if own == hook.threads:
         return
     hook.threads = own
-    hook.export()
-    hook.record_variables()
-    _resize_loaded(hook, own)
+    _apply(hook, own)
 
 
 def become_worker(hook: Hook) -> None:
@@ -55,9 +53,7 @@ def become_worker(hook: Hook) -> None:
     hook.role = "worker"
     hook.budget, hook.threads, hook.siblings = 1, 1, None
     hook.worker_pids = set()
-    hook.export()
-    hook.record_variables()
-    _resize_loaded(hook, 1)
+    _apply(hook, 1)
 
 
 def become_rank(hook: Hook) -> None:
@@ -66,9 +62,7 @@ def become_rank(hook: Hook) -> None:
     hook.role = "rank"
     hook.budget = hook.cap + hook.workers
     hook.threads = hook.own()
-    hook.export()
-    hook.record_variables()
-    _resize_loaded(hook, hook.threads)
+    _apply(hook, hook.threads)
 
 
 def undecided(hook: Hook) -> None:
@@ -79,11 +73,14 @@ def undecided(hook: Hook) -> None:
     hook.report()
 
 
-def _resize_loaded(hook: Hook, n: int) -> None:
-    """`knobs.resize_loaded`, loaded when first needed (a process that starts no child and
-    imports no runtime never loads the knobs)."""
+def _apply(hook: Hook, n: int) -> None:
+    """The process's `n` threads, just decided, in its variables, its record and the pools
+    already loaded (`knobs.resize_loaded`, loaded when first needed: a process that starts
+    no child and imports no runtime never loads the knobs)."""
     from .knobs import resize_loaded
 
+    hook.export()
+    hook.record_variables()
     resize_loaded(hook, n)
 
 
