@@ -116,6 +116,7 @@ def _is_python(program: str) -> bool:
 def _run(argv: list[str], cure: Cure, session: object, *, quiet: bool) -> int:
     from oversub.analysis.cured import verdicts
     from oversub.render import cure_text
+    from oversub.run.checking import Silent
     from oversub.run.curing import run_cured
     from oversub.run.session import SessionOptions
 
@@ -127,7 +128,7 @@ def _run(argv: list[str], cure: Cure, session: object, *, quiet: bool) -> int:
     for warning in cure.plan.warnings:
         say(f"{cure_text.PREFIX}note: {warning}")
     try:
-        cured = run_cured(argv, cure, cure.plan.budget, session, _Silent())
+        cured = run_cured(argv, cure, cure.plan.budget, session, Silent())
     except CommandError as exc:
         cause = exc.__cause__
         missing = isinstance(cause, FileNotFoundError)
@@ -181,19 +182,3 @@ class _Say:
             sys.stderr.flush()
         except (OSError, ValueError):
             self.quiet = True
-
-
-class _Silent:
-    """`run` says nothing while CMD runs: CMD's own output is what the user watches."""
-
-    def started(self, *args: object) -> None:
-        pass
-
-    def attached(self, *args: object) -> None:
-        pass
-
-    def interval(self, *args: object) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

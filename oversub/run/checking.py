@@ -43,6 +43,19 @@ class Progress(Protocol):
     def close(self) -> None: ...
 
 
+class Silent:
+    """A `Progress` that says nothing: `run`'s (CMD's own output is what the user watches)
+    and each of `tune`'s trials' (tune says its own progress, once per trial)."""
+
+    def started(self, *args: object) -> None: ...
+
+    def attached(self, *args: object) -> None: ...
+
+    def interval(self, *args: object) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Tapped:
     """A `Progress` that passes everything on to `inner`, each interval to `tap` first (the
     recording of `check --record`, the verification of `check --apply`)."""

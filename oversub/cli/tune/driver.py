@@ -256,14 +256,6 @@ def _prepare_record_dir(path: Path) -> None:
         raise UsageError(f"--record {path}: {exc.strerror or exc}") from exc
 
 
-def _color(stream: TextIO) -> bool:
-    try:
-        tty = stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-    return tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
-
-
 def _width(stream: TextIO) -> int:
     try:
         return os.get_terminal_size(stream.fileno()).columns
@@ -273,7 +265,7 @@ def _width(stream: TextIO) -> int:
 
 def _report(r: TuneResult, opts: TuneOptions, record_failures: list[str]) -> ExitStatus:
     """Write the outputs (also for a partial run), then the exit status."""
-    from oversub.cli.output import emit
+    from oversub.cli.output import colour_for, emit
     from oversub.run import stopsignals
     from oversub.tuning import TuneFormat, render_tune
     from oversub.tuning.ranking import fails_gate
@@ -285,7 +277,9 @@ def _report(r: TuneResult, opts: TuneOptions, record_failures: list[str]) -> Exi
 
             write_atomic("--json", opts.json_path, tune_json(r))
         emit(
-            render_tune(r, TuneFormat(opts.fmt), width=_width(sys.stdout), color=_color(sys.stdout))
+            render_tune(
+                r, TuneFormat(opts.fmt), width=_width(sys.stdout), color=colour_for(sys.stdout)
+            )
         )
     if r.ended == "interrupted" or during.received:
         return ExitStatus.INTERRUPTED

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oversub.run.checking import Tapped
+from oversub.run.checking import Silent, Tapped
 
 if TYPE_CHECKING:
     from oversub.cli.check.metric import StdoutMetrics
@@ -135,22 +135,6 @@ def run_trial(
         exited = stamped.stamp.exited_at if stamped.stamp is not None else None
         wall = (exited if exited is not None else ended) - stamped.started_at
     return TrialRun(outcome=outcome, wall_s=wall, seconds=ended - begun)
-
-
-class _Quiet:
-    """check's Progress, silent: tune says its own progress, once per trial."""
-
-    def started(self, *_args: object) -> None:
-        pass
-
-    def attached(self, *_args: object) -> None:
-        pass
-
-    def interval(self, *_args: object) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @contextlib.contextmanager
@@ -332,7 +316,7 @@ class TrialRunner:
     def _recorder(
         self, index: int, c: Candidate, argv: list[str]
     ) -> tuple[Recorder | None, Progress]:
-        quiet = _Quiet()
+        quiet = Silent()
         if self.opts.record_dir is None:
             return None, quiet
         from oversub.cli.record.writer import RecordingProgress, open_recorder
