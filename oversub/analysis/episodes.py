@@ -275,15 +275,6 @@ def _total(v: Verdict, t: _Tally, measured_s: float, th: Thresholds) -> EpisodeT
     return EpisodeTotal(v, t.episodes, t.seconds, min(share, 1.0), t.longest_s, t.waited_s, counts)
 
 
-def rule_text(th: Thresholds) -> str:
-    """The rule in words: "at least 10% of the time measured and 3 s together, or one
-    episode of 30 s" (as `render.episodeview.rule_text`)."""
-    return (
-        f"at least {th.episode_share:.0%} of the time measured and {th.episode_seconds:g} s "
-        f"together, or one episode of {th.long_episode:g} s"
-    )
-
-
 def run_finding(total: EpisodeTotal, worst: Episode, measured_s: float, th: Thresholds) -> Finding:
     """The finding that makes the run's verdict from its episodes: the worst episode's own
     (its cause and fix), said of every episode of its verdict."""
@@ -291,7 +282,7 @@ def run_finding(total: EpisodeTotal, worst: Episode, measured_s: float, th: Thre
     head = (
         f"{sentence(count(total.episodes, f'{total.verdict.value} episode'))} "
         f"{'fills' if total.episodes == 1 else 'fill'} {total.seconds:.1f} s of the "
-        f"{measured_s:.1f} s measured ({total.share:.0%}; the rule: {rule_text(th)})."
+        f"{measured_s:.1f} s measured ({total.share:.0%}; the rule: {th.episode_rule()})."
     )
     where = f" In the worst, at {worst.start_s:.1f}-{worst.end_s:.1f} s: "
     evidence = dict(f.evidence) | {

@@ -39,3 +39,11 @@ class Thresholds(NamedTuple):
     """... and last at least this many seconds together: one short spike is no share."""
     long_episode: float = default("long_episode")
     """One episode at least this long makes the run's verdict whatever its share."""
+
+    def episode_rule(self) -> str:
+        """The rule that makes a run's verdict from its episodes, in words: "at least 10% of
+        the time measured and 3 s together, or one episode of 30 s"."""
+        return (
+            f"at least {self.episode_share:.0%} of the time measured and "
+            f"{self.episode_seconds:g} s together, or one episode of {self.long_episode:g} s"
+        )

@@ -14,7 +14,6 @@ from typing import NamedTuple
 
 from oversub.core.plural import count, noun
 from oversub.core.results import Ancestor, Episode, EpisodeProcess, EpisodeTotal, Summary
-from oversub.core.thresholds import Thresholds
 from oversub.render.phrases import percent, process_label
 
 MAX_GROUPS = 5
@@ -59,14 +58,6 @@ def when(e: Episode) -> str:
     return f"{e.start_s:.1f}-{e.end_s:.1f} s"
 
 
-def rule_text(th: Thresholds) -> str:
-    """The rule that makes a run's verdict from its episodes, in words."""
-    return (
-        f"at least {th.episode_share:.0%} of the time measured and {th.episode_seconds:g} s "
-        f"together, or one episode of {th.long_episode:g} s"
-    )
-
-
 def total_text(t: EpisodeTotal) -> str:
     """ "3 oversubscribed, 12.0 s (26% of the time measured): they make the verdict"."""
     if t.counts:
@@ -88,7 +79,7 @@ def totals_line(s: Summary) -> str | None:
     kept = len(s.episodes)
     every = sum(t.episodes for t in s.episode_totals)
     shown = "" if kept == every else f"; the {kept} worst of {every} kept in full"
-    return f"episodes: {parts} (the rule: {rule_text(s.thresholds)}){shown}"
+    return f"episodes: {parts} (the rule: {s.thresholds.episode_rule()}){shown}"
 
 
 def figures(e: Episode, vcpus: int) -> str:
