@@ -74,37 +74,30 @@ def _fitting_advice(n: int, procs: int, threads: int, workers: int) -> str:
     return f"run at most {count(n, 'process')}, with 1 thread{each}{extra}: {_set_threads(1)}"
 
 
-def _oversubscribed(budget: Budget, procs: int, threads: int, workers: int) -> Finding:
+def _over(budget: Budget, procs: int, threads: int, workers: int) -> Finding:
+    """preflight-oversubscribed when the main threads alone exceed N, else preflight-workers:
+    the workers bring the plan over N."""
     n = budget.vcpus
     total = procs * (threads + workers)
+    if procs * threads > n:
+        rule = Rule.PREFLIGHT_OVERSUBSCRIBED
+        message = (
+            f"The plan runs {_plan(procs, threads, workers)} = {count(total, 'thread')} on "
+            f"{count(n, 'vCPU')}"
+        )
+    else:
+        rule = Rule.PREFLIGHT_WORKERS
+        message = (
+            f"The plan's main threads fit ({procs} x {count(threads, 'thread')} on "
+            f"{count(n, 'vCPU')}), but {count(workers, 'worker')} per process "
+            f"{noun(workers, 'brings', 'bring')} it to {count(total, 'thread')}"
+        )
     return Finding(
-        rule=Rule.PREFLIGHT_OVERSUBSCRIBED,
+        rule=rule,
         # Multi-thread teams that share CPUs cost multiples; single threads cost ~1.1x.
         severity=Severity.CRITICAL if threads >= 2 else Severity.WARNING,
         verdict=Verdict.OVERSUBSCRIBED,
-        message=(
-            f"The plan runs {_plan(procs, threads, workers)} = {count(total, 'thread')} on "
-            f"{count(n, 'vCPU')} ({total / n:.1f}x)"
-        ),
-        pids=(),
-        evidence=_evidence(budget, procs, threads, workers),
-        fix=_fitting_advice(n, procs, threads, workers),
-    )
-
-
-def _workers_push_over(budget: Budget, procs: int, threads: int, workers: int) -> Finding:
-    n = budget.vcpus
-    total = procs * (threads + workers)
-    return Finding(
-        rule=Rule.PREFLIGHT_WORKERS,
-        severity=Severity.CRITICAL if threads >= 2 else Severity.WARNING,
-        verdict=Verdict.OVERSUBSCRIBED,
-        message=(
-            f"The plan's main threads fit ({procs} x {count(threads, 'thread')} on "
-            f"{count(n, 'vCPU')}), but {count(workers, 'worker')} per process "
-            f"{noun(workers, 'brings', 'bring')} it to "
-            f"{count(total, 'thread')} ({total / n:.1f}x)"
-        ),
+        message=f"{message} ({total / n:.1f}x)",
         pids=(),
         evidence=_evidence(budget, procs, threads, workers),
         fix=_fitting_advice(n, procs, threads, workers),
@@ -144,10 +137,8 @@ def preflight(budget: Budget, procs: int, threads: int, workers: int = 0) -> Ass
     n = budget.vcpus
     total = procs * (threads + workers)
     findings: list[Finding] = []
-    if procs * threads > n:
-        findings.append(_oversubscribed(budget, procs, threads, workers))
-    elif total > n:
-        findings.append(_workers_push_over(budget, procs, threads, workers))
+    if total > n:
+        findings.append(_over(budget, procs, threads, workers))
     else:
         suggested = threads_for(n, procs, workers)
         if suggested > threads:
