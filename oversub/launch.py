@@ -146,10 +146,6 @@ def _say(line: str) -> None:
         sys.stderr.flush()
 
 
-def _say_interrupted() -> None:
-    _say("oversub: interrupted")
-
-
 def main() -> NoReturn:
     """Run the `oversub` command line and exit with its documented status."""
     try:
@@ -176,7 +172,7 @@ def main() -> NoReturn:
     except KeyboardInterrupt:
         # During imports or start-up, before the CLI could catch it. One KeyboardInterrupt
         # per process (stopsignals): another signal now is only recorded.
-        _say_interrupted()
+        _say("oversub: interrupted")
         code = stopsignals.INTERRUPTED
     code = _flush_stdout(stopsignals.finish(code))
     with contextlib.suppress(OSError, ValueError, AttributeError):

@@ -136,7 +136,7 @@ def command(
 
             exporter.on_update = RootHint(then=exporter.on_update)
         server = None if port is None else _listen(exporter, bind, port)
-        _say_where(server, path)
+        click.echo(listening_line(server, path), err=True)
         try:
             result = exporter.run()
         finally:
@@ -228,10 +228,6 @@ def listening_line(server: Any, textfile: Path | None) -> str:
     if textfile is not None:
         parts.append(f"writing {terminal(str(textfile))} after every sample")
     return "oversub serve: " + "; ".join(parts)
-
-
-def _say_where(server: Any, textfile: Path | None) -> None:
-    click.echo(listening_line(server, textfile), err=True)
 
 
 def exposition(state: Exported) -> bytes:

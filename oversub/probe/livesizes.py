@@ -305,7 +305,7 @@ class LiveReader:
         mounts = self._mounts if self._mounts is not None else Mounts(proc, self._host_mounts)
         if not mounts.readable(lib.device.encode("ascii", "replace")):
             return mounts.refusal(lib.device.encode("ascii", "replace"))
-        device = _device(lib.device)
+        device = device_number(lib.device)
         if device is None:
             return "on a file system no mount table lists"
         routes = [(f"{proc}/map_files/{lib.start:x}-{lib.end:x}", 0)]
@@ -321,11 +321,6 @@ class LiveReader:
 
 
 _NOT_THERE = "its live value lies in memory that may not be read (FUSE, network, unknown)"
-
-
-def _device(field: str) -> int | None:
-    """st_dev of maps' "major:minor" (hex); None when it does not parse."""
-    return device_number(field)
 
 
 def _read_int(memory: Memory, base: int, symbol: ElfSymbol) -> int | None:

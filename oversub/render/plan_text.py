@@ -81,15 +81,10 @@ def snippets(t: int, workers: int = 0) -> list[Snippet]:
 POLARS_NOTE = "# polars has no call: POLARS_MAX_THREADS is read once, when polars is imported"
 
 
-def code_lines(p: Plan) -> list[str]:
-    """Python lines that apply the plan from inside the program, for the main processes and,
-    when there are workers, for each worker."""
-    return code_lines_for(p.threads_per_process, p.workers)
-
-
 def code_lines_for(t: int, workers: int = 0) -> list[str]:
-    """`code_lines` for T = `t` threads per main process and `workers` workers each: every
-    snippet (`snippets`) with its comment, a blank line between two, then the polars note."""
+    """Python lines that apply a plan from inside the program, for T = `t` threads per main
+    process and `workers` workers each: every snippet (`snippets`) with its comment, a blank
+    line between two, then the polars note."""
     lines: list[str] = []
     for snippet in snippets(t, workers):
         lines += [*([""] if lines else []), snippet.comment, *snippet.lines]
@@ -211,7 +206,7 @@ def plan_renderable(p: Plan, *, command: str | None = None) -> RenderableType:
         *_one_command(p, command),
         Text(""),
         Text(code, style="bold"),
-        *_code(code_lines(p)),
+        *_code(code_lines_for(p.threads_per_process, p.workers)),
     ]
     for note in p.budget.notes:
         parts.append(Text(terminal(f"note: {note}"), style="dim"))

@@ -90,7 +90,7 @@ def watch_forks(hook: Hook) -> None:
         return
 
     def in_child() -> None:
-        hook.forkserved = hook.role == "helper" and procfs.is_forkserver(procfs.cmdline(hook.pid))
+        hook.forkserved = hook.role == "helper" and procfs.FORKSERVER in procfs.cmdline(hook.pid)
         hook.pid = os.getpid()
         hook.records = {k: v for k, v in hook.records.items() if v.get("state") == "kept"}
         hook.faults = []

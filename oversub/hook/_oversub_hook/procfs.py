@@ -82,8 +82,3 @@ def start_ticks() -> int | None:
 def is_helper(line: bytes) -> bool:
     """Whether a command line is one of multiprocessing's or loky's helper processes."""
     return any(mark in line for mark in HELPERS)
-
-
-def is_forkserver(line: bytes) -> bool:
-    """Whether a command line is multiprocessing's forkserver's (or a child it forked)."""
-    return FORKSERVER in line
