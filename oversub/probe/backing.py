@@ -264,21 +264,6 @@ what this module allows is judged from maps read a moment before, and the proces
 remapped those addresses since."""
 
 
-def pread_fetch(fd: int) -> Fetch:
-    """A `Fetch` reading an open file in this process (a fake tree's `mem`, in tests)."""
-
-    def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
-        out = []
-        for address, length in ranges:
-            try:
-                out.append(os.pread(fd, length, address))
-            except (OSError, OverflowError, ValueError):
-                out.append(b"")
-        return out
-
-    return fetch
-
-
 class Memory:
     """Reads of one process's memory through `fetch` that touch only what `space` allows,
     within budgets of bytes and of reads (for one sample of that process; `OverBudget` past

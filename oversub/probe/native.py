@@ -88,15 +88,6 @@ def read_maps(pid: int, root: str = "/", read: Read | None = None) -> bytes | No
     return _read_unless_gone(pid, root, "maps", MAPS_MAX, read)
 
 
-def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
-    """Thread-pool libraries mapped by `pid`; None when its maps cannot be read.
-
-    Raises PermissionError when `pid` belongs to another user (see the module docstring).
-    """
-    maps = read_maps(pid, root)
-    return None if maps is None else pools_from_maps(maps)
-
-
 THREAD_ENV_MAX_VARS = 32
 """Thread variables kept per process (those that size a known pool first)."""
 THREAD_ENV_NAME_MAX = 64

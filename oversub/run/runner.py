@@ -37,7 +37,7 @@ from oversub.core.errors import CommandError, UsageError
 from oversub.probe.memreader import service
 from oversub.probe.procfiles import read_small
 from oversub.probe.procstat import ProcStat, parse_stat
-from oversub.probe.proctree import descendants, read_ppids, scan_stats, subtree
+from oversub.probe.proctree import read_ppids, scan_stats, subtree
 from oversub.run import fdlimit, stopsignals
 
 _POLL_S = 0.05
@@ -241,15 +241,6 @@ def _children(root: str, pid: int) -> set[int]:
     except (OSError, ValueError):
         return {child for child, ppid in read_ppids(root).items() if ppid == pid}
     return found
-
-
-def descendants_now(pid: int, root: str = "/") -> set[int]:
-    """Pids of every current descendant of `pid` (not `pid` itself), by one ppid scan of /proc.
-
-    A process re-parented away from the tree (its parent exited) is not found: that is what
-    TreeReaper.observe is for. Raises OSError when `root`/proc cannot be listed.
-    """
-    return descendants(pid, read_ppids(root))
 
 
 class TreeReaper:

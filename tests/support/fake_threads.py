@@ -10,11 +10,12 @@ addresses below it, outermost first, as glibc lays them out (measured on real th
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
 from oversub.core.samples import ThreadSample
-from oversub.probe.backing import AddressSpace, Memory, Mounts, parse_maps, pread_fetch
+from oversub.probe.backing import AddressSpace, Fetch, Memory, Mounts, parse_maps
 
 PID = 100
 SITE = "/usr/lib/python3/site-packages"
@@ -134,3 +135,18 @@ def memory_of(proc: FakeProcess, fd: int) -> Memory:
     no test reaches."""
     space = AddressSpace(parse_maps(proc.maps.encode()), Mounts(str(proc.base)))
     return Memory(pread_fetch(fd), space, 1 << 30, 1 << 20)
+
+
+def pread_fetch(fd: int) -> Fetch:
+    """A `Fetch` reading an open file in this process (a fake tree's `mem`)."""
+
+    def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
+        out = []
+        for address, length in ranges:
+            try:
+                out.append(os.pread(fd, length, address))
+            except (OSError, OverflowError, ValueError):
+                out.append(b"")
+        return out
+
+    return fetch

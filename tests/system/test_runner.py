@@ -1,4 +1,4 @@
-"""start_command, TreeReaper and descendants_now, with real process trees that try to escape."""
+"""start_command, TreeReaper and descendants, with real process trees that try to escape."""
 
 from __future__ import annotations
 
@@ -16,17 +16,23 @@ from pathlib import Path
 import pytest
 
 from oversub.core.errors import CommandError, ExitStatus, UsageError
+from oversub.probe.proctree import descendants, read_ppids
 from oversub.run.runner import (
     ExitWatch,
     TreeReaper,
     child_subreaper,
-    descendants_now,
     start_command,
 )
 from tests.support.harness import OVERSUB, SLEEPER, Spawner, parent_of, start_ticks
 from tests.support.harness import wait_until as wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+
+
+def descendants_now(pid: int, root: str = "/") -> set[int]:
+    """Pids of every current descendant of `pid` (not `pid` itself), by one ppid scan."""
+    return descendants(pid, read_ppids(root))
+
 
 # The command under test. Every process writes "label pid" to the pid file once it is set
 # up, then sleeps. Labels:

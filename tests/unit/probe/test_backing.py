@@ -18,8 +18,8 @@ from oversub.probe.backing import (
     mappings_from,
     mount_types,
     parse_maps,
-    pread_fetch,
 )
+from tests.support.fake_threads import pread_fetch
 
 OWN = (
     "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"

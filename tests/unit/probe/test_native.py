@@ -11,6 +11,13 @@ from oversub.core import pools
 from oversub.probe import native
 from tests.support.fake_proc import FakeProc, deny_open, maps_text
 
+
+def read_pools(pid: int, root: str = "/") -> tuple[str, ...] | None:
+    """The pools of `pid`'s maps as the sampler finds them; None when maps is unreadable."""
+    maps = native.read_maps(pid, root)
+    return None if maps is None else native.pools_from_maps(maps)
+
+
 SECRET_ENV = {
     "SECRET": "hunter2-do-not-leak",
     "AWS_SECRET_ACCESS_KEY": "AKIAxxxxxxxxleakme",
@@ -36,13 +43,13 @@ def test_maps_classification_dedupes_and_orders_by_pool_kinds(tmp_path: Path) ->
         "/venv/lib/python3.11/site-packages/torch/lib/libgomp-a34b3233.so.1",
     )
     fake.add_process(10, 1, libraries=libs)
-    assert native.read_pools(10, root=str(tmp_path)) == ("libgomp", "openblas", "mkl", "torch")
+    assert read_pools(10, root=str(tmp_path)) == ("libgomp", "openblas", "mkl", "torch")
 
 
 def test_maps_without_pools_is_empty_not_unknown(tmp_path: Path) -> None:
     fake = FakeProc(tmp_path)
     fake.add_process(10, 1, libraries=("/usr/lib/libc.so.6",))
-    assert native.read_pools(10, root=str(tmp_path)) == ()
+    assert read_pools(10, root=str(tmp_path)) == ()
 
 
 def test_deleted_library_still_counts() -> None:
@@ -75,8 +82,8 @@ def test_unreadable_maps_and_missing_process_are_unknown(tmp_path: Path) -> None
     fake.add_process(10, 1)
     (tmp_path / "proc" / "10" / "maps").unlink()
     (tmp_path / "proc" / "10" / "maps").mkdir()  # reading a directory fails like EACCES would
-    assert native.read_pools(10, root=str(tmp_path)) is None
-    assert native.read_pools(99, root=str(tmp_path)) is None
+    assert read_pools(10, root=str(tmp_path)) is None
+    assert read_pools(99, root=str(tmp_path)) is None
 
 
 def test_environ_keeps_only_thread_variables(tmp_path: Path) -> None:
@@ -128,7 +135,7 @@ def test_real_process_environ_and_maps(tmp_path: Path) -> None:
         got = native.read_thread_env(child.pid)
         assert got is not None and got["OMP_NUM_THREADS"] == "3"
         assert "leak-me-not" not in repr(got)
-        assert native.read_pools(child.pid) is not None
+        assert read_pools(child.pid) is not None
     finally:
         child.kill()
         child.wait()
@@ -159,7 +166,7 @@ def test_pool_mapped_beyond_the_first_read_of_maps(tmp_path: Path) -> None:
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        assert native.read_pools(42, root=str(tmp_path)) == ("libgomp",)
+        assert read_pools(42, root=str(tmp_path)) == ("libgomp",)
     finally:
         writer.join(timeout=10)
 
