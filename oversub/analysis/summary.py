@@ -88,8 +88,7 @@ class RunSummary:
         the assessments `add` is given (its episodes are judged with them), the defaults
         when not given; `result` should be given the same."""
         self._span = Span()
-        """The whole run: one accumulator per process, by identity (pid and start time: a
-        reused pid is another process), and one for the tree."""
+        """The whole run (`accumulators.Span`)."""
         self._latest: dict[int, ProcessRates] = {}
         """pid -> its latest rates: who each process is and who started it (episodes)."""
         self._thresholds = thresholds if thresholds is not None else Thresholds()

@@ -66,12 +66,7 @@ class NodeSampler(TreeSampler):
 
     With `jobs` (the v1 cpuset hierarchy's root, `find_job_hierarchy`), a process whose
     cpuset cgroup lies in a SLURM job or a pod and whose cpu cgroup does not belongs to that
-    job: SLURM's task/cgroup on v1 leaves the cpu controller alone.
-
-    On a node most processes sleep: as for every `TreeSampler`, one that did not run keeps
-    its last reading (`TreeSampler._reusable`, which also keeps reading a process with a
-    runnable thread: a starved process may run less than a tick per interval while its
-    threads wait, and its run delay must not be lost)."""
+    job: SLURM's task/cgroup on v1 leaves the cpu controller alone."""
 
     def __init__(
         self,

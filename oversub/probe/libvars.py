@@ -8,12 +8,9 @@ that look like a thread count's (`..._NUM_THREADS`, `..._THREADS_NUM`, `..._NTHR
 string may be an error message's word, a constant's name (OpenCV's also holds
 `CAP_PROP_N_THREADS`), a variable read for another pool, or one it ignores. Never the fix.
 
-The object is the watched process's to choose. It is opened only as `probe.pcmap` opens a
-library (the file whose device and inode maps gives, by `/proc/PID/map_files` or the path
-under `/proc/PID/root` without following a last link, through the reader process:
-`probe.memreader`), only where `probe.backing` says its file system answers (no FUSE, no
-network file system), and read by `probe.elf.read_only_data` (checked, at most
-`elf.MAX_RODATA` bytes of `.rodata`). Anything odd gives no candidate; nothing raises.
+The object is the watched process's to choose: it is opened only as `probe.pcmap` opens a
+library, and read by `probe.elf.read_only_data` (checked, at most `elf.MAX_RODATA` bytes of
+`.rodata`). Anything odd gives no candidate; nothing raises.
 """
 
 from __future__ import annotations

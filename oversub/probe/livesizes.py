@@ -26,11 +26,9 @@ network file system) and only in ways that cannot block, acquire a terminal or o
 only when every byte of it lies in memory `probe.backing` allows (a library followed by a
 FUSE page where `base + symbol` lands is not read); and what could not be read is named in
 `LiveSizes.unreadable`, never raised (docs/security.md, "Files a watched process maps").
-The process may remap between its maps and those reads: the memory reads and the opening of
-the library (whose route, `/proc/PID/map_files` or a path, is the process's) are made by the
-reader process (`probe.memreader`), which oversub abandons when one does not return; the
-opened file, checked to be the mapped inode on the judged device, comes back as a descriptor
-that this process parses.
+The process may remap between its maps and those reads: the reads and the opening are made by
+the reader process (`probe.memreader`), which oversub abandons when one does not return; the
+opened file comes back as a descriptor that this process parses (`_open_library`).
 """
 
 from __future__ import annotations

@@ -36,13 +36,11 @@ that did not run waits where it waited, with the same stack). A thread's name an
 time come from the sampler's own reading when it has them (`probe.threads`), so a new
 thread costs no file of its own for them.
 
-Reads of the process's maps and memory are `probe.procmemory`'s: made by the reader
-process (`probe.memreader`, which gives up on a read that does not return and quarantines
-that process: its threads are then named by their names and blocked PCs only), of memory
-`probe.backing` allows (so a runtime loaded from FUSE or NFS is named by its thread names and
-blocked PCs only), within a budget per process and sample. A process that execs (its
-`/proc/PID/exe` names another file) is another program under the same pid and start time:
-everything known of it is dropped.
+Reads of the process's maps and memory are `probe.procmemory`'s (the reader process, the
+memory `probe.backing` allows, a budget per sample): a process quarantined there, or a
+runtime loaded from FUSE or NFS, is named by thread names and blocked PCs only. A process
+that execs (its `/proc/PID/exe` names another file) is another program under the same pid
+and start time: everything known of it is dropped.
 """
 
 from __future__ import annotations

@@ -127,8 +127,7 @@ def _step_summary(decision: CheckDecision, env: Mapping[str, str], err: TextIO) 
     if not step_summary:
         return
     problem = append_step_summary(step_summary, lambda room: _markdown(decision, room))
-    if problem is not None:
-        # The job summary is a courtesy of the CI page; the gate's answer stands.
+    if problem is not None:  # a courtesy of the CI page (`cli.writtenfiles`)
         warn(err, problem)
 
 
