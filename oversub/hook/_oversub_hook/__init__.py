@@ -18,8 +18,7 @@ import sys
 from .children import watch_forks
 from .importwatch import APPLIED, WATCHED, Finder, apply
 from .planenv import PLAN_ENV, parse_plan
-from .records import say
-from .share import LOCK, Hook, safely
+from .share import LOCK, Hook, safely, say
 
 _hook: Hook | None = None
 

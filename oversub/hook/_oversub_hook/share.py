@@ -1,5 +1,6 @@
 """The hook's state in one process: its role, its share of the tree's CPUs, the managed
-variables set to it, and what it did.
+variables set to it, and what it did: its record in the run's directory, which `oversub run`
+reads back at the end (`analysis.cured.parse_record`), and its one-line faults on stderr.
 
 A process's share (docs/run.md, "The plan"): the plan's T (`--procs M`), or in the tree's
 own count (`--procs auto` without a launcher) the root gets N and any other process its
@@ -16,7 +17,7 @@ import os
 import sys
 import threading
 
-from . import procfs, records
+from . import procfs
 from .planenv import PLAN_ENV
 
 TYPE_CHECKING = False
@@ -27,6 +28,10 @@ LOCK = threading.RLock()
 """Held while the share is decided and while the hook is installed."""
 MAX_GENERATIONS = 64
 """Undecided ancestors followed at most between a process and its plan's writer."""
+MAX_FAULTS = 20
+"""Fault lines kept in a record (the last ones)."""
+MAX_LINE = 300
+"""Characters of a fault line at most (an exception's text is the library's)."""
 
 
 class Hook:
@@ -207,9 +212,9 @@ class Hook:
 
     def fault(self, what: str, exc: BaseException) -> None:
         """One line on stderr naming what could not be applied; the program goes on."""
-        line = records.fault_line(what, exc)
+        line = fault_line(what, exc)
         self.faults.append(line)
-        records.say(f"oversub: {line}; the program goes on\n")
+        say(f"oversub: {line}; the program goes on\n")
         self.report()
 
     def report(self) -> None:
@@ -227,9 +232,9 @@ class Hook:
             "python": ".".join(str(v) for v in sys.version_info[:3]),
             "user_vars": self.user,
             "records": self.records,
-            "faults": self.faults[-records.MAX_FAULTS :],
+            "faults": self.faults[-MAX_FAULTS:],
         }
-        records.write(self.dir, document)
+        write_record(self.dir, document)
 
 
 def safely(hook: Hook, what: str, action: Any) -> None:
@@ -238,3 +243,33 @@ def safely(hook: Hook, what: str, action: Any) -> None:
         action()
     except Exception as exc:
         hook.fault(what, exc)
+
+
+def write_record(directory: str, document: dict[str, Any]) -> None:
+    """`document` as this process's record, PID.json in `directory`, written whole: a
+    temporary file renamed over the last one. A directory that is gone (oversub ended) is
+    no error: nobody reads it any more."""
+    path = os.path.join(directory, f"{os.getpid()}.json")
+    temporary = f"{path}.{threading.get_ident()}.tmp"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(document, f, separators=(",", ":"))
+        os.replace(temporary, path)
+    except (OSError, TypeError, ValueError):
+        pass
+
+
+def fault_line(what: str, exc: BaseException) -> str:
+    """`could not apply WHAT in pid P: ERROR`, printable and bounded."""
+    line = f"could not apply {what} in pid {os.getpid()}: {type(exc).__name__}: {exc}"
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)[:MAX_LINE]
+
+
+def say(text: str) -> None:
+    """`text` on stderr; a closed or broken stderr must not break the program."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except Exception:
+        pass
