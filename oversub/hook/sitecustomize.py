@@ -1,8 +1,5 @@
-"""The `sitecustomize` of every Python process `oversub run` starts: its directory is first
-on PYTHONPATH, so Python imports this module at start. It installs the hook, the package
-`_oversub_hook` beside it (standard library only: oversub need not be installed in that
-interpreter), which then runs the `sitecustomize` this one shadows.
-"""
+"""The `sitecustomize` of every Python process `oversub run` starts: it runs the hook, the
+package `_oversub_hook` beside it (`oversub.hook` says how)."""
 
 if __name__ == "sitecustomize":
     try:

@@ -1,13 +1,10 @@
 """oversub's start-up hook: sizes every thread pool of this Python process to its share.
 
-`oversub run` puts the directory above this package first on PYTHONPATH and the plan in
-OVERSUB_RUN_PLAN (JSON), so its `sitecustomize.py` runs `main` at the start of every Python
-process of the tree, spawned, forkserver or forked, whether or not oversub is installed in
-that interpreter: this package imports the standard library only, and itself by relative
-imports. `import oversub.auto` installs the same hook in-process (`install`), loading this
-package by the same bare name, `_oversub_hook`. docs/run.md is the reference, and each
-module's docstring says its part (the list: docs/architecture.md). The `sitecustomize` the
-hook shadows (found further on sys.path) runs after it, as Python would have run it.
+`main` runs at the start of every Python process of `oversub run`'s tree, spawned,
+forkserver or forked, from the plan in OVERSUB_RUN_PLAN (`oversub.hook` says how), then
+the `sitecustomize` it shadows; `import oversub.auto` installs the same hook in-process
+(`install`). Standard library only, and itself by relative imports. docs/run.md is the
+reference; each module's docstring says its part (the list: docs/architecture.md).
 """
 
 from __future__ import annotations
