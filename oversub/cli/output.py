@@ -39,7 +39,7 @@ def make_console(*, stderr: bool = False) -> Console:
 
     stream = sys.stderr if stderr else sys.stdout
     width = None
-    if "COLUMNS" not in os.environ and not _isatty(stream):
+    if "COLUMNS" not in os.environ and not is_tty(stream):
         width = UNWRAPPED_WIDTH
 
     class _Console(Console):
@@ -60,7 +60,7 @@ def text_width(stream: TextIO) -> int | None:
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
-    if not _isatty(stream):
+    if not is_tty(stream):
         return None
     try:
         return os.get_terminal_size(stream.fileno()).columns or None
@@ -71,13 +71,14 @@ def text_width(stream: TextIO) -> int | None:
 def colour_for(stream: TextIO) -> bool:
     """Colour for text oversub draws itself (report's charts): a terminal, unless NO_COLOR
     is set or TERM=dumb (rich decides the same for its own renderables)."""
-    return _isatty(stream) and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    return is_tty(stream) and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
-def _isatty(stream: TextIO) -> bool:
+def is_tty(stream: TextIO) -> bool:
+    """`stream.isatty()`; False for a stream closed or not a real file."""
     try:
         return stream.isatty()
-    except (AttributeError, ValueError):  # closed or not a real file
+    except (AttributeError, ValueError):
         return False
 
 

@@ -22,6 +22,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
+from oversub.cli.output import is_tty
 from oversub.core.model import Budget
 from oversub.core.names import Verdict
 from oversub.core.plural import count
@@ -64,15 +65,6 @@ def shown_command(argv: Sequence[str], width: int = COMMAND_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _on_terminal(stream: TextIO) -> bool:
-    """A terminal that can redraw a line (TERM=dumb cannot erase)."""
-    try:
-        tty = stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-    return tty and os.environ.get("TERM") != "dumb"
-
-
 def _size(stream: TextIO) -> os.terminal_size:
     try:
         return os.get_terminal_size(stream.fileno())
@@ -88,7 +80,8 @@ class CheckProgress:
         self.budget = budget
         self.every = every
         """Seconds between progress lines off a terminal."""
-        self.terminal = _on_terminal(err)
+        self.terminal = is_tty(err) and os.environ.get("TERM") != "dumb"
+        """A terminal that can redraw a line (TERM=dumb cannot erase)."""
         self._status_row: int | None = None
         """The bottom row the status line holds (the terminal's rows), None while it holds none."""
         self._last_line_at = 0.0
