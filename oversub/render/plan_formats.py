@@ -1,7 +1,8 @@
 """The CPU budget and a thread plan for scripts: the JSON objects of `cpus` and `recommend
 --format json` (a run's JSON carries the same `budget`), and the variables as shell lines
-(`--format env`, `prefix`). Keys are a contract, documented one by one and only ever added,
-as in `render.serialize`; no rich here either (the JSON paths import this module alone).
+(`--format env`, `prefix`). Keys are a contract, documented in docs/cli.md and only ever
+added, as in `render.serialize`; no rich here either (the JSON paths import this module
+alone).
 """
 
 from __future__ import annotations
@@ -24,30 +25,8 @@ _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def budget_dict(b: Budget) -> dict[str, Any]:
-    """The budget as a JSON object.
-
-    Keys:
-      - `vcpus` (int): effective N, the tightest limit, >= 1.
-      - `logical` (int): logical CPUs online on the host.
-      - `physical` (int | null): physical cores, null when unknown.
-      - `affinity` (list[int]): CPU ids the process may run on.
-      - `quota` (float | null): tightest cgroup CPU quota in CPUs (e.g. 1.5), null if none.
-      - `quota_detail` (object | null): `quota_us`, `period_us`, `cgroup` (path in the
-        hierarchy that sets it), `version` (1 or 2); null if no quota.
-      - `cpuset` (list[int] | null): CPUs the cgroup cpuset allows, null if none.
-      - `cpuset_cgroup` (str | null): the cgroup the cpuset was read from.
-      - `numa` (object): NUMA node id as a string -> list of its CPU ids ({} if unknown).
-      - `limited_by` (str): "affinity", "quota", "cpuset", "launcher" (a launcher's
-        per-task share, see `launcher`) or "none" (the host's CPUs).
-      - `launcher` (str | null): the launcher setting that sets N when `limited_by` is
-        "launcher" (e.g. "SLURM_CPUS_PER_TASK=1"); null otherwise.
-      - `rounding` (str): the rounding rule, always "fractional quotas round down; at least 1".
-      - `notes` (list[str]): what could not be read and what that means.
-      - `cpu_model` (str): CPU model name; present only when known (`--detail`).
-      - `cpu_flags` (list[str]): CPU feature flags; present only when known (`--detail`).
-      - `cgroup` (str): the cgroup whose budget this is (`--cgroup`, `--all`; "/" for the
-        whole node), its path in the hierarchy; present only for a cgroup target.
-    """
+    """The budget as a JSON object: the keys of `cpus --format json`, each documented in
+    docs/cli.md (`cgroup` only for a cgroup target's)."""
     quota = b.quota
     out: dict[str, Any] = {
         "vcpus": b.vcpus,
@@ -81,27 +60,8 @@ def budget_dict(b: Budget) -> dict[str, Any]:
 
 
 def plan_dict(p: Plan) -> dict[str, Any]:
-    """The thread plan as a JSON object.
-
-    Keys:
-      - `vcpus` (int): N, the budget divided.
-      - `procs` (int): M, main processes sharing it.
-      - `workers` (int): W, single-thread helpers per main process.
-      - `threads_per_process` (int): T, threads for each main process's pools (>= 1).
-      - `leftover` (int): N - M*(T + W) CPUs not handed out, 0 when the plan does not fit.
-      - `over_by` (int): M*(T + W) - N threads more than N when the plan does not fit, else 0.
-      - `oversubscribed` (bool): even this plan needs more threads than N.
-      - `env` (object): variable -> value for the main processes.
-      - `worker_env` (object): variable -> value for the helpers ({} when W = 0).
-      - `binding` (list[list[int]]): one CPU list per main process; [] when none fits, when
-        the launcher places the processes, or for a budget given with `--cpus` (its CPU
-        ids are not this machine's).
-      - `warnings` (list[str]): plain-language warnings.
-      - `procs_source` (str | null): launcher variable M came from (`--procs auto`).
-      - `launcher_procs` (int | null): processes the launcher starts on this node when the
-        plan is for one of them (a SLURM task with its own CPUs: `procs` is 1); else null.
-      - `budget` (object): `budget_dict` of the budget.
-    """
+    """The thread plan as a JSON object: the keys of `recommend --format json` (docs/cli.md
+    documents each), `budget` being `budget_dict`'s."""
     return {
         "vcpus": p.budget.vcpus,
         "procs": p.procs,
