@@ -1,10 +1,10 @@
 """JSON-ready dicts of a run: the public schema of every `--format json` / `ndjson` output
 of what was measured (the budget and a plan: `render.plan_formats`).
 
-Each function documents its keys one by one; they are a contract with scripts, so keys
-are only ever added. Floats that come from measurements are rounded to 3 decimals and
-non-finite values become null (JSON has no NaN). This module must not import rich: the
-CLI's JSON paths import it alone to stay fast.
+The keys are a contract with scripts, documented one by one (docs/cli.md; an interval
+record's here), so keys are only ever added. Floats that come from measurements are rounded
+to 3 decimals and non-finite values become null (JSON has no NaN). This module must not
+import rich: the CLI's JSON paths import it alone to stay fast.
 """
 
 from __future__ import annotations
@@ -267,34 +267,8 @@ def _ancestor_dict(a: Ancestor) -> dict[str, Any]:
 
 
 def episode_dict(e: Episode) -> dict[str, Any]:
-    """One episode of a run (docs/rules.md, "Episodes").
-
-    Keys:
-      - `verdict` (str): "oversubscribed" or "starved".
-      - `start_s`, `end_s` (float): its first interval's start and its last one's end, in
-        seconds after the run's first sample; `seconds` (float): their difference;
-        `intervals` (int): intervals in it.
-      - `counts` (bool): the episodes of its verdict make the run's verdict by the rule;
-        false: listed below the rule (a spike).
-      - `demand`, `demand_peak` (float): the tree's runnable threads over the episode, and
-        the most of any of its intervals.
-      - `run_delay_ratio`, `run_delay_ratio_peak` (float | null): the share of the tree's
-        runnable time spent waiting over the episode, and the most of any interval.
-      - `waited_s` (float | null): CPU-seconds the tree's threads waited in it.
-      - `finding` (object): `finding_dict` of the cause and fix judged on the episode's own
-        intervals summed (nested parallelism included in its message and fix).
-      - `busy` (int): processes busy in it (runnable half a thread or more on average).
-      - `processes` (list): the busiest of them (at most 8), each `pid`, `name`,
-        `cmdline`, `demand`, `active_threads`, `role` (what kind of worker it is:
-        "pytest-xdist worker", "execnet worker", "loky worker", "spawn worker",
-        "forkserver worker", "forked worker", "DataLoader worker", or null) and `parents`
-        (its parent first, up to the root, at most 8: each `pid`, `name`, `cmdline`,
-        `role`).
-      - `nesting` (object | null): nested parallelism seen in it: `role` (the outer
-        workers'), `parent` (the pid that started them), `workers` (outer workers in the
-        episode), `inner` (the most busy processes under one of them), `inner_role` (str |
-        null), `message`, `fix`.
-    """
+    """One episode of a run (docs/rules.md, "Episodes"): an entry of the summary's
+    `episodes`, whose keys docs/cli.md documents ("Summary JSON")."""
     n = e.nesting
     return {
         "verdict": e.verdict.value,
@@ -352,38 +326,8 @@ def episode_total_dict(t: EpisodeTotal) -> dict[str, Any]:
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:
-    """A whole run: the `--format json` object of `watch` and `check`.
-
-    Keys:
-      - `root_pid` (int), `vcpus` (int): the tree and its budget N.
-      - `budget` (object): `budget_dict`.
-      - `verdict` (str | null): "ok", "at-risk", "starved" or "oversubscribed"; null when
-        the run was not judged.
-      - `judged` (bool): the run has a verdict.
-      - `not_judged_reason` (str | null): why there is no verdict (nothing was measured,
-        the command failed, ...); null when judged.
-      - `findings` (list): `finding_dict` objects, worst first (also when not judged: they
-        describe what was measured).
-      - `processes` (list): per process `pid`, `ppid`, `name`, `cmdline`, `threads` (peak),
-        mean and `_peak` of `cpu_percent`, `demand`, `run_delay_ratio`,
-        `involuntary_ctx_per_s`, `voluntary_ctx_per_s`; `active_threads_peak`, `pools`,
-        `thread_env`, `live_pools` (the last live sizes read), `exited`, `seconds` (how
-        long it was observed), `owners` (as in `interval_dict`, over the run: each thread
-        under its last known owner, `threads` the most at once, `busy` active sometime).
-      - `totals` (object): tree means over the run (keys as in `interval_dict`).
-      - `totals_peak` (object): the peak of each total over the intervals.
-      - `host` (object): host context over the run (keys as in `interval_dict`).
-      - `samples` (int): samples taken; `duration_s` (float): seconds watched.
-      - `target_exited` (bool): the root process ended during the run.
-      - `unavailable` (list[str]): signals not measured here: `schedstat`, `psi` (kernel
-        lacks them), `pools`, `thread_env` (another user's process: permission denied),
-        `live_pools` (a process's memory may not be read: not root, not its ancestor).
-      - `notes` (list[str]): degradations worth knowing.
-      - `episodes` (list): `episode_dict` objects, the worst first (severity x duration),
-        at most 20 (the worst); [] for a run without an episode.
-      - `episode_totals` (list): `episode_total_dict` per verdict that had episodes,
-        oversubscribed first: every episode, kept in full or not.
-    """
+    """A whole run: the `--format json` object of `watch` and `check`, each key documented in
+    docs/cli.md ("Summary JSON")."""
     return {
         "root_pid": s.root_pid,
         "vcpus": s.budget.vcpus,
@@ -408,16 +352,8 @@ def summary_dict(s: Summary) -> dict[str, Any]:
 
 def identity_dict(identity: NodeIdentity) -> dict[str, Any]:
     """Where a report was written, added to every report-level JSON object (`watch --format
-    json`, the `summary` record of `--format ndjson`, `check --json`).
-
-    Keys:
-      - `node` (str): the node's name: `OVERSUB_NODE` when set, else the host name (at most
-        253 characters).
-      - `launcher_env` (object): launcher variable -> value, read from oversub's own
-        environment, only the allow-listed names of `analysis.launcher.IDENTITY_VARS` (SLURM
-        job, step, node and task ids; torchrun and MPI ranks and sizes) whose values have
-        their form; {} when none is set.
-    """
+    json`, the `summary` record of `--format ndjson`, `check --json`): `node` and
+    `launcher_env` (`analysis.launcher.IDENTITY_VARS`), documented in docs/cli.md."""
     return {"node": identity.node, "launcher_env": dict(identity.launcher_env)}
 
 
