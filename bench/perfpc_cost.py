@@ -15,7 +15,8 @@ the objects' files). The CPU time of this process is taken around `start` and ar
 `finish` (the window itself sleeps). Prints the first window (function tables read;
 ctypes, imported once per run, apart) and the median of the later ones (tables kept), their
 ratio to the floor of the same rounds, the samples per window, the descriptors open before
-and after, and what one window every K seconds per process costs in % of one CPU.
+and after, what the cadence's first minute costs (`perfpc.GAPS_S`: windows at 0, 1, 3, 7,
+15, 30 and 60 s) and what one window every K seconds per process costs, in % of one CPU.
 """
 
 from __future__ import annotations
@@ -159,6 +160,17 @@ def _measure(rounds: int, seconds: float, threads: int, example: str | None) -> 
                 f"{ratios:.2f} x the floor; {statistics.median(samples):.0f} samples median"
             )
             yield f"descriptors open: {fds_before} before, {fds_after} after"
+            # The cadence's first minute (`perfpc.GAPS_S`): the first window, then the later
+            # ones at 1, 3, 7, 15, 30 s and each EVERY_S after.
+            ramp = [0.0]
+            for gap in perfpc.GAPS_S:
+                ramp.append(ramp[-1] + gap)
+            ramp_s = first + (len(ramp) - 1) * later
+            yield (
+                f"the cadence's first {ramp[-1]:g} s ({len(ramp)} windows at "
+                f"{', '.join(f'{t:g}' for t in ramp)} s): {ramp_s * 1e3:.2f} ms, "
+                f"{100 * ramp_s / ramp[-1]:.3f} % of one CPU"
+            )
             for every in EVERY_S:
                 yield (
                     f"one window every {every} s per process: {100 * later / every:.3f} % of "

@@ -15,7 +15,8 @@ functions and spin loops through maps and the objects' files.
 Bounds: `MAX_THREADS` events (2 descriptors and `RING_PAGES` + 1 pages each), a window the
 caller chooses up to `MAX_SECONDS`; nothing here waits on anything but that window, which
 `measure` sleeps and a sampler spans with its own interval (`start`, then `finish`), at most
-once every `EVERY_S` per process (`Cadence`, on the caller's clock). Each
+as often as `GAPS_S` allows per process (`Cadence`, on the caller's clock): several windows
+in a process's first seconds, then one every `EVERY_S`. Each
 refusal is a `NotMeasured` with one line saying why, never an exception: perf_event_paranoid
 3 (no perf events for users), EACCES/EPERM (another user's process at level 2; a seccomp
 profile or security module, even for root), ENOSYS, no cpu-clock event, descriptors or
@@ -46,7 +47,13 @@ MAX_THREADS = 8
 MAX_SECONDS = 1.0
 """Longest window the ring buffers are sized for."""
 EVERY_S = 30.0
-"""Default `Cadence`: one window per process every this many seconds."""
+"""A process's windows settle to one every this many seconds (`GAPS_S`' last gap)."""
+GAPS_S = (1.0, 2.0, 4.0, 8.0, 15.0, EVERY_S)
+"""Default `Cadence`: the seconds between a process's windows, the last repeated. Windows at
+0, 1, 3, 7, 15 and 30 s, then every 30 s: a 10-second `check` takes four windows, not one.
+One window of a program whose work alternates with waiting (XGBoost's boosting rounds) can
+fall in one phase; four, a second apart and wider, see both, and their samples are summed
+(`analysis.accumulators.summed_share`)."""
 SYSCALLS = {
     "x86_64": 298,
     "amd64": 298,
@@ -233,24 +240,30 @@ def start(
 
 
 class Cadence:
-    """At most one window per process (pid and start time) every `every` seconds of the
-    caller's clock; remembers at most `max_processes` processes (the oldest go first)."""
+    """When a process's next window is due: the n-th gap of `gaps` after its n-th window (the
+    last gap repeated), on the caller's clock; remembers at most `max_processes` processes
+    (the oldest go first)."""
 
-    def __init__(self, every: float = EVERY_S, max_processes: int = 4096) -> None:
-        self.every = every
-        self._last: dict[tuple[int, int], float] = {}
+    def __init__(self, gaps: Sequence[float] = GAPS_S, max_processes: int = 4096) -> None:
+        if not gaps or any(g < 0 for g in gaps):
+            raise ValueError(f"gaps must be one or more seconds >= 0, not {gaps!r}")
+        self.gaps = tuple(gaps)
+        self._last: dict[tuple[int, int], tuple[float, int]] = {}
         self._max = max_processes
 
     def due(self, pid: int, start_ticks: int, now: float) -> bool:
         """Is a window of this process due at `now`? If so, it counts as taken now."""
         key = (pid, start_ticks)
         last = self._last.get(key)
-        if last is not None and now - last < self.every:
-            return False
+        taken = 0
+        if last is not None:
+            at, taken = last
+            if now - at < self.gaps[min(taken - 1, len(self.gaps) - 1)]:
+                return False
         self._last.pop(key, None)
         if len(self._last) >= self._max:
             del self._last[next(iter(self._last))]
-        self._last[key] = now
+        self._last[key] = (now, taken + 1)
         return True
 
 

@@ -1,8 +1,9 @@
 """What a target's oversubscription costs in this run: where its busy threads' CPU goes.
 
 While a target's verdict is oversubscribed, the one loop (`run.session.follow`) asks for its
-busy processes' cost (`WaitCosts.request`): for each process due by the cadence (one window
-per process every `EVERY_S`), its busiest threads of the interval just assessed get perf
+busy processes' cost (`WaitCosts.request`): for each process due by the cadence
+(`perfpc.GAPS_S`: windows at 0, 1, 3, 7, 15 and 30 s of its oversubscription, then every
+30 s), its busiest threads of the interval just assessed get perf
 events (`probe.perfpc.start`, user space only), which sample them during the loop's own
 wait; the next reading ends the windows (`collect`, before the sample is taken), maps the
 program counters through the memory reader (`probe.pcmap`, the FUSE rules of
@@ -34,8 +35,6 @@ from oversub.probe import perfpc
 from oversub.probe.memreader import Readers, service
 from oversub.probe.pcmap import PcMapper
 
-EVERY_S = perfpc.EVERY_S
-"""One window per process at most this often."""
 MAX_PROCESSES = 4
 """Processes measured at once (the busiest of the target's finding first)."""
 MAX_KNOWN = 4096
@@ -59,14 +58,14 @@ class WaitCosts:
         *,
         syscall: perfpc.Syscall | None = None,
         clock: Callable[[], float] = time.monotonic,
-        every: float = EVERY_S,
+        gaps: tuple[float, ...] = perfpc.GAPS_S,
         readers: Readers | None = None,
         mapper: PcMapper | None = None,
     ) -> None:
         self.root = root
         self._syscall = syscall
         self._clock = clock
-        self._cadence = perfpc.Cadence(every)
+        self._cadence = perfpc.Cadence(gaps)
         self._readers = readers if readers is not None else service()
         self._readers.acquire()
         self._mapper = mapper if mapper is not None else PcMapper(root, files=self._readers)

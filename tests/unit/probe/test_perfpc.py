@@ -203,13 +203,22 @@ def test_why_a_user_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_process_is_sampled_at_most_once_per_cadence() -> None:
-    cadence = perfpc.Cadence(every=30.0, max_processes=2)
+    cadence = perfpc.Cadence(gaps=(30.0,), max_processes=2)
     assert cadence.due(1, 100, now=0.0)
     assert not cadence.due(1, 100, now=29.9)
     assert cadence.due(1, 101, now=29.9)  # the pid reused: another process
     assert cadence.due(1, 100, now=30.0)
     assert cadence.due(2, 5, now=31.0)  # a third process: the oldest is forgotten
     assert cadence.due(1, 101, now=31.0)
+
+
+def test_a_processs_first_windows_come_closer_together_than_the_later_ones() -> None:
+    cadence = perfpc.Cadence()
+    taken = [t for t in range(130) if cadence.due(1, 100, now=float(t))]
+    assert taken == [0, 1, 3, 7, 15, 30, 60, 90, 120]
+    assert len([t for t in taken if t < 10]) == 4  # a 10-second check sees four windows
+    with pytest.raises(ValueError, match="gaps"):
+        perfpc.Cadence(gaps=())
 
 
 def test_no_system_call_number_is_unsupported(tmp_path: Path, monkeypatch: Any) -> None:

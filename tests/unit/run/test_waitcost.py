@@ -110,7 +110,7 @@ def test_busy_threads_are_those_runnable_a_quarter_of_the_interval() -> None:
     assert busy_threads(p._replace(thread_ids=()), 1.0) == []
 
 
-def test_an_oversubscribed_targets_busy_threads_are_measured_once_per_cadence(
+def test_an_oversubscribed_targets_busy_threads_are_measured_as_the_cadence_allows(
     tmp_path: Path,
 ) -> None:
     kernel = Kernel()
@@ -125,11 +125,19 @@ def test_an_oversubscribed_targets_busy_threads_are_measured_once_per_cadence(
     share = carried.processes[PID].wait_share
     assert share is not None and share.share == 1.0 and share.runtime == "libgomp"
     assert (share.samples, share.at) == (400, 101.0)
-    made.request(interval(), OVER)  # within the cadence: no new window
+    now[0] = 100.5
+    made.request(interval(), OVER)  # within the cadence (1 s after the first): no window
     assert kernel.opened == [PID, TID]
-    now[0] = 140.0
+    now[0] = 101.0
     made.request(interval(), OVER)
     assert kernel.opened == [PID, TID, PID, TID]
+    made.collect()
+    now[0] = 102.0
+    made.request(interval(), OVER)  # the next gap is 2 s
+    assert len(kernel.opened) == 4
+    now[0] = 103.0
+    made.request(interval(), OVER)
+    assert len(kernel.opened) == 6
     made.close()
 
 
