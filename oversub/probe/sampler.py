@@ -34,7 +34,14 @@ from oversub.probe.owners import OwnerReader
 from oversub.probe.pidns import check_pid_namespace
 from oversub.probe.processcache import ProcessCache, maps_due, note_refused
 from oversub.probe.procfiles import HELD_MAX, NO_DESCRIPTORS, descriptor_budget
-from oversub.probe.procstat import ProcStat, parse_stat, process_cpu_ns, start_of, ticks_to_ns
+from oversub.probe.procstat import (
+    CLK_TCK,
+    ProcStat,
+    parse_stat,
+    process_cpu_ns,
+    start_of,
+    ticks_to_ns,
+)
 from oversub.probe.proctree import StatScanner, ppids_of, subtree
 from oversub.probe.psutil_sampler import PsutilTreeSampler
 from oversub.probe.threads import ThreadReader
@@ -426,8 +433,10 @@ class TreeSampler:
         try:
             # Owners are looked for from a process's second sample on (`probe.owners`
             # groups a pool's threads by start time): the reader reads those starts
-            # through its held files, where owners would open each stat again.
-            owned = self._tracked.get(pid) == stat.start_ticks
+            # through its held files, where owners would open each stat again. A
+            # newcomer that already burned CPU on several threads gets them at once: a
+            # pool's worker that lives less than an interval is seen only once.
+            owned = self._tracked.get(pid) == stat.start_ticks or busy_newcomer(stat)
             threads = self._threads.read(
                 pid, stat.start_ticks, task_fd, unavailable, starts or owned
             )
@@ -467,6 +476,19 @@ class TreeSampler:
             if owned
             else None,
         )
+
+
+NEWCOMER_BUSY_S = 0.1
+"""CPU seconds since its start that make a process first seen with several threads busy
+enough for its owners to be read at once (`busy_newcomer`)."""
+NEWCOMER_TICKS = max(1, round(NEWCOMER_BUSY_S * CLK_TCK))
+
+
+def busy_newcomer(stat: ProcStat) -> bool:
+    """A process with several threads that has run `NEWCOMER_BUSY_S` or more since it
+    started: joblib's multiprocessing workers live less than a second, so at a sample a
+    second apart most are seen once, and their busy threads would stay unattributed."""
+    return stat.threads >= 2 and stat.utime_ticks + stat.stime_ticks >= NEWCOMER_TICKS
 
 
 def _still(sample: ProcessSample) -> bool:

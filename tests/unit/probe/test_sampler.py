@@ -21,7 +21,7 @@ from oversub.core.names import DENIED as DENIED_UNAVAILABLE
 from oversub.probe import cmdline, processcache, procfiles, procstat, proctree
 from oversub.probe.procstat import CLK_TCK
 from oversub.probe.psutil_sampler import PSUTIL_UNAVAILABLE
-from oversub.probe.sampler import TreeSampler
+from oversub.probe.sampler import NEWCOMER_TICKS, TreeSampler
 from tests.support.fake_proc import FakeProc, FakeThread, deny_open, stat_line
 
 # --------------------------------------------------------------------------- proctree
@@ -434,6 +434,26 @@ def test_thread_starts_read_with_owners(tmp_path: Path, monkeypatch: pytest.Monk
     assert second.processes[300].owners is not None
     assert opened.count(leaf_stat) == 0  # read by the thread reader (held), not by owners
     assert opened.count("300/stat") == 1
+
+
+def test_a_busy_newcomer_has_its_owners_read_at_first_sight(tmp_path: Path) -> None:
+    """joblib's multiprocessing workers live less than an interval: a process first seen
+    with several threads and CPU spent gets its owners in that sample; an idle one, or one
+    thread, waits for its second sample as before."""
+    fake = _tree(tmp_path)
+    ticks = NEWCOMER_TICKS
+    busy = [FakeThread(400, state="R", utime_ticks=ticks), FakeThread(401, state="R")]
+    fake.add_process(400, 100, comm="worker", start_ticks=4000, threads=busy)
+    idle = [FakeThread(500, utime_ticks=ticks - 1), FakeThread(501)]
+    fake.add_process(500, 100, comm="idle", start_ticks=5000, threads=idle)
+    one = [FakeThread(600, state="R", utime_ticks=10 * ticks)]
+    fake.add_process(600, 100, comm="single", start_ticks=6000, threads=one)
+    with TreeSampler(100, root=str(tmp_path), cpu_clock=fake.cpu_clock) as s:
+        first = s.sample()
+    assert first.processes[400].owners is not None
+    assert [t.start_ticks for t in first.processes[400].threads] == [4000, 4000]
+    assert first.processes[500].owners is None
+    assert first.processes[600].owners is None
 
 
 def test_thread_files_are_held_from_a_process_second_reading(
