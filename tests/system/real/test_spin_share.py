@@ -1,15 +1,18 @@
 """Where the busy threads' CPU goes, on the real libraries of issue 41 (`probe.perfpc`,
-`analysis.spin`): the PC sampler separates the teams that spin from those that work.
+`analysis.spin`): the PC sampler separates the teams that wait from those that work.
 
 examples/libraries.py runs PROCS processes of one library at its default size. Once each
 says its clock started, the busiest threads of each process are sampled for WINDOWS windows
 of WINDOW_S, and `analysis.spin.split` gives the share of their user-space samples in wait
 code. Measured here (docs/pools.md, "Where their busy threads' CPU goes"): XGBoost's,
-scikit-learn's and LightGBM's OpenMP teams 0.93-0.99 at their barriers (XGBoost 0.61-0.96 in
-six runs of these windows on an idle machine, its rounds having phases of work); faiss 0.03-0.05,
-tokenizers and OpenCV 0.00. The bounds keep wide margins on both sides; with the library's
-own fix (one thread per process) the teams have no barrier left to wait at. A measurement
-taken while other work held more than OUTSIDE_AT_MOST CPUs is taken again.
+scikit-learn's and LightGBM's OpenMP teams mostly 0.90-0.99 at their barriers, but not
+always: XGBoost's rounds have phases of work (0.41-0.96 over a run's windows), and
+LightGBM's oversubscribed default runs in one of two modes (docs/pools.md: 17-28 steps/s or
+1.0), its share 0.99 in the slow one and 0.23 in a fast one. So the teams are asserted to
+wait (WAITING_AT_LEAST, far above the 0.00-0.01 of their own fix), every waiting sample in
+libgomp and none in the library's own code; faiss 0.03-0.05, tokenizers and OpenCV 0.00.
+With the library's own fix (one thread per process) the teams have no barrier left to wait
+at. A measurement taken while other work held more than OUTSIDE_AT_MOST CPUs is taken again.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import pytest
 
 from oversub.analysis.spin import split
-from oversub.core.pcprofile import SPIN_SHARE, PcProfile, WaitSplit
+from oversub.core.pcprofile import PcProfile, WaitSplit
 from oversub.probe import perfpc
 from oversub.probe.pcmap import PcMapper
 from tests.system.real.workloads import PROCS, example, reaped
@@ -33,10 +36,11 @@ pytestmark = pytest.mark.real
 WINDOWS, WINDOW_S = 5, 0.3
 """Five windows: XGBoost's rounds have phases of real work, and three windows of an idle
 machine measured 0.96, 0.96, 0.90 and 0.57 in four runs."""
-SPINNING_AT_LEAST = SPIN_SHARE
-"""The severity rule's threshold (`core.pcprofile.SPIN_SHARE`): a team that spins is one
-the rule calls spinning."""
-WORKING_AT_MOST = 0.25
+WAITING_AT_LEAST = 0.15
+"""An oversubscribed OpenMP team waits: 0.23 at the least measured (LightGBM's fast mode),
+against 0.00-0.01 with the library's own fix."""
+WORKING_AT_MOST = 0.12
+"""Measured 0.00-0.05 (faiss's libgomp team the highest): below any waiting team's."""
 RUN_S = 15.0
 """Seconds each process works: start-up and the windows fit well inside."""
 START_S = 120.0
@@ -171,14 +175,17 @@ def describe(found: WaitSplit) -> str:
 
 
 @pytest.mark.parametrize("library", ["xgboost", "sklearn-hgb", "lightgbm"])
-def test_openmp_teams_at_their_default_size_spin(library: str, figure: Any) -> None:
+def test_openmp_teams_at_their_default_size_wait_in_libgomp(library: str, figure: Any) -> None:
     found = wait_share(library)
     assert found.share is not None and found.samples >= 50, describe(found)
     figure(f"{library} wait share", round(found.share, 3))
-    assert found.share >= SPINNING_AT_LEAST, describe(found)
-    # Their waiting is the runtime's: libgomp (vendored by the wheels, or Debian's).
+    assert found.share >= WAITING_AT_LEAST, describe(found)
+    # Their waiting is the runtime's: libgomp (vendored by the wheels, or Debian's), and
+    # the library's own code is work, every sample of it.
     runtimes = {o.runtime for o in found.objects if o.waiting}
     assert runtimes == {"libgomp"}, describe(found)
+    own = [o for o in found.objects if "libgomp" not in os.path.basename(o.path)]
+    assert sum(o.waiting for o in own) <= 0.01 * found.samples, describe(found)
 
 
 @pytest.mark.parametrize("library", ["faiss", "tokenizers", "opencv"])
