@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -46,7 +47,7 @@ def command(
       oversub recommend --procs 8 --cpus 16
     """
     from oversub.analysis.launcher import plan_for_procs
-    from oversub.cli.output import emit, warn
+    from oversub.cli.output import colour_for, emit, emit_text, text_width, warn
     from oversub.cli.target import budget_of
     from oversub.render import render_recommend
 
@@ -57,15 +58,14 @@ def command(
     again += ["--workers", str(workers)] if workers else []
     again += ["--pid", str(pid)] if pid is not None else []
     again += ["--cpus", str(ncpus)] if ncpus is not None else []
-    output = render_recommend(plan, RecommendFormat(fmt), command=" ".join(again))
-    if isinstance(output, str):
-        emit(output)
+    command = " ".join(again)
+    if fmt == RecommendFormat.TEXT.value:
+        colour, width = colour_for(sys.stdout), text_width(sys.stdout)
+        text = render_recommend(
+            plan, RecommendFormat.TEXT, command=command, colour=colour, width=width
+        )
+        emit_text(text)
     else:
-        from oversub.cli.output import make_console, reader_may_leave
-
-        # Not cropped: a line of code longer than the terminal stays whole (the terminal
-        # folds it on screen; a copy gives it back in one piece).
-        with reader_may_leave():
-            make_console().print(output, crop=False)
+        emit(render_recommend(plan, RecommendFormat(fmt), command=command))
     warn(plan.warnings, severe=plan.oversubscribed)
     return ExitStatus.OK

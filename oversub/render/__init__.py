@@ -113,15 +113,21 @@ def render_cpus(
 
 
 def render_recommend(
-    plan: Plan, fmt: RecommendFormat, *, command: str | None = None
-) -> RenderableType:
-    """The plan in `fmt`: a rich renderable for TEXT, a string ending in a newline otherwise.
-    `command`: the `oversub recommend ...` that made it, which the text shows with
-    `--format prefix` for one command."""
+    plan: Plan,
+    fmt: RecommendFormat,
+    *,
+    command: str | None = None,
+    colour: bool = False,
+    width: int | None = None,
+) -> str:
+    """The plan in `fmt`, a string ending in a newline (empty for a prefix without
+    variables): plain text for TEXT (`colour`, `width` as for `render_cpus`), JSON, exports
+    or a prefix otherwise. `command`: the `oversub recommend ...` that made it, which the
+    text shows with `--format prefix` for one command."""
     if fmt is RecommendFormat.TEXT:
-        from oversub.render.plan_text import plan_renderable
+        from oversub.render.plan_text import plan_text
 
-        return plan_renderable(plan, command=command)
+        return plan_text(plan, command=command, colour=colour, width=width)
     elif fmt is RecommendFormat.JSON:
         from oversub.render.plan_formats import plan_dict
         from oversub.render.serialize import to_json

@@ -1,23 +1,28 @@
 """`oversub recommend` for a terminal: the numbers, what to paste, and how to bind.
 
-Pure: builds rich renderables, prints nothing. Imported only on text paths.
+Pure: builds one string, prints nothing. Plain text with its colours written by hand (SGR
+codes, only when the caller asks), as `budget_text` does for `cpus`: importing rich's console
+and table cost `recommend` 1.47 x the start-up of `import click, psutil` against a goal of
+1.2 x (docs/development.md, Performance). Imported only on text paths.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from rich import box
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from oversub.core.cpulist import format_cpulist
 from oversub.core.model import Plan
 from oversub.core.plural import count, noun
+from oversub.render.budget_text import BOLD, DIM, RESET
 from oversub.render.escape import terminal
 from oversub.render.phrases import budget_limit_line
 from oversub.render.plan_formats import export_lines, plan_env, plan_prefix
+
+CYAN, RED = "\x1b[36m", "\x1b[31m"
+GAP = "   "
+"""Between two columns of the numbers; the table is indented by two spaces."""
+MIN_MEANING = 16
+"""The meaning column is wrapped to the width left, never narrower than this."""
 
 
 class Snippet(NamedTuple):
@@ -91,10 +96,31 @@ def code_lines_for(t: int, workers: int = 0) -> list[str]:
     return [*lines, "", POLARS_NOTE]
 
 
-def _code(lines: list[str], style: str = "cyan") -> list[Text]:
-    """Lines to paste, never wrapped: one longer than the terminal stays one line (the
+class _Out:
+    """The lines of the text, styled when `colour`, prose wrapped to `width` (None: never
+    wrapped). Code is never wrapped: a line longer than the terminal stays one line (the
     terminal folds it on screen, a copy gives it back whole)."""
-    return [Text(terminal(line), style=style, no_wrap=True, overflow="ignore") for line in lines]
+
+    def __init__(self, colour: bool, width: int | None) -> None:
+        self.colour, self.width = colour, width
+        self.lines: list[str] = []
+
+    def styled(self, text: str, style: str) -> str:
+        return f"{style}{text}{RESET}" if self.colour and style and text else text
+
+    def prose(self, text: str, style: str = "") -> None:
+        parts = [text]
+        if self.width is not None and len(text) > self.width:
+            import textwrap
+
+            parts = textwrap.wrap(text, self.width, break_on_hyphens=False) or [text]
+        self.lines += [self.styled(part, style) for part in parts]
+
+    def code(self, lines: list[str], style: str = CYAN) -> None:
+        self.lines += [self.styled(terminal(line), style) for line in lines]
+
+    def blank(self) -> None:
+        self.lines.append("")
 
 
 def binding_lines(p: Plan) -> list[str]:
@@ -109,17 +135,14 @@ def binding_lines(p: Plan) -> list[str]:
     return lines
 
 
-def _numbers_table(p: Plan) -> Table:
-    table = Table(box=box.SIMPLE, show_header=False)
-    table.add_column("Quantity", style="bold")
-    table.add_column("Value")
-    table.add_column("Meaning", style="dim")
+def _numbers(p: Plan) -> list[tuple[str, str, str, bool]]:
+    """(quantity, value, meaning, over) per row of the numbers."""
     n = p.budget.vcpus
     if p.budget.limited_by != "none":
         source = f"limited by {p.budget.limited_by}"
     else:
         source = "given with --cpus" if p.budget.given else "all host CPUs"
-    table.add_row("N", str(n), f"usable {noun(n, 'vCPU')} ({source})")
+    rows = [("N", str(n), f"usable {noun(n, 'vCPU')} ({source})", False)]
     if p.launcher_procs is not None and p.launcher_procs != p.procs:
         procs_meaning = (
             f"{noun(p.procs, 'process')} planned: one task of the {p.launcher_procs} that "
@@ -129,31 +152,51 @@ def _numbers_table(p: Plan) -> Table:
         procs_meaning = f"main {noun(p.procs, 'process')} sharing N"
         if p.procs_source:
             procs_meaning += f" (from {p.procs_source})"
-    table.add_row("M", str(p.procs), procs_meaning)
-    table.add_row(
-        "W", str(p.workers), f"single-thread {noun(p.workers, 'worker')} per main process"
+    rows.append(("M", str(p.procs), terminal(procs_meaning), False))
+    rows.append(
+        ("W", str(p.workers), f"single-thread {noun(p.workers, 'worker')} per main process", False)
     )
-    table.add_row(
-        "T", str(p.threads_per_process), f"{noun(p.threads_per_process, 'thread')} per main process"
-    )
+    t = p.threads_per_process
+    rows.append(("T", str(t), f"{noun(t, 'thread')} per main process", False))
     if p.leftover >= 0:
-        table.add_row(
-            "leftover",
-            str(p.leftover),
-            f"N - M*(T + W): {noun(p.leftover, 'CPU')} not handed out",
-        )
+        meaning = f"N - M*(T + W): {noun(p.leftover, 'CPU')} not handed out"
+        rows.append(("leftover", str(p.leftover), meaning, False))
     else:
         needed = n - p.leftover
-        table.add_row(
-            "over by",
-            Text(str(-p.leftover), style="red"),
+        meaning = (
             f"M*(T + W) - N: the plan needs {count(needed, 'thread')} on "
-            f"{count(n, 'vCPU')} ({needed / n:.1f}x), even at 1 thread per process",
+            f"{count(n, 'vCPU')} ({needed / n:.1f}x), even at 1 thread per process"
         )
-    return table
+        rows.append(("over by", str(-p.leftover), meaning, True))
+    return rows
 
 
-def _exports(p: Plan) -> list[RenderableType]:
+def _numbers_table(out: _Out, p: Plan) -> None:
+    """The numbers as three columns between blank lines, the meaning wrapped to the width
+    left (at least `MIN_MEANING` columns)."""
+    rows = _numbers(p)
+    label_w = max(len(r[0]) for r in rows)
+    value_w = max(len(r[1]) for r in rows)
+    indent = "  " + " " * label_w + GAP + " " * value_w + GAP
+    room = None if out.width is None else max(MIN_MEANING, out.width - len(indent))
+    out.blank()
+    for label, value, meaning, over in rows:
+        parts = [meaning]
+        if room is not None and len(meaning) > room:
+            import textwrap
+
+            parts = textwrap.wrap(meaning, room) or [meaning]
+        cells = (
+            out.styled(label, BOLD) + " " * (label_w - len(label)),
+            out.styled(value, RED if over else "") + " " * (value_w - len(value)),
+            out.styled(parts[0], DIM),
+        )
+        out.lines.append("  " + GAP.join(cells))
+        out.lines += [indent + out.styled(more, DIM) for more in parts[1:]]
+    out.blank()
+
+
+def _exports(out: _Out, p: Plan) -> None:
     """The export blocks: one for the main processes and one for the workers, or a single
     one when both get the same values (T = 1)."""
     exports = plan_env(p)
@@ -162,66 +205,61 @@ def _exports(p: Plan) -> list[RenderableType]:
         heading = (
             "Before starting the job, in its launch script (main processes and workers alike):"
         )
-        return [Text(heading, style="bold"), *_code(exports.splitlines())]
-    parts: list[RenderableType] = []
+        out.prose(heading, BOLD)
+        out.code(exports.splitlines())
+        return
     if exports:
-        parts.append(Text("Before starting the job, in its launch script:", style="bold"))
-        parts += _code(exports.splitlines())
+        out.prose("Before starting the job, in its launch script:", BOLD)
+        out.code(exports.splitlines())
     if worker_exports:
-        parts.append(Text("In each worker's environment:", style="bold"))
-        parts += _code(worker_exports.splitlines())
-    return parts
+        out.prose("In each worker's environment:", BOLD)
+        out.code(worker_exports.splitlines())
 
 
-def _one_command(p: Plan, command: str | None) -> list[RenderableType]:
+def _one_command(out: _Out, p: Plan, command: str | None) -> None:
     """The same variables for one command only: the line to put before it, and how to get
     it from oversub (`--format prefix`). `eval` changes the shell for every later command."""
     prefix = plan_prefix(p).rstrip("\n")
     if not prefix:
-        return []
-    heading = "Or for one command only, leaving this shell as it is (before the command):"
-    parts: list[RenderableType] = [
-        Text(""),
-        Text(heading, style="bold"),
-        *_code([f"{prefix} python job.py"]),
-    ]
+        return
+    out.blank()
+    out.prose("Or for one command only, leaving this shell as it is (before the command):", BOLD)
+    out.code([f"{prefix} python job.py"])
     if command is not None:
-        parts += _code([f"env $({command} --format prefix) python job.py"], "dim cyan")
-    return parts
+        out.code([f"env $({command} --format prefix) python job.py"], DIM + CYAN)
 
 
-def plan_renderable(p: Plan, *, command: str | None = None) -> RenderableType:
+def plan_text(
+    p: Plan, *, command: str | None = None, colour: bool = False, width: int | None = None
+) -> str:
     """The plan for a terminal: numbers table, budget sentence, export lines, the prefix for
     one command (with the `command` that prints it, `oversub recommend ...`), code lines,
-    notes, binding lines. Code is never wrapped inside a line. The warnings are not here:
-    they are diagnostics, which the CLI prints on stderr (`warning_lines`) whatever the
-    format."""
+    notes, binding lines; each line ends in a newline. `colour`: SGR codes. `width`: the
+    terminal's columns, to which prose is wrapped (None: never wrapped, as off a terminal);
+    code never is. The warnings are not here: they are diagnostics, which the CLI prints on
+    stderr (`warning_lines`) whatever the format."""
+    out = _Out(colour, width)
+    _numbers_table(out, p)
+    out.prose(budget_limit_line(p.budget), BOLD)
+    out.blank()
+    _exports(out, p)
+    _one_command(out, p, command)
+    out.blank()
     code = "Or in code, in each main process before its first parallel operation (the blocks "
     code += "of the runtimes it uses; each runs as pasted):"
-    parts: list[RenderableType] = [
-        _numbers_table(p),
-        Text(budget_limit_line(p.budget), style="bold"),
-        Text(""),
-        *_exports(p),
-        *_one_command(p, command),
-        Text(""),
-        Text(code, style="bold"),
-        *_code(code_lines_for(p.threads_per_process, p.workers)),
-    ]
+    out.prose(code, BOLD)
+    out.code(code_lines_for(p.threads_per_process, p.workers))
     for note in p.budget.notes:
-        parts.append(Text(terminal(f"note: {note}"), style="dim"))
-
+        out.prose(terminal(f"note: {note}"), DIM)
     bindings = binding_lines(p)
     if bindings:
-        parts.append(Text(""))
-        parts.append(Text("Binding (optional, one CPU set per process):", style="bold"))
-        parts += _code(bindings, "")
+        out.blank()
+        out.prose("Binding (optional, one CPU set per process):", BOLD)
+        out.code(bindings, "")
     elif p.budget.given:
-        parts.append(
-            Text(
-                "Binding: none, since --cpus gives a count, not this machine's CPUs; run "
-                "`oversub recommend` on the machine itself for a binding plan.",
-                style="dim",
-            )
+        out.prose(
+            "Binding: none, since --cpus gives a count, not this machine's CPUs; run "
+            "`oversub recommend` on the machine itself for a binding plan.",
+            DIM,
         )
-    return Group(*parts)
+    return "\n".join(out.lines) + "\n"

@@ -153,13 +153,10 @@ def test_slurm_labels_agree_with_the_numbers() -> None:
     # Issue 11 item 3: `SLURM_NTASKS_PER_NODE=2 SLURM_CPUS_PER_TASK=1 recommend --procs auto`
     # on 2 CPUs said "N 1 usable vCPUs (all host CPUs)", "M 1 (from SLURM_NTASKS_PER_NODE)"
     # and "no limit: all 2 logical CPUs"; the JSON had limited_by "none" beside vcpus 1.
-    import io
-
-    from rich.console import Console
 
     from oversub.render.phrases import budget_limit_line
     from oversub.render.plan_formats import plan_dict
-    from oversub.render.plan_text import plan_renderable
+    from oversub.render.plan_text import plan_text
 
     info = procs_from_env({"SLURM_NTASKS_PER_NODE": "2", "SLURM_CPUS_PER_TASK": "1"})
     plan = plan_for_launcher(measured(2), info)
@@ -173,9 +170,7 @@ def test_slurm_labels_agree_with_the_numbers() -> None:
         "SLURM_CPUS_PER_TASK=1",
     )
     assert (d["procs"], d["launcher_procs"]) == (1, 2)
-    out = io.StringIO()
-    Console(file=out, width=200, color_system=None).print(plan_renderable(plan))
-    text = out.getvalue()
+    text = plan_text(plan, width=200)
     n_row = next(line for line in text.splitlines() if line.strip().startswith("N "))
     m_row = next(line for line in text.splitlines() if line.strip().startswith("M "))
     assert "usable vCPU (limited by launcher)" in n_row

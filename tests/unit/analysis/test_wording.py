@@ -40,7 +40,7 @@ from oversub.render.junit import summary_junit
 from oversub.render.live import watch_renderable
 from oversub.render.markdown import summary_markdown
 from oversub.render.phrases import budget_limit_line, totals_line
-from oversub.render.plan_text import plan_renderable
+from oversub.render.plan_text import plan_text
 from tests.support.builders import (
     CAUSE_KINDS,
     IDLE,
@@ -430,7 +430,7 @@ def test_every_plan_reads_true(n: int, measured: bool) -> None:
     for procs in (1, 2, 3, 9):
         for workers in (0, 1, 2):
             plan = make_plan(budget, procs, workers)
-            text = terminal(plan_renderable(plan)) + "\n".join(plan.warnings)
+            text = plan_text(plan, width=100) + "\n".join(plan.warnings)
             assert problems(text) == [], text
             assert not re.search(r"(?<![\w-])-\d", text), text  # no negative count
             assert " 0 workers" not in text and "at most 0" not in text, text

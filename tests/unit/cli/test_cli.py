@@ -521,9 +521,11 @@ def test_a_missing_dependency_is_named_in_one_line(module: str, package: str) ->
     import sys
 
     probe = (
-        "import runpy, sys\n"
+        "import os, runpy, sys\n"
         f"sys.modules[{module!r}] = None\n"  # `import <module>` now raises ModuleNotFoundError
-        "sys.argv = ['oversub', 'recommend', '--procs', '2']\n"  # its text needs rich
+        # The live view needs rich (cpus and recommend draw their text without it).
+        "sys.argv = ['oversub', 'watch', '--once', '--interval', '0.1', '--format', 'live',"
+        " str(os.getpid())]\n"
         "runpy.run_module('oversub', run_name='__main__')\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

@@ -9,21 +9,13 @@ from __future__ import annotations
 
 import ast
 import builtins
-import io
 
 import pytest
-from rich.console import Console, RenderableType
 
 from oversub.render import RecommendFormat, render_recommend
 from oversub.render.plan_formats import prefix_line
-from oversub.render.plan_text import code_lines_for, plan_renderable, snippets
+from oversub.render.plan_text import code_lines_for, plan_text, snippets
 from tests.support.builders import make_budget, make_plan
-
-
-def render(renderable: RenderableType, width: int) -> str:
-    buffer = io.StringIO()
-    Console(file=buffer, width=width, color_system=None).print(renderable, crop=False)
-    return buffer.getvalue()
 
 
 def unbound_names(source: str) -> set[str]:
@@ -70,7 +62,7 @@ def test_the_check_of_imports_can_fail() -> None:
 def test_code_is_never_wrapped_inside_a_line(width: int) -> None:
     # Issue 39: at 80 columns "import:" stood alone on a line, InferenceSession was split.
     plan = make_plan(workers=1, worker_env={"OMP_NUM_THREADS": "1"})
-    out = render(plan_renderable(plan, command="oversub recommend --procs 2"), width)
+    out = plan_text(plan, command="oversub recommend --procs 2", width=width)
     lines = out.splitlines()
     for code in code_lines_for(2, 1):
         if code:
@@ -94,10 +86,10 @@ def test_the_prefix_is_one_line_of_assignments() -> None:
 
 def test_the_text_says_how_to_use_it_for_one_command() -> None:
     plan = make_plan(budget=make_budget())
-    out = render(plan_renderable(plan, command="oversub recommend --procs 2"), 120)
+    out = plan_text(plan, command="oversub recommend --procs 2", width=120)
     assert "Or for one command only, leaving this shell as it is" in out
     assert "launch script" in out  # where the export lines belong
     # Without the command that made it (the API), the prefix line alone.
-    bare = render(plan_renderable(plan), 120)
+    bare = plan_text(plan, width=120)
     assert "OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 python job.py" in bare
     assert "--format prefix" not in bare

@@ -16,7 +16,7 @@ from oversub.render.budget_text import budget_text
 from oversub.render.finalreport import summary_renderable, summary_text
 from oversub.render.live import watch_renderable
 from oversub.render.phrases import budget_limit_line, unavailable_text
-from oversub.render.plan_text import plan_renderable
+from oversub.render.plan_text import plan_text
 from tests.support.builders import (
     make_assessment,
     make_budget,
@@ -127,7 +127,7 @@ def test_budget_limit_line(budget: Budget, expected: str) -> None:
 
 def test_plan_text_numbers_exports_code_and_binding() -> None:
     p = make_plan(procs_source="LOCAL_WORLD_SIZE", binding=((0, 1), (2, 3, 5)))
-    out = render(plan_renderable(p))
+    out = plan_text(p, width=120)
     assert "LOCAL_WORLD_SIZE" in line_with(out, "M ")
     assert "all host CPUs" in line_with(out, "N ")
     assert "2" in line_with(out, "threads per main process")
@@ -153,7 +153,7 @@ def test_plan_text_workers_and_warnings() -> None:
         warnings=("8 threads on 4 vCPUs: reduce workers",),
     )
     p = p._replace(budget=make_budget(pid=0, notes=("budget given with --cpus",)))
-    out = render(plan_renderable(p))
+    out = plan_text(p, width=120)
     assert "given" in line_with(out, "N ")
     assert "note: budget given with --cpus" in out
     assert "oversub.worker_init_fn" in out
@@ -174,7 +174,7 @@ def test_plan_text_over_budget_says_by_how_much() -> None:
         oversubscribed=True,
         budget=make_budget(),
     )
-    out = render(plan_renderable(p))
+    out = plan_text(p, width=120)
     assert "leftover" not in out and "-5" not in out
     row = line_with(out, "over by")
     assert " 5 " in row and "the plan needs 9 threads on 4 vCPUs (2.2x)" in row
@@ -184,7 +184,7 @@ def test_plan_text_prints_one_export_block_when_workers_get_the_same() -> None:
     # Issue 11 item 12: with workers and T = 1 the same block was printed twice.
     env = {"OMP_NUM_THREADS": "1"}
     plan = make_plan(workers=1, threads_per_process=1, env=env, worker_env=env)
-    out = render(plan_renderable(plan))
+    out = plan_text(plan, width=120)
     assert out.count("export OMP_NUM_THREADS=1") == 1
     assert "main processes and workers alike" in out
     assert "In each worker's environment" not in out
