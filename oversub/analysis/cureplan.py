@@ -1,8 +1,8 @@
 """`oversub run`'s cure as data: which variables CMD gets, and the plan its hook reads.
 
-Pure: the environment and the plan are passed in. The catalogue is read through two small
-accessors (`thread_variables`, `readers`) so that the merge of `core.runtimes` and
-`core.pools` into one row per library changes them alone. docs/run.md is the reference.
+Pure: the environment and the plan are passed in. The catalogue (`core.catalogue`, one row
+per library) is read through two small accessors (`thread_variables`, `readers`).
+docs/run.md is the reference.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from oversub.core.catalogue import CATALOGUE
 from oversub.core.cures import Cure, Variables
 from oversub.core.model import Plan
-from oversub.core.pools import POOL_KINDS, RECOMMENDED_VARS
-from oversub.core.runtimes import RUNTIMES
+from oversub.core.pools import RECOMMENDED_VARS
 
 PLAN_ENV = "OVERSUB_RUN_PLAN"
 """The variable the hook reads its plan from (oversub/hook/_oversub_hook/planenv.py)."""
@@ -33,25 +33,28 @@ setting the program asks for (a value must also be a whole number >= 1, which T 
 
 
 def thread_variables() -> tuple[str, ...]:
-    """Every variable that sizes a runtime of the catalogue, in a stable order: those
-    `recommend` exports first, then the runtimes' and pools' own."""
+    """Every variable that sizes a library of the catalogue, in a stable order: those
+    `recommend` exports first, then each row's knob, then the variables its mapped pool
+    reads."""
     names: list[str] = list(RECOMMENDED_VARS)
-    for runtime in RUNTIMES:
-        names += [v for v in runtime.variables if v not in names]
-    for kind in POOL_KINDS:
-        names += [v for v in kind.variables if v not in names]
+    for row in CATALOGUE:
+        names += [v for v in row.variables if v not in names]
+    for row in CATALOGUE:
+        names += [v for v in row.reads if v not in names]
     return tuple(names)
 
 
 def readers(variable: str) -> tuple[str, ...]:
-    """The human names of the runtimes `variable` sizes (catalogue order, no repeats)."""
+    """The human names of the pools `variable` sizes (catalogue order, no repeats): the
+    threads a row's knob sizes, then the mapped pools that read it."""
     found: list[str] = []
-    for runtime in RUNTIMES:
-        if variable in runtime.variables and runtime.label not in found:
-            found.append(runtime.label)
-    for kind in POOL_KINDS:
-        if variable in kind.variables and not any(kind.label in f for f in found):
-            found.append(kind.label)
+    for row in CATALOGUE:
+        if variable in row.variables and row.label not in found:
+            found.append(row.label)
+    for row in CATALOGUE:
+        label = row.pool_label or row.label
+        if variable in row.reads and not any(label in f for f in found):
+            found.append(label)
     return tuple(found)
 
 

@@ -1,13 +1,16 @@
-"""What we know about native thread pools: how to spot them and which variables size them.
+"""Native thread pools as a process's maps reveal them, and the thread variables.
 
-Pure data shared by the `/proc/PID/maps` probe (patterns), the verdict (which variable
-controls a pool) and the recommendation (which variables to export).
+The pools are the mapped-pool facts of the catalogue's rows (`core.catalogue`), shared by the
+`/proc/PID/maps` probe (patterns), the verdict (which variable controls a pool) and the
+recommendation (which variables to export). Pure, standard library only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import NamedTuple
+
+from oversub.core.catalogue import CATALOGUE, OPENMP
 
 THREAD_ENV_PREFIXES: tuple[str, ...] = (
     "OMP_",
@@ -50,111 +53,43 @@ def is_thread_var(name: str) -> bool:
     return name.startswith(THREAD_ENV_PREFIXES)
 
 
-_THREADPOOLCTL = "threadpoolctl.threadpool_limits({t})"
-"""Resizes BLAS and OpenMP runtimes already loaded in the calling process."""
-
-
 class PoolKind(NamedTuple):
-    """A family of native thread pools."""
+    """A family of native thread pools, found by the objects a process maps: the mapped-pool
+    facts of a `core.catalogue` row (`Library.mapped` and the fields that go with it)."""
 
     key: str
     """Short stable id used in samples and JSON ("libgomp", "openblas", ...)."""
     label: str
     """Human name for messages."""
     prefixes: tuple[str, ...]
-    """Basename prefixes of its shared objects (plain prefixes: no regex compiled at import)."""
+    """Basename prefixes of its shared objects."""
     variables: tuple[str, ...]
     """Environment variables that size this pool, first match wins (empty: none)."""
     openmp: bool
     """An OpenMP runtime: waiting team threads spin, so oversubscription costs multiples."""
     live_symbol: str | None = None
-    """Exported int data symbol holding the pool's live size (read by `probe.livesizes`);
-    None when the library keeps it hidden (see docs/pools.md)."""
+    """Exported int data symbol holding the pool's live size (`probe.livesizes`)."""
     live_started: str | None = None
-    """Exported int data symbol that is non-zero while the pool's threads exist (OpenBLAS
-    shuts them down around fork and starts them again at the next call)."""
+    """Exported int data symbol that is non-zero while the pool's threads exist."""
     code_fix: str | None = None
-    """The call that resizes this pool from inside a process, with {t} for the threads;
-    None when no call reaches it."""
+    """The call that resizes this pool from inside a process, with {t} for the threads."""
 
 
-POOL_KINDS: tuple[PoolKind, ...] = (
+POOL_KINDS: tuple[PoolKind, ...] = tuple(
     PoolKind(
-        "libgomp",
-        "GNU OpenMP (libgomp)",
-        ("libgomp.", "libgomp-"),
-        ("OMP_NUM_THREADS",),
-        True,
-        code_fix=_THREADPOOLCTL,
-    ),
-    PoolKind(
-        "libiomp5",
-        "Intel OpenMP (libiomp5)",
-        ("libiomp5",),
-        ("KMP_NUM_THREADS", "OMP_NUM_THREADS"),
-        True,
-        code_fix=_THREADPOOLCTL,
-    ),
-    PoolKind(
-        "libomp",
-        "LLVM OpenMP (libomp)",
-        ("libomp.", "libomp-"),
-        ("OMP_NUM_THREADS",),
-        True,
-        code_fix=_THREADPOOLCTL,
-    ),
-    PoolKind(
-        "openblas",
-        "OpenBLAS",
-        ("libopenblas", "libscipy_openblas"),
-        ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"),
-        False,
-        live_symbol="blas_cpu_number",
-        live_started="blas_server_avail",
-        code_fix=_THREADPOOLCTL,
-    ),
-    PoolKind(
-        "mkl",
-        "Intel MKL",
-        ("libmkl_rt", "libmkl_core", "libmkl_intel_thread", "libmkl_gnu_thread"),
-        ("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
-        False,
-        code_fix=_THREADPOOLCTL,
-    ),
-    PoolKind(
-        "blis",
-        "BLIS",
-        ("libblis",),
-        ("BLIS_NUM_THREADS", "OMP_NUM_THREADS"),
-        False,
-        code_fix=_THREADPOOLCTL,
-    ),
-    PoolKind("tbb", "oneTBB", ("libtbb.", "libtbb-"), (), False),
-    PoolKind(
-        "torch",
-        "PyTorch intra-op pool (libtorch_cpu)",
-        ("libtorch_cpu",),
-        ("OMP_NUM_THREADS", "MKL_NUM_THREADS"),
-        False,
-        code_fix="torch.set_num_threads({t})",
-    ),
-    PoolKind(
-        "numba",
-        "numba parallel team",
-        ("omppool.", "tbbpool.", "workqueue."),
-        ("NUMBA_NUM_THREADS",),
-        False,
-        code_fix="numba.set_num_threads({t})",
-    ),
-    PoolKind(
-        "onnxruntime",
-        "ONNX Runtime",
-        ("libonnxruntime", "onnxruntime_pybind"),
-        (),  # measured: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS do not reach its pool
-        False,
-        code_fix="SessionOptions.intra_op_num_threads = {t}",
-    ),
+        row.key,
+        row.pool_label or row.label,
+        row.mapped,
+        row.reads,
+        row.key in OPENMP,
+        row.live_symbol,
+        row.live_started,
+        row.pool_code,
+    )
+    for row in CATALOGUE
+    if row.mapped
 )
+"""The catalogue's rows that a process's maps reveal, in its order (OpenMP runtimes first)."""
 
 POOLS_BY_KEY: Mapping[str, PoolKind] = {k.key: k for k in POOL_KINDS}
 

@@ -1,17 +1,19 @@
-"""The runtimes that own threads, and the knob that really sizes each (docs/pools.md).
+"""The owners of threads: which library a thread's name or code names, and its row.
 
 A thread's owner is found from outside (`oversub.probe.owners`): its name, or the shared
-object whose code it is blocked in. This catalogue says, per owner, how to recognise it,
-what its waiting threads do (spin or sleep: what oversubscribing it costs) and which knob
-sizes it: only that knob is ever offered as its fix. Pure data, standard library only.
+object whose code it is blocked in. The rows (`core.catalogue`: how to recognise each
+library, what its waiting threads do, which knob sizes them; only that knob is ever offered
+as its fix) and the rows made for libraries without one (`_dynamic`) are looked up here by
+owner key. Pure, standard library only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING
 
+from oversub.core.catalogue import CATALOGUE, OPENMP, Library, Waits
 from oversub.core.libraries import (
     library_key,
     library_of,
@@ -27,269 +29,13 @@ if TYPE_CHECKING:
 UNATTRIBUTED = "unattributed"
 """The owner of a thread no evidence names (never guessed from the mapped libraries)."""
 
-Waits = Literal["spin", "sleep", "none", "unknown"]
-"""What an owner's threads do when oversubscribed: "spin" (waiting threads burn CPU: OpenMP
-teams, ORT's pool; costs multiples), "sleep" (they block: costs a few percent), "none" (not
-a compute pool: the interpreter, communication and allocator threads; no thread cap),
-"unknown" (a library without a row: `libraries`)."""
+Runtime = Library
+"""One owner of threads: a row of `core.catalogue` (its `label`, `waits`, `knob`, `code` and
+`measured` describe the threads the row names), or a row `_dynamic` makes."""
 
-
-class Runtime(NamedTuple):
-    """One owner of threads."""
-
-    key: str
-    """Stable id, in samples, JSON and recordings ("polars", "onnxruntime", ...)."""
-    label: str
-    """Human name for messages."""
-    waits: Waits
-    variables: tuple[str, ...] = ()
-    """Environment variables that size its pool, read at start (the first is the one
-    recommended); empty when none reaches it."""
-    code: str | None = None
-    """The call that sizes it from inside the process, with {t} for the threads."""
-    names: tuple[str, ...] = ()
-    """Prefixes of the names its threads carry (`/proc/PID/task/TID/comm`)."""
-    objects: tuple[str, ...] = ()
-    """Basename prefixes of the shared objects whose code its threads wait in."""
-    dirs: tuple[str, ...] = ()
-    """Directory names (a path component) of the objects whose code its threads wait in."""
-    pool: str | None = None
-    """The `pools.POOL_KINDS` key of the same runtime (live sizes, mapped-library
-    fallback); None when oversub had no row for it before threads were attributed."""
-    measured: str = ""
-    """What oversubscribing it cost, measured (2 processes on 2 vCPUs), for the wording; quoted
-    only where it was measured (`measured_with`), never for another program's pool."""
-    caller: bool = True
-    """Its size counts the calling thread (an OpenMP team, OpenBLAS, ORT's intra-op pool:
-    size n runs n - 1 threads of its own); False when it runs n threads of its own (polars,
-    Arrow, numexpr) while the caller waits."""
-    drives: tuple[str, ...] = ()
-    """Package directories (right under site-packages) whose presence in a process makes
-    the OpenMP team there this library's (`openmp_driver`): the wheels vendor one libgomp
-    under one soname, so the copy a team runs says which wheel loaded first, not whose
-    team it is."""
-    measured_with: str = ""
-    """The pool (`pools` key) every process must map for `measured` to be quoted: the
-    situation it was measured in ("torch": torch's own team); "" when the runtime alone is
-    the situation."""
-
-
-_TPC = "threadpoolctl.threadpool_limits({t})"
-
-RUNTIMES: tuple[Runtime, ...] = (
-    Runtime(
-        "libgomp",
-        "GNU OpenMP (libgomp)",
-        "spin",
-        ("OMP_NUM_THREADS",),
-        _TPC,
-        objects=("libgomp.", "libgomp-"),
-        pool="libgomp",
-        measured="10.6x slower for torch's team",
-        measured_with="torch",
-    ),
-    Runtime(
-        "libomp",
-        "LLVM OpenMP (libomp)",
-        "spin",
-        ("OMP_NUM_THREADS",),
-        _TPC,
-        objects=("libomp.", "libomp-"),
-        pool="libomp",
-    ),
-    Runtime(
-        "libiomp5",
-        "Intel OpenMP (libiomp5)",
-        "spin",
-        ("OMP_NUM_THREADS",),
-        _TPC,
-        objects=("libiomp5",),
-        pool="libiomp5",
-    ),
-    Runtime(
-        "openblas",
-        "OpenBLAS",
-        "spin",
-        ("OPENBLAS_NUM_THREADS",),
-        _TPC,
-        objects=("libopenblas", "libscipy_openblas"),
-        pool="openblas",
-    ),
-    Runtime(
-        "mkl",
-        "Intel MKL",
-        "spin",
-        ("MKL_NUM_THREADS",),
-        _TPC,
-        objects=("libmkl_",),
-        pool="mkl",
-    ),
-    Runtime(
-        "blis",
-        "BLIS",
-        "spin",
-        ("BLIS_NUM_THREADS",),
-        _TPC,
-        objects=("libblis",),
-        pool="blis",
-    ),
-    Runtime(
-        "tbb",
-        "oneTBB",
-        "spin",
-        (),
-        "tbb.global_control(tbb.global_control.max_allowed_parallelism, {t})",
-        objects=("libtbb.", "libtbb-", "libtbbmalloc"),
-        pool="tbb",
-    ),
-    Runtime(
-        "torch",
-        "PyTorch inter-op pool",
-        "sleep",
-        (),
-        "torch.set_num_interop_threads({t})",
-        names=("pt_",),
-        objects=("libtorch_cpu", "libc10.", "libtorch_python"),
-        caller=False,
-    ),
-    Runtime(
-        "onnxruntime",
-        "ONNX Runtime intra-op pool",
-        "spin",
-        (),
-        "SessionOptions.intra_op_num_threads = {t}",
-        objects=("onnxruntime_pybind11_state", "libonnxruntime"),
-        pool="onnxruntime",
-        measured="1.21-1.57x slower",
-    ),
-    Runtime(
-        "polars",
-        "polars (rayon)",
-        "sleep",
-        ("POLARS_MAX_THREADS",),
-        None,
-        names=("polars-",),
-        objects=("_polars_runtime", "polars.abi3"),
-        measured="2 % slower",
-        caller=False,
-    ),
-    Runtime(
-        "pyarrow",
-        "Arrow CPU pool (pyarrow)",
-        "sleep",
-        ("OMP_NUM_THREADS",),
-        "pyarrow.set_cpu_count({t})",
-        objects=("libarrow", "libparquet"),
-        measured="2 % slower",
-        caller=False,
-    ),
-    Runtime(
-        "numexpr",
-        "numexpr",
-        "sleep",
-        ("NUMEXPR_NUM_THREADS",),
-        "numexpr.set_num_threads({t})",
-        dirs=("numexpr",),
-        measured="2 % slower",
-        caller=False,
-    ),
-    Runtime(
-        "numba",
-        "numba parallel team",
-        "sleep",
-        ("NUMBA_NUM_THREADS",),
-        "numba.set_num_threads({t})",
-        dirs=("numba",),
-        pool="numba",
-        measured="8 % slower",
-    ),
-    Runtime(
-        "tokenizers",
-        "HF tokenizers (rayon)",
-        "sleep",
-        ("RAYON_NUM_THREADS",),
-        None,
-        dirs=("tokenizers",),
-        measured="1.01-1.11x slower",
-        caller=False,
-    ),
-    Runtime(
-        "opencv",
-        "OpenCV's pool",
-        "sleep",
-        ("OPENCV_FOR_THREADS_NUM",),
-        "cv2.setNumThreads({t})",
-        dirs=("cv2",),
-        measured="1.5-2.0x slower",
-    ),
-    Runtime(
-        "xgboost",
-        "XGBoost's OpenMP team",
-        "spin",
-        ("OMP_NUM_THREADS",),
-        "nthread={t} in its parameters (n_jobs={t} in its estimators)",
-        dirs=("xgboost",),
-        measured="31-35x slower",
-        drives=("xgboost",),
-    ),
-    Runtime(
-        "lightgbm",
-        "LightGBM's OpenMP team",
-        "spin",
-        ("OMP_NUM_THREADS",),
-        "num_threads={t} in its parameters (n_jobs={t} in its estimators)",
-        dirs=("lightgbm",),
-        measured="1.4-1.7x slower",
-        drives=("lightgbm",),
-    ),
-    Runtime(
-        "faiss",
-        "faiss's OpenMP team",
-        "spin",
-        ("OMP_NUM_THREADS",),
-        "faiss.omp_set_num_threads({t})",
-        dirs=("faiss",),
-        measured="1.12-1.17x slower",
-        drives=("faiss",),
-    ),
-    Runtime(
-        "sklearn",
-        "scikit-learn's OpenMP team",
-        "spin",
-        ("OMP_NUM_THREADS",),
-        'threadpoolctl.threadpool_limits({t}, user_api="openmp")',
-        measured="22-23x slower",
-        drives=("sklearn",),
-    ),
-    Runtime(
-        # `oversub stress`'s own team (`run.stressload`): it names its threads, waits at its
-        # barrier as libgomp does, and is sized by OMP_NUM_THREADS when `--threads` is not
-        # given, so its finding, `recommend`'s exports and `oversub run` work on it as on an
-        # OpenMP team; no variable of its own reaches any other program's exports.
-        "stress",
-        "oversub stress team",
-        "spin",
-        ("OMP_NUM_THREADS",),
-        None,
-        names=("stress-team-",),
-        measured="1.7-2.4x slower, 3.0-3.9x with 4 processes",
-        caller=False,
-    ),
-    Runtime("gloo", "gloo communication (torch.distributed)", "none", names=("gloo_", "pt_gloo")),
-    Runtime("jemalloc", "jemalloc background", "none", names=("jemalloc_bg_thd",)),
-    Runtime(
-        "python",
-        "Python interpreter",
-        "none",
-        objects=("libpython", "python"),
-    ),
-    Runtime("program", "the program's own threads", "none"),
-)
+RUNTIMES: tuple[Runtime, ...] = CATALOGUE
 """Every owner, most specific first: a thread name is matched against `names` in this order
 (gloo's `pt_gloo_*` before torch's `pt_*`)."""
-
-OPENMP: frozenset[str] = frozenset({"libgomp", "libomp", "libiomp5"})
-"""The OpenMP runtimes: a copy vendored by a package is that package's OpenMP team."""
 
 
 @lru_cache(maxsize=512)
@@ -305,7 +51,7 @@ def _dynamic(key: str) -> Runtime | None:
         short = base.label.rsplit("(", 1)[-1].rstrip(")")
         label = f"{vendored[1]}'s OpenMP team ({short})"
         # Its cost is not the one measured for another program's team.
-        return base._replace(key=key, label=label, pool=None, measured="")
+        return base._replace(key=key, label=label, measured="", mapped=())
     path = object_of(key)
     if path is None:
         return None
