@@ -139,11 +139,15 @@ def gil_bound(p: ProcessRates) -> bool:
     doing BLAS with the GIL released 65-110 against 155-185 (preempted: they wait for a CPU,
     and fewer threads do help), though the worker process, at 0.7 CPU and 1.5 threads
     runnable, looks like the GIL by its CPU and demand alone. Unknown switches: not the GIL.
+    Threads no evidence named, none of them busy (`cause` returns no cause otherwise), count
+    neither way: unknown is no other owner's work.
     """
     python = next((c for c in p.owner_counts or () if c.owner == "python"), None)
     if python is None or python.ran < 2 or python.yielding_s is None:
         return False
-    others = sum(c.runnable_s for c in p.owner_counts or () if c.owner != "python")
+    others = sum(
+        c.runnable_s for c in p.owner_counts or () if c.owner not in ("python", UNATTRIBUTED)
+    )
     return (
         p.cpu_percent <= GIL_CPU_PERCENT
         and 2 * python.yielding_s > python.runnable_s

@@ -89,6 +89,11 @@ class CheckRun:
             "totals": self.summary.get("totals"),
             "host": self.summary.get("host"),
             "findings": [(f["rule"], f["pids"], f["evidence"]) for f in self.summary["findings"]],
+            "busy processes": [
+                {k: p.get(k) for k in ("pid", "cpu_percent", "demand", "seconds", "owners")}
+                for p in self.summary.get("processes", ())
+                if (p.get("demand") or 0) >= 0.2
+            ],
         }
         return f"exit {self.exit_code}\n{json.dumps(brief, indent=1)}\nstderr:\n{self.stderr}"
 

@@ -401,6 +401,17 @@ def test_gil_threads_each_runnable_too_briefly_to_be_busy_are_still_the_gil() ->
     procs = [worker(p, gil, demand=1.43, active_threads=1, cpu_percent=99.0) for p in (11, 12)]
     f, _ = finding_of(tree(*procs, demand=2.9))
     assert "GIL" in f.message and "single-thread" not in f.message, f.message
+    # Some of those threads not attributed (their owners not read yet), none of them busy:
+    # unknown is no other owner's work, still the GIL.
+    part = (OwnerCount("python", 5, 1, 5, 0.9, 0.9), OwnerCount("unattributed", 4, 0, 4, 0.53))
+    procs = [worker(p, part, demand=1.43, active_threads=1, cpu_percent=99.0) for p in (11, 12)]
+    f, _ = finding_of(tree(*procs, demand=2.9))
+    assert "GIL" in f.message and "application's own" not in f.fix, (f.message, f.fix)
+    # A native pool's threads working beside them: not the GIL.
+    pool = (OwnerCount("python", 5, 1, 5, 0.9, 0.9), OwnerCount("polars", 4, 0, 4, 0.53))
+    procs = [worker(p, pool, demand=1.43, active_threads=1, cpu_percent=99.0) for p in (11, 12)]
+    f, _ = finding_of(tree(*procs, demand=2.9))
+    assert "GIL" not in f.message, f.message
     # One thread doing the work, beside a helper that wakes now and then: not the GIL.
     single = (OwnerCount("python", 2, 1, 2, 1.4, 0.01),)
     procs = [worker(p, single, demand=1.4, active_threads=1, cpu_percent=99.0) for p in (11, 12)]
