@@ -929,6 +929,13 @@ def test_a_thread_that_did_not_run_keeps_its_switch_counts_and_reads_only_its_st
         fake.write(proc)
         ran = {t.tid: t for t in s.sample().processes[100].threads}[101]
         assert (ran.state, ran.voluntary_ctx, ran.cpu_ns) == ("R", 99, 2500)
+        # Nothing moved, to the byte: the very same reading is carried, no object made.
+        same = {t.tid: t for t in s.sample().processes[100].threads}[101]
+        assert same is ran
+        idle.run_delay_ns += 40  # it waited for a CPU without running yet: read again
+        fake.write(proc)
+        waited = {t.tid: t for t in s.sample().processes[100].threads}[101]
+        assert (waited.run_delay_ns, waited.cpu_ns) == (ran.run_delay_ns + 40, 2500)
 
 
 def _no_descriptor_for(monkeypatch: pytest.MonkeyPatch, suffix: str) -> None:
